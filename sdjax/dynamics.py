@@ -1,0 +1,329 @@
+"""Dynamics: recursive Newton-Euler, composite-rigid-body inertia matrix, forward dynamics.
+
+The equation of motion (seed 000 eq 3.18) in SpaceDyn's coordinates is
+
+    H(x) [dv0/dt; dw0/dt; qdd] + c(x, xd) = [F0; N0; tau + tau_passive] + J_e^T [F_e; T_e]
+
+with the generalized velocity ``[v0, w0, qd]`` (base centroid velocity and base angular
+velocity in the inertial frame), ``F0``/``N0`` the force and torque applied at the base
+centroid, ``tau_passive = -K q - D qd`` the model's visco-elastic joint torques, and
+``F_e``/``T_e`` forces and torques applied *to the robot* at its end points (inertial frame).
+The bias ``c`` contains Coriolis, centrifugal and gravity terms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+from jax import Array
+
+from sdjax.kinematics import (
+    Frames,
+    base_spatial_acceleration,
+    base_twist,
+    body_masses,
+    body_spatial_accelerations,
+    body_twists,
+    end_point_frames,
+    joint_motion_axes,
+    point_acceleration,
+    relative_frames,
+    subtree_mass_moments,
+    world_inertias,
+)
+from sdjax.model import Model
+from sdjax.rotation import skew
+from sdjax.state import State, check_state, check_vector
+from sdjax.tree import accumulate_up
+
+
+class Controls(eqx.Module):
+    """Applied forces, held constant over an integration step.
+
+    Attributes:
+        tau: ``(n,)`` joint torques (N m) or forces (N), in addition to the passive ones.
+        base_force: ``(3,)`` force on the base centroid, inertial frame, N.
+        base_torque: ``(3,)`` torque on the base, inertial frame, N m.
+        end_point_force: ``(ne, 3)`` force applied to the robot at each end point, inertial
+            frame, N.
+        end_point_torque: ``(ne, 3)`` torque applied to the robot at each end point, N m.
+    """
+
+    tau: Array
+    base_force: Array
+    base_torque: Array
+    end_point_force: Array
+    end_point_torque: Array
+
+
+def make_controls(
+    model: Model,
+    tau: Any = None,
+    base_force: Any = None,
+    base_torque: Any = None,
+    end_point_force: Any = None,
+    end_point_torque: Any = None,
+    dtype: Any = None,
+) -> Controls:
+    """Build :class:`Controls`, checking shapes; omitted entries are zero."""
+    dtype = model.dtype if dtype is None else dtype
+    n, ne = model.num_joints, model.num_end_points
+    return Controls(
+        tau=check_vector("tau", tau, (n,), dtype),
+        base_force=check_vector("base_force", base_force, (3,), dtype),
+        base_torque=check_vector("base_torque", base_torque, (3,), dtype),
+        end_point_force=check_vector("end_point_force", end_point_force, (ne, 3), dtype),
+        end_point_torque=check_vector("end_point_torque", end_point_torque, (ne, 3), dtype),
+    )
+
+
+def passive_joint_torques(model: Model, state: State) -> Array:
+    """Visco-elastic joint torques ``-K q - D qd`` of the model's passive joints; ``(n,)``."""
+    return -model.joint_stiffness * state.q - model.joint_damping * state.qd
+
+
+# ------------------------------------------------------------------------------------------
+# Recursive Newton-Euler (eqs 3.30-3.39).
+
+
+def _end_point_wrenches(model: Model, frames: Frames, force: Array, torque: Array) -> Array:
+    """``(n + 1, 6)`` external wrenches (moment about r0, force) per body from end-point loads."""
+    position, _ = end_point_frames(model, frames)
+    wrench = jnp.concatenate([torque + jnp.cross(position, force), force], axis=-1)
+    links = jnp.asarray(model.end_point_link, dtype=jnp.int32)
+    return jnp.zeros((model.num_bodies, 6), wrench.dtype).at[links].add(wrench)
+
+
+def _newton_euler(
+    model: Model,
+    frames: Frames,
+    axes: Array,
+    twists: Array,
+    accelerations: Array,
+    external_wrench: Array,
+) -> Array:
+    """Generalized force ``[F0, N0, tau]`` (6 + n,) that produces the given motion.
+
+    Per body (eqs 3.30-3.31): ``F_i = m_i (dv_i/dt - g)``, ``N_i = I_i dw_i/dt + w_i x I_i w_i``,
+    taken about r0 and summed over each subtree (eqs 3.32-3.35; a sum of wrenches about one
+    point needs no lever-arm bookkeeping); the joint force is the projection on the joint's
+    motion axis (eqs 3.36-3.37) and the base force/torque is the whole sum (eqs 3.38-3.39,
+    plus the base's own inertia, as SpaceDyn's ``r_ne``). ``external_wrench`` ``(n + 1, 6)``
+    (moment about r0, force) is applied to the bodies and therefore subtracted.
+    """
+    r = frames.centroid
+    angular_velocity, angular_acceleration = twists[:, :3], accelerations[:, :3]
+    linear_acceleration = point_acceleration(accelerations, twists, r)
+    force = body_masses(model)[:, None] * (linear_acceleration - model.gravity)
+    inertia = world_inertias(model, frames)
+    momentum = jnp.einsum("bij,bj->bi", inertia, angular_velocity)
+    moment = jnp.einsum("bij,bj->bi", inertia, angular_acceleration) + jnp.cross(angular_velocity, momentum)
+    wrench = jnp.concatenate([moment + jnp.cross(r, force), force], axis=-1) - external_wrench
+    subtree = accumulate_up(model.tree, wrench)
+    tau = jnp.sum(axes * subtree[1:], axis=-1)
+    return jnp.concatenate([subtree[0, 3:], subtree[0, :3], tau])
+
+
+def _motion(model: Model, state: State, base_acceleration: Array, qdd: Array):
+    frames = relative_frames(model, state.base_rotation, state.q)
+    axes = joint_motion_axes(model, frames)
+    twists = body_twists(model, axes, base_twist(state), state.qd)
+    accelerations = body_spatial_accelerations(
+        model, axes, twists, base_spatial_acceleration(state, base_acceleration), state.qd, qdd
+    )
+    return frames, axes, twists, accelerations
+
+
+@eqx.filter_jit
+def inverse_dynamics(
+    model: Model,
+    state: State,
+    base_acceleration: Any = None,
+    qdd: Any = None,
+    *,
+    end_point_force: Any = None,
+    end_point_torque: Any = None,
+) -> tuple[Array, Array]:
+    """Recursive Newton-Euler inverse dynamics with gravity (SpaceDyn ``r_ne``, eqs 3.30-3.39).
+
+    Returns the base wrench and joint torques that produce the given accelerations, given
+    the end-point loads and the model's passive joint torques:
+    ``[F0; N0; tau] = H a + c - J_e^T [F_e; T_e] - [0; 0; tau_passive]``.
+
+    Sign convention: ``end_point_force``/``end_point_torque`` are applied **to** the robot
+    (``F_h`` of eq 3.18), the same inputs :func:`forward_dynamics` takes, so that
+    ``forward_dynamics(inverse_dynamics(a)) == a``. Eq 3.32's ``f_e`` is the opposite load (the
+    force the hand exerts on its environment), as is ``Fe`` in SpaceDyn v2's ``r_ne``;
+    :func:`sdjax.spacedyn.r_ne` keeps that sign.
+
+    Arguments:
+        model: the system.
+        state: positions and velocities.
+        base_acceleration: ``(6,)`` ``[dv0/dt, dw0/dt]`` of the base centroid, inertial frame
+            (default zero).
+        qdd: ``(n,)`` joint accelerations (default zero).
+        end_point_force: ``(ne, 3)`` forces on the robot at the end points, inertial frame, N.
+        end_point_torque: ``(ne, 3)`` torques on the robot at the end points, N m.
+
+    Returns:
+        ``(base_wrench, tau)``: ``(6,)`` ``[F0, N0]`` (force at, and torque about, the base
+        centroid, inertial frame) and ``(n,)`` actuator torques/forces.
+    """
+    check_state(model, state)
+    dtype = state.q.dtype
+    n, ne = model.num_joints, model.num_end_points
+    base_acceleration = check_vector("base_acceleration", base_acceleration, (6,), dtype)
+    qdd = check_vector("qdd", qdd, (n,), dtype)
+    end_point_force = check_vector("end_point_force", end_point_force, (ne, 3), dtype)
+    end_point_torque = check_vector("end_point_torque", end_point_torque, (ne, 3), dtype)
+    frames, axes, twists, accelerations = _motion(model, state, base_acceleration, qdd)
+    external = _end_point_wrenches(model, frames, end_point_force, end_point_torque)
+    force = _newton_euler(model, frames, axes, twists, accelerations, external)
+    return force[:6], force[6:] - passive_joint_torques(model, state)
+
+
+@eqx.filter_jit
+def bias_forces(model: Model, state: State) -> Array:
+    """Velocity-dependent and gravity forces ``c`` (6 + n,): inverse dynamics at zero
+    acceleration with no applied loads (SpaceDyn's ``Force0``; Pinocchio's ``nle``).
+
+    Passive joint torques are not included (they are applied forces)."""
+    check_state(model, state)
+    zero = jnp.zeros(6 + model.num_joints, state.q.dtype)
+    frames, axes, twists, accelerations = _motion(model, state, zero[:6], zero[6:])
+    return _newton_euler(model, frames, axes, twists, accelerations, jnp.zeros((model.num_bodies, 6), zero.dtype))
+
+
+# ------------------------------------------------------------------------------------------
+# Inertia matrix by composite rigid bodies (eqs 3.18-3.28).
+
+
+def _inertia_matrix(model: Model, frames: Frames, axes: Array) -> Array:
+    """``(6 + n, 6 + n)`` inertia matrix from subtree (composite) mass moments.
+
+    For joint ``i`` moving alone at unit rate, the subtree it carries has linear momentum
+    ``h_i = M_i v_o + w x s_i`` and angular momentum about r0 ``L_i = J_i w + s_i x v_o``
+    (``M_i``, ``s_i``, ``J_i``: subtree mass, first moment and inertia about r0; ``(w, v_o)`` its
+    motion axis). Then ``H_m[j, i] = s_j . (L_i, h_i)`` for ``j`` on the path to ``i``,
+    ``H_bm[:, i] = [h_i; L_i]``, and ``H_b = [[w E, -skew(s_0)], [skew(s_0), J_0]]`` for the whole
+    system (eqs 3.19-3.21; ``s_0 = w r_0g``). O(n^2) work instead of the O(n^3) Jacobian
+    products of eqs 3.22-3.23.
+    """
+    mass, first_moment, inertia = subtree_mass_moments(model, frames)
+    w, v = axes[:, :3], axes[:, 3:]
+    links_mass, links_first, links_inertia = mass[1:], first_moment[1:], inertia[1:]
+    linear = links_mass[:, None] * v + jnp.cross(w, links_first)
+    angular = jnp.einsum("iab,ib->ia", links_inertia, w) + jnp.cross(links_first, v)
+    # coupling[j, i] = s_j . momentum_i, kept where joint j supports link i.
+    coupling = axes @ jnp.concatenate([angular, linear], axis=-1).T
+    upper = coupling * jnp.asarray(model.tree.support.T, coupling.dtype)
+    h_m = upper + upper.T - jnp.diag(jnp.diagonal(coupling))
+    h_bm = jnp.concatenate([linear, angular], axis=-1).T
+    s0 = skew(first_moment[0])
+    eye = jnp.eye(3, dtype=s0.dtype)
+    h_b = jnp.block([[mass[0] * eye, -s0], [s0, inertia[0]]])
+    return jnp.block([[h_b, h_bm], [h_bm.T, h_m]])
+
+
+@eqx.filter_jit
+def inertia_matrix(model: Model, state: State) -> Array:
+    """System inertia matrix ``H`` (SpaceDyn ``calc_hh``, eqs 3.18-3.28), by composite bodies.
+
+    Arguments:
+        model: the system.
+        state: its state (only positions are used).
+
+    Returns:
+        ``(6 + n, 6 + n)`` symmetric positive-definite matrix for the generalized velocity
+        ``[v0, w0, qd]``; blocks ``H_b = H[:6, :6]``, ``H_bm = H[:6, 6:]``, ``H_m = H[6:, 6:]``.
+    """
+    check_state(model, state)
+    frames = relative_frames(model, state.base_rotation, state.q)
+    return _inertia_matrix(model, frames, joint_motion_axes(model, frames))
+
+
+def inertia_matrix_blocks(model: Model, state: State) -> tuple[Array, Array, Array]:
+    """Blocks ``(H_b (6, 6), H_bm (6, n), H_m (n, n))`` of :func:`inertia_matrix` (eq 3.18)."""
+    h = inertia_matrix(model, state)
+    return h[:6, :6], h[:6, 6:], h[6:, 6:]
+
+
+# ------------------------------------------------------------------------------------------
+# Forward dynamics (eq 3.29).
+
+
+@eqx.filter_jit
+def forward_dynamics(
+    model: Model,
+    state: State,
+    tau: Any = None,
+    *,
+    base_force: Any = None,
+    base_torque: Any = None,
+    end_point_force: Any = None,
+    end_point_torque: Any = None,
+    check: bool = False,
+) -> tuple[Array, Array]:
+    """Accelerations of the base and joints (SpaceDyn ``f_dyn``, eq 3.29).
+
+    Solves ``H a = [F0; N0; tau + tau_passive] + J_e^T [F_e; T_e] - c`` with a Cholesky
+    factorisation of ``H`` (never an explicit inverse). The right-hand side comes from one
+    Newton-Euler pass at zero acceleration with the end-point loads applied.
+
+    Arguments:
+        model: the system.
+        state: positions and velocities.
+        tau: ``(n,)`` joint torques/forces (default zero), added to the passive ones.
+        base_force: ``(3,)`` force on the base centroid, inertial frame, N.
+        base_torque: ``(3,)`` torque on the base, inertial frame, N m.
+        end_point_force: ``(ne, 3)`` forces on the robot at its end points, inertial frame, N.
+        end_point_torque: ``(ne, 3)`` torques on the robot at its end points, N m.
+        check: if True, fail (``equinox.error_if``, also under ``jit``) when the result is not
+            finite, e.g. for a non-finite state or a singular inertia matrix.
+
+    Returns:
+        ``(base_acceleration, qdd)``: ``(6,)`` ``[dv0/dt, dw0/dt]`` (inertial frame) and ``(n,)``.
+    """
+    check_state(model, state)
+    controls = make_controls(model, tau, base_force, base_torque, end_point_force, end_point_torque, state.q.dtype)
+    acceleration = generalized_acceleration(model, state, controls)
+    if check:
+        acceleration = eqx.error_if(
+            acceleration,
+            ~jnp.all(jnp.isfinite(acceleration)),
+            "forward_dynamics: non-finite acceleration (non-finite state or inputs, or a singular inertia matrix)",
+        )
+    return acceleration[:6], acceleration[6:]
+
+
+@eqx.filter_jit
+def generalized_acceleration(model: Model, state: State, controls: Controls) -> Array:
+    """Forward dynamics for a :class:`Controls` (see :func:`forward_dynamics`).
+
+    Returns:
+        ``(6 + n,)`` accelerations ``[dv0/dt, dw0/dt, qdd]``.
+    """
+    n = model.num_joints
+    zero = jnp.zeros(6 + n, state.q.dtype)
+    frames, axes, twists, accelerations = _motion(model, state, zero[:6], zero[6:])
+    h = _inertia_matrix(model, frames, axes)
+    external = _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
+    bias = _newton_euler(model, frames, axes, twists, accelerations, external)
+    applied = jnp.concatenate([controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)])
+    return jsl.cho_solve(jsl.cho_factor(h, lower=True), applied - bias)
+
+
+__all__ = [
+    "Controls",
+    "bias_forces",
+    "forward_dynamics",
+    "generalized_acceleration",
+    "inertia_matrix",
+    "inertia_matrix_blocks",
+    "inverse_dynamics",
+    "make_controls",
+    "passive_joint_torques",
+]

@@ -1,0 +1,214 @@
+"""JSON model files (format ``sdjax-model``, version 1).
+
+A file holds one object::
+
+    {
+      "format": "sdjax-model", "version": 1,
+      "name": "my_robot",
+      "gravity": [0, 0, 0],                          # optional, m/s^2, inertial frame
+      "base": {"mass": 100.0,                        # kg
+               "inertia": [[10, 0, 0], [0, 10, 0], [0, 0, 10]]},   # kg m^2, base frame
+      "links": [                                     # in order: link 1, 2, ..., n
+        {"name": "shoulder",                         # unique
+         "parent": 0,                                # 0 = base, else a lower link index
+         "joint_type": "R",                          # "R" revolute, "P" prismatic
+         "mass": 10.0,
+         "inertia": [[1, 0, 0], [0, 1, 0], [0, 0, 0.1]],     # about the centroid, link frame
+         "parent_centroid_to_joint": [0, 1, 0],      # m, parent frame (SpaceDyn c0 / cc(:,B_i,i))
+         "centroid_to_joint": [0, 0, -0.5],          # m, link frame (SpaceDyn cc(:,i,i))
+         "joint_rpy": [-1.5707963267948966, 0, 0],   # rad, SpaceDyn RPY (Rx Ry Rz), optional
+         "joint_stiffness": 0.0, "joint_damping": 0.0,       # optional
+         "end_point": {"centroid_to_end_point": [0, 0.5, 0],  # m, link frame
+                       "rpy": [0, 0, 1.5707963267948966]}     # optional; or null / absent
+        }
+      ]
+    }
+
+Numbers are written with Python's shortest round-trip representation, so
+``load_json_model(save_json_model(m))`` reproduces every float64 value exactly. Unknown keys,
+non-finite numbers, wrong shapes and oversized files are refused with a message naming the
+JSON path. Loading never executes anything from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from sdjax.model import Model
+
+FORMAT = "sdjax-model"
+VERSION = 1
+#: Largest accepted file (bytes) and number of links, checked before parsing/allocating.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_LINKS = 10_000
+
+_TOP_KEYS = {"format", "version", "name", "gravity", "base", "links", "description"}
+_BASE_KEYS = {"mass", "inertia"}
+_LINK_KEYS = {
+    "name",
+    "parent",
+    "joint_type",
+    "mass",
+    "inertia",
+    "parent_centroid_to_joint",
+    "centroid_to_joint",
+    "joint_rpy",
+    "joint_stiffness",
+    "joint_damping",
+    "end_point",
+}
+_END_KEYS = {"centroid_to_end_point", "rpy"}
+
+
+def _floats(value: np.ndarray) -> Any:
+    return np.asarray(value, dtype=np.float64).tolist()
+
+
+def model_to_dict(model: Model) -> dict[str, Any]:
+    """The JSON-ready description of a model (see the module docstring)."""
+    end_index = {link: e for e, link in enumerate(model.end_point_link)}
+    links = []
+    for k in range(model.num_joints):
+        entry: dict[str, Any] = {
+            "name": model.link_names[k],
+            "parent": model.parent[k],
+            "joint_type": model.joint_type[k],
+            "mass": float(model.link_mass[k]),
+            "inertia": _floats(model.link_inertia[k]),
+            "parent_centroid_to_joint": _floats(model.parent_centroid_to_joint[k]),
+            "centroid_to_joint": _floats(model.centroid_to_joint[k]),
+            "joint_rpy": _floats(model.joint_rpy[k]),
+            "joint_stiffness": float(model.joint_stiffness[k]),
+            "joint_damping": float(model.joint_damping[k]),
+        }
+        e = end_index.get(k + 1)
+        entry["end_point"] = None if e is None else {
+            "centroid_to_end_point": _floats(model.centroid_to_end_point[e]),
+            "rpy": _floats(model.end_point_rpy[e]),
+        }
+        links.append(entry)
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": model.name,
+        "gravity": _floats(model.gravity),
+        "base": {"mass": float(model.base_mass), "inertia": _floats(model.base_inertia)},
+        "links": links,
+    }
+
+
+def _check_keys(where: str, obj: Any, allowed: set[str], required: set[str]) -> None:
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    missing = sorted(required - set(obj))
+    if missing:
+        raise ValueError(f"{where}: missing key(s) {missing}")
+
+
+def _number_array(where: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: expected numbers of shape {shape}, got {value!r}") from None
+    if arr.shape != shape:
+        raise ValueError(f"{where}: expected shape {shape}, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where}: values must be finite, got {arr.tolist()}")
+    return arr
+
+
+def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
+    """Build a model from its JSON description (see the module docstring)."""
+    _check_keys("model", data, _TOP_KEYS, {"format", "version", "base", "links"})
+    if data["format"] != FORMAT:
+        raise ValueError(f"model.format: expected {FORMAT!r}, got {data['format']!r}")
+    if data["version"] != VERSION:
+        raise ValueError(f"model.version: this sdjax reads version {VERSION}, got {data['version']!r}")
+    base = data["base"]
+    _check_keys("model.base", base, _BASE_KEYS, _BASE_KEYS)
+    links = data["links"]
+    if not isinstance(links, list):
+        raise ValueError(f"model.links: expected a list, got {type(links).__name__}")
+    if len(links) > MAX_LINKS:
+        raise ValueError(f"model.links: {len(links)} links exceeds the limit of {MAX_LINKS}")
+    n = len(links)
+    fields: dict[str, list] = {k: [] for k in ("mass", "inertia", "pcj", "cj", "rpy", "k", "d")}
+    parent, joint_type, names, end_links, end_offset, end_rpy = [], [], [], [], [], []
+    for k, link in enumerate(links):
+        where = f"model.links[{k}]"
+        _check_keys(where, link, _LINK_KEYS, {"parent", "joint_type", "mass", "inertia", "parent_centroid_to_joint", "centroid_to_joint"})
+        p = link["parent"]
+        if isinstance(p, bool) or not isinstance(p, int):
+            raise ValueError(f"{where}.parent: expected an integer body index (0 = base), got {p!r}")
+        parent.append(p)
+        joint_type.append(link["joint_type"])
+        names.append(str(link.get("name", f"link{k + 1}")))
+        fields["mass"].append(_number_array(f"{where}.mass", link["mass"], ()))
+        fields["inertia"].append(_number_array(f"{where}.inertia", link["inertia"], (3, 3)))
+        fields["pcj"].append(_number_array(f"{where}.parent_centroid_to_joint", link["parent_centroid_to_joint"], (3,)))
+        fields["cj"].append(_number_array(f"{where}.centroid_to_joint", link["centroid_to_joint"], (3,)))
+        fields["rpy"].append(_number_array(f"{where}.joint_rpy", link.get("joint_rpy", [0, 0, 0]), (3,)))
+        fields["k"].append(_number_array(f"{where}.joint_stiffness", link.get("joint_stiffness", 0.0), ()))
+        fields["d"].append(_number_array(f"{where}.joint_damping", link.get("joint_damping", 0.0), ()))
+        end = link.get("end_point")
+        if end is not None:
+            _check_keys(f"{where}.end_point", end, _END_KEYS, {"centroid_to_end_point"})
+            end_links.append(k + 1)
+            end_offset.append(_number_array(f"{where}.end_point.centroid_to_end_point", end["centroid_to_end_point"], (3,)))
+            end_rpy.append(_number_array(f"{where}.end_point.rpy", end.get("rpy", [0, 0, 0]), (3,)))
+
+    def stack(values: list, shape: tuple[int, ...]) -> np.ndarray:
+        return np.array(values, dtype=np.float64).reshape(shape)
+
+    return Model(
+        parent=tuple(parent),
+        joint_type=tuple(joint_type),
+        base_mass=_number_array("model.base.mass", base["mass"], ()),
+        base_inertia=_number_array("model.base.inertia", base["inertia"], (3, 3)),
+        link_mass=stack(fields["mass"], (n,)),
+        link_inertia=stack(fields["inertia"], (n, 3, 3)),
+        parent_centroid_to_joint=stack(fields["pcj"], (n, 3)),
+        centroid_to_joint=stack(fields["cj"], (n, 3)),
+        joint_rpy=stack(fields["rpy"], (n, 3)),
+        end_point_link=tuple(end_links),
+        centroid_to_end_point=stack(end_offset, (len(end_links), 3)),
+        end_point_rpy=stack(end_rpy, (len(end_links), 3)),
+        joint_stiffness=stack(fields["k"], (n,)),
+        joint_damping=stack(fields["d"], (n,)),
+        gravity=_number_array("model.gravity", data.get("gravity", [0, 0, 0]), (3,)),
+        link_names=tuple(names),
+        name=str(data.get("name", "model")),
+        dtype=dtype,
+    )
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"JSON model: non-finite number {name} is not allowed")
+
+
+def save_json_model(model: Model, path: str | os.PathLike) -> None:
+    """Write ``model`` to ``path`` as an ``sdjax-model`` JSON file."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(model_to_dict(model), f, indent=1)
+        f.write("\n")
+
+
+def load_json_model(path: str | os.PathLike, dtype: Any = None) -> Model:
+    """Read an ``sdjax-model`` JSON file; ``ValueError`` naming the JSON path on bad content."""
+    size = os.path.getsize(path)
+    if size > MAX_FILE_BYTES:
+        raise ValueError(f"{os.fspath(path)}: {size} bytes exceeds the model-file limit of {MAX_FILE_BYTES}")
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f, parse_constant=_refuse_constant)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{os.fspath(path)}: not valid JSON ({err})") from None
+    return model_from_dict(data, dtype=dtype)

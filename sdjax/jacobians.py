@@ -1,0 +1,171 @@
+"""Jacobians of link centroids, end points and arbitrary points on links, and their time
+derivatives (seed 000 eqs 3.16-3.17 and 3.25-3.26).
+
+A Jacobian here maps the generalized velocity ``[v0, w0, qd]`` (6 + n) to the linear and
+angular velocity of a point (inertial frame): rows ``[linear (3); angular (3)]``, columns
+``[J_b (6) | J_m (n)]`` as in eq 3.16. Column ``j`` of ``J_m`` is non-zero only for joints on
+the path from the base to the point's link: ``[k_j x (x - p_j); k_j]`` for a revolute joint
+and ``[k_j; 0]`` for a prismatic one. Base columns are ``[[E, -skew(x - r0)], [0, E]]``.
+
+Time derivatives use ``d s_j/dt = twist_j x s_j`` for the spatial joint axes (see
+:mod:`sdjax.kinematics`), so ``dJ/dt qd_gen + J a_gen`` is the point's acceleration (eq 3.17).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from sdjax.kinematics import (
+    Frames,
+    base_twist,
+    body_twists,
+    end_point_frames,
+    joint_motion_axes,
+    motion_cross,
+    point_velocity,
+    relative_frames,
+)
+from sdjax.model import Model
+from sdjax.rotation import skew
+from sdjax.state import State, check_state, check_vector
+
+
+def _supports(model: Model, bodies: np.ndarray) -> np.ndarray:
+    """``(k, n)`` 0/1: joints on the path from the base to each body (body 0: none)."""
+    rows = np.zeros((len(bodies), model.num_joints))
+    for row, body in enumerate(bodies):
+        if body > 0:
+            rows[row] = model.tree.support[body - 1]
+    return rows
+
+
+def _jacobians_at(model: Model, axes: Array, bodies: np.ndarray, points: Array) -> Array:
+    """``(k, 6, 6 + n)`` Jacobians of points (relative to r0) fixed on the given bodies."""
+    k = len(bodies)
+    mask = jnp.asarray(_supports(model, bodies), points.dtype)[:, :, None]  # (k, n, 1)
+    angular = axes[None, :, :3] * mask  # (k, n, 3)
+    linear = (axes[None, :, 3:] + jnp.cross(axes[None, :, :3], points[:, None, :])) * mask
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=points.dtype), (k, 3, 3))
+    zero = jnp.zeros((k, 3, 3), points.dtype)
+    base = jnp.concatenate(
+        [jnp.concatenate([eye, -skew(points)], axis=-1), jnp.concatenate([zero, eye], axis=-1)], axis=-2
+    )
+    joints = jnp.concatenate([jnp.swapaxes(linear, -1, -2), jnp.swapaxes(angular, -1, -2)], axis=-2)
+    return jnp.concatenate([base, joints], axis=-1)
+
+
+def _jacobian_derivatives_at(
+    model: Model, axes: Array, twists: Array, bodies: np.ndarray, points: Array
+) -> Array:
+    """``(k, 6, 6 + n)`` time derivatives of :func:`_jacobians_at`."""
+    k = len(bodies)
+    body_index = jnp.asarray(bodies, dtype=jnp.int32)
+    point_rate = point_velocity(twists[body_index], points)  # (k, 3)
+    base_velocity = twists[0, 3:]  # v0 (the base twist's linear part about r0)
+    axis_rates = motion_cross(twists[1:], axes)  # (n, 6)
+    mask = jnp.asarray(_supports(model, bodies), points.dtype)[:, :, None]
+    angular = axis_rates[None, :, :3] * mask
+    linear = (
+        axis_rates[None, :, 3:]
+        + jnp.cross(axis_rates[None, :, :3], points[:, None, :])
+        + jnp.cross(axes[None, :, :3], point_rate[:, None, :])
+    ) * mask
+    zero = jnp.zeros((k, 3, 3), points.dtype)
+    base = jnp.concatenate(
+        [jnp.concatenate([zero, -skew(point_rate - base_velocity)], axis=-1), jnp.concatenate([zero, zero], axis=-1)],
+        axis=-2,
+    )
+    joints = jnp.concatenate([jnp.swapaxes(linear, -1, -2), jnp.swapaxes(angular, -1, -2)], axis=-2)
+    return jnp.concatenate([base, joints], axis=-1)
+
+
+def _check_body(model: Model, link: Any) -> int:
+    if isinstance(link, bool) or not isinstance(link, (int, np.integer)) or not 0 <= int(link) <= model.num_joints:
+        raise ValueError(f"link: expected a static body index 0..{model.num_joints} (0 = base), got {link!r}")
+    return int(link)
+
+
+def _point_on_body(model: Model, frames: Frames, link: int, point: Array) -> Array:
+    """Position (relative to r0) of a point given in the link frame relative to its centroid."""
+    return frames.centroid[link] + frames.rotation[link] @ point
+
+
+def _kinematic_inputs(model: Model, state: State):
+    check_state(model, state)
+    frames = relative_frames(model, state.base_rotation, state.q)
+    axes = joint_motion_axes(model, frames)
+    return frames, axes
+
+
+@eqx.filter_jit
+def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> Array:
+    """Jacobian of a point fixed on a body.
+
+    Arguments:
+        model: the system.
+        state: its state.
+        link: body index (static), 0 = base, 1..n = links.
+        point: ``(3,)`` position of the point relative to the body's centroid, in the body
+            frame, m (default: the centroid).
+
+    Returns:
+        ``(6, 6 + n)`` Jacobian ``[linear; angular]`` w.r.t. ``[v0, w0, qd]``.
+    """
+    link = _check_body(model, link)
+    frames, axes = _kinematic_inputs(model, state)
+    point = check_vector("point", point, (3,), frames.centroid.dtype)
+    x = _point_on_body(model, frames, link, point)
+    return _jacobians_at(model, axes, np.array([link]), x[None])[0]
+
+
+@eqx.filter_jit
+def point_jacobian_derivative(model: Model, state: State, link: int, point: Any = None) -> Array:
+    """Time derivative of :func:`point_jacobian` along the state's velocities; ``(6, 6 + n)``."""
+    link = _check_body(model, link)
+    frames, axes = _kinematic_inputs(model, state)
+    point = check_vector("point", point, (3,), frames.centroid.dtype)
+    twists = body_twists(model, axes, base_twist(state), state.qd)
+    x = _point_on_body(model, frames, link, point)
+    return _jacobian_derivatives_at(model, axes, twists, np.array([link]), x[None])[0]
+
+
+@eqx.filter_jit
+def link_jacobians(model: Model, state: State) -> Array:
+    """Jacobians of every body centroid (base included); ``(n + 1, 6, 6 + n)``.
+
+    ``[i, :3, 6:]`` and ``[i, 3:, 6:]`` are SpaceDyn's ``J_Ti`` and ``J_Ri`` (eqs 3.25-3.26).
+    """
+    frames, axes = _kinematic_inputs(model, state)
+    return _jacobians_at(model, axes, np.arange(model.num_bodies), frames.centroid)
+
+
+@eqx.filter_jit
+def link_jacobian_derivatives(model: Model, state: State) -> Array:
+    """Time derivatives of :func:`link_jacobians`; ``(n + 1, 6, 6 + n)``."""
+    frames, axes = _kinematic_inputs(model, state)
+    twists = body_twists(model, axes, base_twist(state), state.qd)
+    return _jacobian_derivatives_at(model, axes, twists, np.arange(model.num_bodies), frames.centroid)
+
+
+@eqx.filter_jit
+def end_point_jacobians(model: Model, state: State) -> Array:
+    """Jacobians of every end point (eq 3.16: ``[J_b | J_m]``); ``(ne, 6, 6 + n)``."""
+    frames, axes = _kinematic_inputs(model, state)
+    position, _ = end_point_frames(model, frames)
+    return _jacobians_at(model, axes, np.asarray(model.end_point_link, dtype=np.int64), position)
+
+
+@eqx.filter_jit
+def end_point_jacobian_derivatives(model: Model, state: State) -> Array:
+    """Time derivatives of :func:`end_point_jacobians` (eq 3.17); ``(ne, 6, 6 + n)``."""
+    frames, axes = _kinematic_inputs(model, state)
+    twists = body_twists(model, axes, base_twist(state), state.qd)
+    position, _ = end_point_frames(model, frames)
+    return _jacobian_derivatives_at(
+        model, axes, twists, np.asarray(model.end_point_link, dtype=np.int64), position
+    )

@@ -1,0 +1,405 @@
+"""The Model: static tree topology plus array parameters of a moving-base multibody system.
+
+A system has ``n + 1`` bodies: the base (body 0) and links ``1..n``. Joint ``i`` sits on link
+``i`` and connects it to its parent body ``parent[i-1] < i`` (SpaceDyn's connection index
+``B_i``, seed 000 section 3.1). Joints are revolute (``'R'``) or prismatic (``'P'``). A link
+may carry one end point (a hand, a foot, a tool tip).
+
+Frames follow SpaceDyn (seed 000 sections 3.2-3.4): the frame of link ``i`` has its origin
+on joint ``i`` and its z axis along the joint axis; it is rotated from the parent's frame by
+``Rx(alpha) Ry(beta) Rz(gamma)`` (the RPY angles ``joint_rpy``) and, for a revolute joint, by
+``Rz(q_i)``. A prismatic joint translates link ``i`` by ``q_i`` along that z axis; its frame
+stays with the parent. The base frame is centred on the base centroid; link inertias are
+about the link centroid, in the link frame. Units are SI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from sdjax.tree import TreeIndex, tree_index
+
+JOINT_TYPES = ("R", "P")
+
+#: Relative tolerance of the symmetry and triangle-inequality checks of inertia tensors
+#: (float64 data typed in by hand or converted from other tools is exact to ~1e-12).
+INERTIA_RTOL = 1e-9
+
+
+class Model(eqx.Module):
+    """A moving-base tree of rigid bodies (SpaceDyn's LP, as a pytree).
+
+    Topology fields are static, hashable tuples; every number is an array leaf, so
+    ``jax.grad`` reaches masses and geometry and ``jax.vmap`` runs over batches of models
+    that share one topology.
+
+    Attributes:
+        parent: ``(n,)`` static tuple, parent body of link ``i`` (0 = base), ``parent[i-1] < i``
+            (SpaceDyn ``BB``).
+        joint_type: ``(n,)`` static tuple of ``'R'`` (revolute) / ``'P'`` (prismatic).
+        end_point_link: ``(ne,)`` static tuple, the link (1..n) carrying each end point; at
+            most one end point per link, in increasing link order (SpaceDyn ``SE``).
+        link_names: ``(n,)`` static tuple of names (default ``link1``, ``link2``, ...).
+        name: static model name.
+        base_mass: ``()`` base mass, kg.
+        base_inertia: ``(3, 3)`` base inertia about its centroid, base frame, kg m^2.
+        link_mass: ``(n,)`` link masses, kg.
+        link_inertia: ``(n, 3, 3)`` inertia of each link about its centroid, link frame.
+        parent_centroid_to_joint: ``(n, 3)`` vector from the parent's centroid to joint ``i``,
+            parent frame, m (SpaceDyn ``c0(:, i)`` if the parent is the base, else
+            ``cc(:, B_i, i)``).
+        centroid_to_joint: ``(n, 3)`` vector from the centroid of link ``i`` to joint ``i``,
+            link frame, m (SpaceDyn ``cc(:, i, i)``).
+        joint_rpy: ``(n, 3)`` RPY angles of the joint frame relative to the parent frame, rad
+            (SpaceDyn ``Qi``).
+        centroid_to_end_point: ``(ne, 3)`` vector from the link centroid to each end point,
+            link frame, m (SpaceDyn ``ce``).
+        end_point_rpy: ``(ne, 3)`` RPY angles of each end-point frame relative to its link
+            frame, rad (SpaceDyn ``Qe``).
+        joint_stiffness: ``(n,)`` passive joint stiffness ``K`` (N m/rad or N/m).
+        joint_damping: ``(n,)`` passive joint damping ``D`` (N m s/rad or N s/m); the passive
+            joint force is ``-K q - D qd``.
+        gravity: ``(3,)`` gravitational acceleration, inertial frame, m/s^2.
+    """
+
+    parent: tuple[int, ...] = eqx.field(static=True)
+    joint_type: tuple[str, ...] = eqx.field(static=True)
+    end_point_link: tuple[int, ...] = eqx.field(static=True)
+    link_names: tuple[str, ...] = eqx.field(static=True)
+    name: str = eqx.field(static=True)
+    base_mass: Array
+    base_inertia: Array
+    link_mass: Array
+    link_inertia: Array
+    parent_centroid_to_joint: Array
+    centroid_to_joint: Array
+    joint_rpy: Array
+    centroid_to_end_point: Array
+    end_point_rpy: Array
+    joint_stiffness: Array
+    joint_damping: Array
+    gravity: Array
+
+    def __init__(
+        self,
+        parent: Sequence[int],
+        joint_type: Sequence[str] | str,
+        *,
+        base_mass: Any,
+        base_inertia: Any,
+        link_mass: Any,
+        link_inertia: Any,
+        parent_centroid_to_joint: Any,
+        centroid_to_joint: Any,
+        joint_rpy: Any = None,
+        end_point_link: Sequence[int] = (),
+        centroid_to_end_point: Any = None,
+        end_point_rpy: Any = None,
+        joint_stiffness: Any = None,
+        joint_damping: Any = None,
+        gravity: Any = None,
+        link_names: Sequence[str] | None = None,
+        name: str = "model",
+        dtype: Any = None,
+    ):
+        """Build and validate a model; see the class docstring for every field.
+
+        Optional arrays default to zeros (``joint_rpy``, end-point data, stiffness, damping,
+        gravity). ``dtype`` sets the floating dtype of every array (default: the common
+        dtype of the floating arrays given, else JAX's default float).
+        """
+        self.parent = _int_tuple("parent", parent)
+        self.joint_type = tuple(joint_type)
+        self.end_point_link = _int_tuple("end_point_link", end_point_link)
+        n, ne = len(self.parent), len(self.end_point_link)
+        self.link_names = tuple(link_names) if link_names is not None else tuple(f"link{i}" for i in range(1, n + 1))
+        self.name = str(name)
+        given = dict(
+            base_mass=base_mass,
+            base_inertia=base_inertia,
+            link_mass=link_mass,
+            link_inertia=link_inertia,
+            parent_centroid_to_joint=parent_centroid_to_joint,
+            centroid_to_joint=centroid_to_joint,
+            joint_rpy=joint_rpy,
+            centroid_to_end_point=centroid_to_end_point,
+            end_point_rpy=end_point_rpy,
+            joint_stiffness=joint_stiffness,
+            joint_damping=joint_damping,
+            gravity=gravity,
+        )
+        if dtype is None:
+            floats = [jnp.asarray(v).dtype for v in given.values() if v is not None and _is_float_array(v)]
+            dtype = jnp.result_type(*floats) if floats else jnp.result_type(float)
+        defaults = dict(
+            joint_rpy=(n, 3),
+            centroid_to_end_point=(ne, 3),
+            end_point_rpy=(ne, 3),
+            joint_stiffness=(n,),
+            joint_damping=(n,),
+            gravity=(3,),
+        )
+        for field, value in given.items():
+            if value is None:
+                if field not in defaults:
+                    raise ValueError(f"Model.{field}: a value is required")
+                value = jnp.zeros(defaults[field], dtype)
+            setattr(self, field, _as_float_array(field, value, dtype))
+
+    def __check_init__(self):
+        validate(self)
+
+    # ----------------------------------------------------------------------------------
+    # Sizes and derived connection data (static, computed from the topology tuples).
+    @property
+    def num_joints(self) -> int:
+        """Number of joints ``n`` (= number of links)."""
+        return len(self.parent)
+
+    @property
+    def num_bodies(self) -> int:
+        """Number of bodies ``n + 1`` (base included)."""
+        return len(self.parent) + 1
+
+    @property
+    def num_end_points(self) -> int:
+        return len(self.end_point_link)
+
+    @property
+    def num_velocities(self) -> int:
+        """Size ``6 + n`` of the generalized velocity ``[v0, w0, qd]``."""
+        return 6 + len(self.parent)
+
+    @property
+    def tree(self) -> TreeIndex:
+        """Static index arrays used by the tree passes (cached per topology)."""
+        return tree_index(self.parent)
+
+    @property
+    def is_revolute(self) -> np.ndarray:
+        """``(n,)`` bool, True for revolute joints."""
+        return np.array([t == "R" for t in self.joint_type], dtype=bool)
+
+    @property
+    def incidence_matrix(self) -> np.ndarray:
+        """SpaceDyn's ``S`` (n, n): ``S[i, j] = 1`` if ``i = B_j``, ``-1`` if ``i = j`` (1-based
+        links stored 0-based)."""
+        n = self.num_joints
+        s = -np.eye(n, dtype=np.int64)
+        for j, p in enumerate(self.parent):
+            if p > 0:
+                s[p - 1, j] = 1
+        return s
+
+    @property
+    def base_incidence(self) -> np.ndarray:
+        """SpaceDyn's ``S0`` (n,): 1 where the link is attached to the base."""
+        return np.array([1 if p == 0 else 0 for p in self.parent], dtype=np.int64)
+
+    @property
+    def end_link_flags(self) -> np.ndarray:
+        """SpaceDyn's ``SE`` (n,): 1 where the link carries an end point."""
+        se = np.zeros(self.num_joints, dtype=np.int64)
+        se[np.asarray(self.end_point_link, dtype=np.int64) - 1] = 1
+        return se
+
+    def path_to_link(self, link: int) -> tuple[int, ...]:
+        """Joints (1-based, base to tip) on the path from the base to ``link`` (inclusive)."""
+        _check_link_index(self, link)
+        return tuple(int(j) + 1 for j in np.flatnonzero(self.tree.support[link - 1]))
+
+    @property
+    def end_point_paths(self) -> tuple[tuple[int, ...], ...]:
+        """For each end point, the joints (1-based, base to tip) from the base to it."""
+        return tuple(self.path_to_link(link) for link in self.end_point_link)
+
+    @property
+    def dtype(self) -> Any:
+        return self.link_mass.dtype
+
+    @property
+    def total_mass(self) -> Array:
+        """Mass of the whole system, kg."""
+        return self.base_mass + jnp.sum(self.link_mass)
+
+    def astype(self, dtype: Any) -> Model:
+        """The same model with every array cast to ``dtype`` (e.g. ``jnp.float32``)."""
+        return jax.tree.map(lambda x: x.astype(dtype), self)
+
+
+# --------------------------------------------------------------------------------------
+# Input conversion.
+
+
+def _int_tuple(field: str, values: Sequence[int]) -> tuple[int, ...]:
+    arr = np.asarray(values)
+    if arr.ndim != 1 and arr.size:
+        raise ValueError(f"Model.{field}: expected a flat sequence of integers, got shape {arr.shape}")
+    out = []
+    for k, v in enumerate(np.ravel(arr)):
+        if isinstance(v, (bool, np.bool_)) or not float(v).is_integer():
+            raise ValueError(f"Model.{field}[{k}]: expected an integer, got {v!r}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _is_float_array(value: Any) -> bool:
+    try:
+        return jnp.issubdtype(jnp.asarray(value).dtype, jnp.floating)
+    except TypeError:
+        return False
+
+
+def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
+    try:
+        arr = jnp.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"Model.{field}: cannot convert to a numeric array ({err})") from None
+    if not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
+        raise ValueError(f"Model.{field}: expected real numbers, got dtype {arr.dtype}")
+    return arr.astype(dtype)
+
+
+def _check_link_index(model: Model, link: int) -> None:
+    if not isinstance(link, (int, np.integer)) or not 1 <= link <= model.num_joints:
+        raise ValueError(f"link index {link!r} out of range: expected 1..{model.num_joints}")
+
+
+# --------------------------------------------------------------------------------------
+# Validation: the one door every model passes through.
+
+
+def _link_label(model: Model, k: int) -> str:
+    return f"link {k + 1} ({model.link_names[k]!r})"
+
+
+def validate(model: Model) -> None:
+    """Check a model; raise ``ValueError`` naming the field, the link and the rule broken.
+
+    Structure and shapes are always checked; values (finite, positive masses, physical
+    inertia tensors, non-negative stiffness and damping) are checked when the arrays are
+    concrete (not traced inside ``jit``/``vmap``).
+    """
+    n, ne = len(model.parent), len(model.end_point_link)
+    # Topology.
+    for k, p in enumerate(model.parent):
+        if not 0 <= p <= k:
+            raise ValueError(
+                f"Model.parent[{k}]: {_link_label(model, k)} has parent {p}; links must be numbered so "
+                f"that parent < link index (0 = base), i.e. parent in 0..{k}"
+            )
+    if len(model.joint_type) != n:
+        raise ValueError(f"Model.joint_type: expected {n} joint types (one per link), got {len(model.joint_type)}")
+    for k, t in enumerate(model.joint_type):
+        if t not in JOINT_TYPES:
+            raise ValueError(f"Model.joint_type[{k}]: unknown joint type {t!r} for {_link_label(model, k)}; expected 'R' or 'P'")
+    if len(model.link_names) != n:
+        raise ValueError(f"Model.link_names: expected {n} names, got {len(model.link_names)}")
+    if len(set(model.link_names)) != n:
+        dup = sorted({s for s in model.link_names if model.link_names.count(s) > 1})
+        raise ValueError(f"Model.link_names: names must be unique, repeated: {dup}")
+    for k, link in enumerate(model.end_point_link):
+        if not 1 <= link <= n:
+            raise ValueError(f"Model.end_point_link[{k}]: link {link} does not exist (links are 1..{n}; the base cannot carry an end point)")
+        if k > 0 and link <= model.end_point_link[k - 1]:
+            raise ValueError(
+                f"Model.end_point_link[{k}]: link {link} listed after link {model.end_point_link[k - 1]}; "
+                "end points must be on distinct links, in increasing link order (at most one per link)"
+            )
+    # Shapes.
+    shapes = dict(
+        base_mass=(),
+        base_inertia=(3, 3),
+        link_mass=(n,),
+        link_inertia=(n, 3, 3),
+        parent_centroid_to_joint=(n, 3),
+        centroid_to_joint=(n, 3),
+        joint_rpy=(n, 3),
+        centroid_to_end_point=(ne, 3),
+        end_point_rpy=(ne, 3),
+        joint_stiffness=(n,),
+        joint_damping=(n,),
+        gravity=(3,),
+    )
+    for field, shape in shapes.items():
+        got = tuple(getattr(model, field).shape)
+        if got != shape:
+            raise ValueError(f"Model.{field}: expected shape {shape} for n={n} links and ne={ne} end points, got {got}")
+    leaves = [getattr(model, f) for f in shapes]
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return
+    # Values.
+    per_link = ("link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "joint_stiffness", "joint_damping")
+    per_end_point = ("centroid_to_end_point", "end_point_rpy")
+    for field in shapes:
+        value = np.asarray(getattr(model, field), dtype=np.float64)
+        bad = np.argwhere(~np.isfinite(value))
+        if bad.size:
+            where = tuple(int(i) for i in bad[0])
+            if field in per_link:
+                label = f" ({_link_label(model, where[0])})"
+            elif field in per_end_point:
+                label = f" (end point on link {model.end_point_link[where[0]]})"
+            else:
+                label = ""
+            raise ValueError(f"Model.{field}{list(where)}{label}: value is not finite ({value[where]})")
+    if not float(model.base_mass) > 0:
+        raise ValueError(f"Model.base_mass: mass must be positive, got {float(model.base_mass)}")
+    _check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64))
+    masses = np.asarray(model.link_mass, np.float64)
+    inertias = np.asarray(model.link_inertia, np.float64)
+    for k in range(n):
+        if not masses[k] > 0:
+            raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be positive, got {masses[k]}")
+        _check_inertia(f"link_inertia[{k}]", _link_label(model, k), inertias[k])
+    for field in ("joint_stiffness", "joint_damping"):
+        values = np.asarray(getattr(model, field), np.float64)
+        for k in np.flatnonzero(values < 0):
+            raise ValueError(f"Model.{field}[{k}]: {_link_label(model, int(k))} must be non-negative, got {values[k]}")
+
+
+def _check_inertia(field: str, body: str, inertia: np.ndarray) -> None:
+    """Symmetric, positive definite and satisfying the triangle inequality."""
+    scale = float(np.max(np.abs(inertia)))
+    asym = float(np.max(np.abs(inertia - inertia.T)))
+    if asym > INERTIA_RTOL * scale:
+        raise ValueError(
+            f"Model.{field}: inertia tensor of {body} is not symmetric (largest |I - I^T| entry is "
+            f"{asym:.3g}, tensor {inertia.tolist()})"
+        )
+    moments = np.linalg.eigvalsh(0.5 * (inertia + inertia.T))
+    if not moments[0] > 1e-12 * max(scale, np.finfo(np.float64).tiny):
+        raise ValueError(
+            f"Model.{field}: inertia tensor of {body} is not positive definite "
+            f"(principal moments {moments.tolist()})"
+        )
+    # Principal moments of a rigid body obey I1 + I2 >= I3 (for the largest I3).
+    if moments[0] + moments[1] < moments[2] - INERTIA_RTOL * float(np.sum(moments)):
+        raise ValueError(
+            f"Model.{field}: inertia tensor of {body} violates the triangle inequality: principal "
+            f"moments {moments.tolist()} have {moments[0]:.6g} + {moments[1]:.6g} < {moments[2]:.6g}, "
+            "which no mass distribution can produce"
+        )
+
+
+def stack_models(models: Sequence[Model]) -> Model:
+    """Stack models of one topology into a batched model (leading axis on every array) for
+    ``jax.vmap``; raises ``ValueError`` if topologies differ."""
+    if not models:
+        raise ValueError("stack_models: expected at least one model")
+    first = models[0]
+    static = lambda m: (m.parent, m.joint_type, m.end_point_link, m.link_names, m.name)  # noqa: E731
+    for k, m in enumerate(models[1:], start=1):
+        if static(m) != static(first):
+            raise ValueError(
+                f"stack_models: model {k} differs from model 0 in its static data "
+                "(parent, joint_type, end_point_link, link_names or name); a batch shares one topology"
+            )
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *models)

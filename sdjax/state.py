@@ -1,0 +1,148 @@
+"""State of a moving-base system: base pose and twist, joint positions and rates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from sdjax.model import Model
+from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_matrix, rpy_to_matrix
+
+
+class State(eqx.Module):
+    """Positions and velocities of a moving-base system (a pytree; batch with ``jax.vmap``).
+
+    Attributes:
+        base_position: ``(3,)`` base centroid ``r0``, inertial frame, m.
+        base_quaternion: ``(4,)`` scalar-last ``(x, y, z, w)`` quaternion of ``A0``, the
+            rotation from the base frame to the inertial frame.
+        base_linear_velocity: ``(3,)`` velocity ``v0`` of the base centroid, inertial frame, m/s.
+        base_angular_velocity: ``(3,)`` angular velocity ``w0`` of the base, inertial frame, rad/s.
+        q: ``(n,)`` joint positions, rad (revolute) or m (prismatic).
+        qd: ``(n,)`` joint rates, rad/s or m/s.
+    """
+
+    base_position: Array
+    base_quaternion: Array
+    base_linear_velocity: Array
+    base_angular_velocity: Array
+    q: Array
+    qd: Array
+
+    def __check_init__(self):
+        for field, size in (
+            ("base_position", 3),
+            ("base_quaternion", 4),
+            ("base_linear_velocity", 3),
+            ("base_angular_velocity", 3),
+        ):
+            shape = jnp.shape(getattr(self, field))
+            if shape != (size,):
+                raise ValueError(f"State.{field}: expected shape ({size},), got {shape} (batch states with jax.vmap)")
+        if jnp.ndim(self.q) != 1 or jnp.shape(self.q) != jnp.shape(self.qd):
+            raise ValueError(f"State.q and State.qd: expected two (n,) vectors, got shapes {jnp.shape(self.q)} and {jnp.shape(self.qd)}")
+
+    @property
+    def base_rotation(self) -> Array:
+        """``(3, 3)`` rotation ``A0`` from the base frame to the inertial frame."""
+        return quat_to_matrix(self.base_quaternion)
+
+    @property
+    def generalized_velocity(self) -> Array:
+        """``(6 + n,)`` vector ``[v0, w0, qd]`` (inertial-frame base twist, joint rates)."""
+        return jnp.concatenate([self.base_linear_velocity, self.base_angular_velocity, self.qd])
+
+
+def make_state(
+    model: Model,
+    *,
+    base_position: Any = None,
+    base_quaternion: Any = None,
+    base_rotation: Any = None,
+    base_rpy: Any = None,
+    base_linear_velocity: Any = None,
+    base_angular_velocity: Any = None,
+    q: Any = None,
+    qd: Any = None,
+    dtype: Any = None,
+) -> State:
+    """Build a state for ``model``; omitted entries are zero (identity attitude).
+
+    Give the base attitude by at most one of ``base_quaternion`` (scalar-last, normalised
+    here), ``base_rotation`` (``(3, 3)`` base-to-inertial matrix ``A0``, i.e. the transpose of
+    SpaceDyn's direction cosines ``C0``) or ``base_rpy`` (SpaceDyn RPY angles, ``A0 =
+    Rx Ry Rz``).
+
+    Arguments:
+        model: the system; sets ``n`` and the default dtype.
+        dtype: floating dtype of the state (default: the model's).
+
+    Returns:
+        A :class:`State`.
+    """
+    dtype = model.dtype if dtype is None else dtype
+    n = model.num_joints
+    given = [x is not None for x in (base_quaternion, base_rotation, base_rpy)]
+    if sum(given) > 1:
+        raise ValueError("make_state: give at most one of base_quaternion, base_rotation, base_rpy")
+
+    def vec(name, value, size):
+        if value is None:
+            return jnp.zeros((size,), dtype)
+        arr = jnp.asarray(value, dtype)
+        if arr.shape != (size,):
+            raise ValueError(f"make_state: {name} expected shape ({size},), got {arr.shape}")
+        return arr
+
+    if base_rotation is not None:
+        rot = jnp.asarray(base_rotation, dtype)
+        if rot.shape != (3, 3):
+            raise ValueError(f"make_state: base_rotation expected shape (3, 3), got {rot.shape}")
+        quat = matrix_to_quat(rot)
+    elif base_rpy is not None:
+        quat = matrix_to_quat(rpy_to_matrix(vec("base_rpy", base_rpy, 3)))
+    elif base_quaternion is not None:
+        quat = vec("base_quaternion", base_quaternion, 4)
+        if not isinstance(quat, jax.core.Tracer) and not float(jnp.sum(quat**2)) > 0:
+            raise ValueError("make_state: base_quaternion must be non-zero")
+        quat = quat_normalize(quat)
+    else:
+        quat = jnp.array([0.0, 0.0, 0.0, 1.0], dtype)
+    return State(
+        base_position=vec("base_position", base_position, 3),
+        base_quaternion=quat,
+        base_linear_velocity=vec("base_linear_velocity", base_linear_velocity, 3),
+        base_angular_velocity=vec("base_angular_velocity", base_angular_velocity, 3),
+        q=vec("q", q, n),
+        qd=vec("qd", qd, n),
+    )
+
+
+def normalize_state(state: State) -> State:
+    """The same state with a unit base quaternion."""
+    return eqx.tree_at(lambda s: s.base_quaternion, state, quat_normalize(state.base_quaternion))
+
+
+def check_state(model: Model, state: State) -> None:
+    """Raise ``ValueError`` if the state's joint vectors do not match the model (trace time)."""
+    n = model.num_joints
+    if jnp.shape(state.q) != (n,) or jnp.shape(state.qd) != (n,):
+        raise ValueError(
+            f"State.q/State.qd: expected shape ({n},) for model {model.name!r} with n={n} joints, "
+            f"got {jnp.shape(state.q)} and {jnp.shape(state.qd)} (batch states with jax.vmap)"
+        )
+
+
+def check_vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
+    """Convert an input to an array of ``dtype`` (the dtype of the state it acts on) and check
+    its shape; ``None`` gives zeros."""
+    if value is None:
+        return jnp.zeros(shape, dtype)
+    arr = jnp.asarray(value).astype(dtype)
+    if arr.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {arr.shape} (batch inputs with jax.vmap)")
+    return arr

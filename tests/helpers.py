@@ -1,0 +1,59 @@
+"""Shared test helpers: random states and models."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import sdjax
+from sdjax.models import random_model
+from sdjax.rotation import rpy_to_matrix
+
+
+def random_state(model: sdjax.Model, seed: int, scale: float = 1.0) -> sdjax.State:
+    """A random state: random base pose and twist, joint positions and rates."""
+    rng = np.random.default_rng(seed)
+    n = model.num_joints
+    return sdjax.make_state(
+        model,
+        base_position=rng.normal(size=3),
+        base_rotation=np.asarray(rpy_to_matrix(rng.uniform(-np.pi, np.pi, size=3))),
+        base_linear_velocity=scale * rng.normal(size=3),
+        base_angular_velocity=scale * rng.normal(size=3),
+        q=rng.uniform(-np.pi, np.pi, size=n),
+        qd=scale * rng.normal(size=n),
+    )
+
+
+def three_arm_tree(seed: int = 0, gravity: bool = True) -> sdjax.Model:
+    """A 14-DOF system with three arms on one base (SPACEMAPLE Table 1 style): arms of
+    5, 5 and 4 joints, one prismatic joint in the second arm, an end point on each arm."""
+    base = random_model(seed, 14, gravity=gravity)
+    parent = (0, 1, 2, 3, 4, 0, 6, 7, 8, 9, 0, 11, 12, 13)
+    joint_type = tuple("P" if i == 8 else "R" for i in range(1, 15))
+    rng = np.random.default_rng(seed + 1000)
+    return sdjax.Model(
+        parent=parent,
+        joint_type=joint_type,
+        base_mass=base.base_mass,
+        base_inertia=base.base_inertia,
+        link_mass=base.link_mass,
+        link_inertia=base.link_inertia,
+        parent_centroid_to_joint=base.parent_centroid_to_joint,
+        centroid_to_joint=base.centroid_to_joint,
+        joint_rpy=base.joint_rpy,
+        end_point_link=(5, 10, 14),
+        centroid_to_end_point=rng.normal(scale=0.3, size=(3, 3)),
+        end_point_rpy=rng.uniform(-np.pi, np.pi, size=(3, 3)),
+        gravity=base.gravity,
+        name=f"three_arm_{seed}",
+    )
+
+
+def assert_close(actual, expected, rtol: float, what: str = "") -> None:
+    """``max|actual - expected| <= rtol * max(1, max|expected|)`` (a scale-aware tolerance)."""
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+    err = float(np.max(np.abs(actual - expected))) if expected.size else 0.0
+    assert err <= rtol * scale, f"{what}: max error {err:.3e} > {rtol:.1e} * scale {scale:.3e}"
