@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import equinox as eqx
-import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax import Array
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from sdjax.model import Model
-from sdjax.rotation import quat_to_matrix, rot_z, rpy_to_matrix
+from sdjax.rotation import rot_z, rpy_to_matrix
 from sdjax.state import State, check_state, check_vector
 from sdjax.tree import accumulate_up, propagate_down
 

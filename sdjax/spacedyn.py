@@ -41,6 +41,7 @@ from jax import Array
 
 from sdjax.dynamics import Controls, generalized_acceleration, inertia_matrix, inverse_dynamics, passive_joint_torques
 from sdjax.gjm import generalized_jacobian
+from sdjax.integrate import runge_kutta4, state_derivative
 from sdjax.io.spacedyn_arrays import model_from_lp as _model_from_lp
 from sdjax.jacobians import end_point_jacobians, link_jacobians
 from sdjax.kinematics import forward_kinematics, link_accelerations, link_velocities
@@ -93,7 +94,7 @@ def _model(model: Model | Mapping[str, Any], gravity: Any = None) -> Model:
     if gravity is not None:
         g = jnp.asarray(gravity, model.dtype).reshape(-1)
         if g.shape != (3,):
-            raise ValueError(f"gravity: expected 3 components, got shape {jnp.shape(gravity)}")
+            raise ValueError(f"gravity: expected 3 components, got shape {np.shape(gravity)}")
         model = eqx.tree_at(lambda m: m.gravity, model, g)
     return model
 
@@ -339,6 +340,16 @@ def f_dyn(model: Model | Mapping[str, Any], SV: Mapping[str, Any], *, gravity: A
     return {**SV, "vd0": acc[:3], "wd0": acc[3:6], "qdd": acc[6:]}
 
 
+@eqx.filter_jit
+def _rk4_with_normalised_stages(model: Model, start: State, controls: Controls, dt: Array) -> State:
+    def normalise_later_stages(stage: State, is_first: Array) -> State:
+        # Stage 1 runs on SV.A0 as given; Qtn + k1/2, Qtn + k2/2, Qtn + k3 are normalised.
+        quat = jnp.where(is_first, stage.base_quaternion, quat_normalize(stage.base_quaternion))
+        return eqx.tree_at(lambda s: s.base_quaternion, stage, quat)
+
+    return runge_kutta4(lambda s: state_derivative(model, s, controls), start, dt, normalise_later_stages)
+
+
 def f_dyn_rk2(model: Model | Mapping[str, Any], SV: Mapping[str, Any], *, d_time: Any, gravity: Any = None) -> SV:
     """One RK4 step of length ``d_time`` (SpaceDyn v2r1 ``f_dyn_rk2``).
 
@@ -348,28 +359,7 @@ def f_dyn_rk2(model: Model | Mapping[str, Any], SV: Mapping[str, Any], *, d_time
     normalised. Returns ``SV`` with ``R0, A0, v0, w0, q, qd`` updated.
     """
     model = _model(model, gravity)
-    controls = _controls(model, SV)
-    start = _state(model, SV)
-    dt = jnp.asarray(d_time, model.dtype)
-
-    def rate(state: State, quat: Array) -> State:
-        acc = generalized_acceleration(model, state, controls)
-        return State(state.base_linear_velocity, quat_rate(quat, state.base_angular_velocity), acc[:3], acc[3:6], state.qd, acc[6:])
-
-    def stage(k: State, fraction: float) -> tuple[State, Array]:
-        moved = jax.tree.map(lambda x, dx: x + fraction * dt * dx, start, k)
-        quat = quat_normalize(moved.base_quaternion)
-        return eqx.tree_at(lambda s: s.base_quaternion, moved, quat), quat
-
-    k1 = rate(start, start.base_quaternion)
-    s2, quat2 = stage(k1, 0.5)
-    k2 = rate(s2, quat2)
-    s3, quat3 = stage(k2, 0.5)
-    k3 = rate(s3, quat3)
-    s4, quat4 = stage(k3, 1.0)
-    k4 = rate(s4, quat4)
-    mean = jax.tree.map(lambda a, b, c, d: (a + 2.0 * b + 2.0 * c + d) / 6.0, k1, k2, k3, k4)
-    end = jax.tree.map(lambda x, dx: x + dt * dx, start, mean)
+    end = _rk4_with_normalised_stages(model, _state(model, SV), _controls(model, SV), jnp.asarray(d_time, model.dtype))
     return {
         **SV,
         "R0": end.base_position,

@@ -23,3 +23,15 @@ def arm7_model():
     from sdjax.models import free_flying_arm_7dof
 
     return free_flying_arm_7dof()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_code():
+    """Drop JAX's compilation caches after each test module.
+
+    Every compiled XLA executable keeps memory mappings alive; a long session that compiles
+    thousands of programs (this suite) would otherwise reach the kernel's per-process map
+    limit (vm.max_map_count, 65530 by default) and crash.
+    """
+    yield
+    jax.clear_caches()

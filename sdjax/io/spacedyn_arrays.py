@@ -51,11 +51,12 @@ def _array(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
-def _require_zero(name: str, values: np.ndarray, rule: str) -> None:
-    nonzero = np.argwhere(values != 0)
+def _require_zero(name: str, values: np.ndarray, columns: np.ndarray, rule: str) -> None:
+    """Refuse non-zero entries of ``values`` (3, n) in the masked ``columns``."""
+    nonzero = np.argwhere((values != 0) & columns[None, :])
     if nonzero.size:
-        idx = ", ".join(str(int(i) + 1) for i in nonzero[0])
-        raise ValueError(f"SpaceDyn {name}({idx}) (1-based) is {values[tuple(nonzero[0])]} but must be zero: {rule}")
+        row, col = (int(i) for i in nonzero[0])
+        raise ValueError(f"SpaceDyn {name}({row + 1}, {col + 1}) (1-based) is {values[row, col]} but must be zero: {rule}")
 
 
 def model_from_spacedyn_arrays(
@@ -127,7 +128,7 @@ def model_from_spacedyn_arrays(
         else:
             parent_centroid_to_joint[i] = cc[:, b - 1, i]
             used_cc[b - 1, i] = True
-    _require_zero("c0", c0[:, bb != 0], "c0(:, i) is used only for links attached to the base (BB(i) == 0)")
+    _require_zero("c0", c0, bb != 0, "c0(:, i) is used only for links attached to the base (BB(i) == 0)")
     for i, j in np.argwhere(~used_cc):
         if np.any(cc[:, i, j] != 0):
             raise ValueError(
@@ -135,8 +136,8 @@ def model_from_spacedyn_arrays(
                 f"a child of link {i + 1} (BB({j + 1}) = {bb[j]}) and j != i, so SpaceDyn would ignore it"
             )
     end_links = np.flatnonzero(se == 1)
-    _require_zero("ce", ce[:, se == 0], "ce(:, i) is used only for links with an end point (SE(i) == 1)")
-    _require_zero("Qe", Qe[:, se == 0], "Qe(:, i) is used only for links with an end point (SE(i) == 1)")
+    _require_zero("ce", ce, se == 0, "ce(:, i) is used only for links with an end point (SE(i) == 1)")
+    _require_zero("Qe", Qe, se == 0, "Qe(:, i) is used only for links with an end point (SE(i) == 1)")
 
     if SS is not None:
         expected = -np.eye(n)

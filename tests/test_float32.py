@@ -1,0 +1,55 @@
+"""float32: dtypes follow the inputs, and results agree with float64 to single-precision
+tolerances."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import sdjax
+from sdjax.models import random_model, spacedyn_sample
+from helpers import assert_close, random_state
+
+
+def as32(tree):
+    return jax.tree.map(lambda x: x.astype(jnp.float32), tree)
+
+
+def test_float32_dtypes_and_accuracy():
+    model = random_model(61, 8, gravity=True, passive=True)
+    state = random_state(model, 0)
+    m32, s32 = model.astype(jnp.float32), as32(state)
+    tau = jnp.linspace(-1.0, 1.0, model.num_joints)
+    h32, h64 = sdjax.inertia_matrix(m32, s32), sdjax.inertia_matrix(model, state)
+    assert h32.dtype == jnp.float32
+    # float32 eps ~ 1.2e-7; sums of O(n) products: ~1e-6 relative.
+    assert_close(h32, h64, 1e-5, "H float32")
+    base32, tau32 = sdjax.inverse_dynamics(m32, s32, jnp.ones(6, jnp.float32), jnp.ones(model.num_joints, jnp.float32))
+    base64, tau64 = sdjax.inverse_dynamics(model, state, jnp.ones(6), jnp.ones(model.num_joints))
+    assert tau32.dtype == jnp.float32
+    assert_close(jnp.concatenate([base32, tau32]), jnp.concatenate([base64, tau64]), 1e-5, "RNE float32")
+    acc32 = jnp.concatenate(sdjax.forward_dynamics(m32, s32, tau.astype(jnp.float32)))
+    acc64 = jnp.concatenate(sdjax.forward_dynamics(model, state, tau))
+    assert acc32.dtype == jnp.float32
+    # The solve multiplies float32 round-off by cond(H) (~1e3 here).
+    assert_close(acc32, acc64, 1e-3, "FD float32")
+
+
+def test_float32_rollout_and_momentum():
+    model = spacedyn_sample()
+    state = random_state(model, 1, scale=0.3)
+    traj32 = sdjax.rollout(model.astype(jnp.float32), as32(state), 0.01, 200, lambda t, s: -s.qd)
+    traj64 = sdjax.rollout(model, state, 0.01, 200, lambda t, s: -s.qd)
+    assert traj32.states.q.dtype == jnp.float32 and traj32.time.dtype == jnp.float32
+    # 200 steps of float32 arithmetic: errors grow to ~1e-5 of O(1) joint angles.
+    assert_close(traj32.states.q[-1], traj64.states.q[-1], 1e-4, "q after 2 s")
+    end32 = jax.tree.map(lambda x: x[-1], traj32.states)
+    p0 = sdjax.linear_momentum(model, state)
+    p1 = sdjax.linear_momentum(model.astype(jnp.float32), end32)
+    assert float(jnp.linalg.norm(p1 - p0.astype(jnp.float32))) < 1e-4 * float(jnp.linalg.norm(p0))
+
+
+def test_float32_model_with_float64_inputs_is_computed_in_the_state_dtype():
+    model = spacedyn_sample(dtype=jnp.float32)
+    state = as32(random_state(model, 2))
+    base_acc, qdd = sdjax.forward_dynamics(model, state, np.ones(6))  # NumPy float64 torques
+    assert qdd.dtype == jnp.float32

@@ -1,0 +1,327 @@
+"""Model building, derived connection data, validation (every rule), file formats."""
+
+import json
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sdjax
+from sdjax.io.json_model import MAX_LINKS
+from sdjax.models import free_flying_arm_7dof, random_model, spacedyn_sample
+from helpers import assert_close, random_state
+
+
+def base_kwargs(n=3, **overrides):
+    """Valid fields of a 3-link chain with an end point on link 3."""
+    kwargs = dict(
+        parent=tuple(range(n)),
+        joint_type="R" * n,
+        base_mass=50.0,
+        base_inertia=np.diag([5.0, 6.0, 7.0]),
+        link_mass=np.ones(n),
+        link_inertia=np.tile(np.diag([0.1, 0.1, 0.05]), (n, 1, 1)),
+        parent_centroid_to_joint=np.tile([0.0, 0.0, 0.5], (n, 1)),
+        centroid_to_joint=np.tile([0.0, 0.0, -0.5], (n, 1)),
+        end_point_link=(n,),
+        centroid_to_end_point=[[0.0, 0.0, 0.5]],
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+# ------------------------------------------------------------------------------------------
+# Derived connection data of the SpaceDyn sample (seed 000 section 3.1 definitions).
+
+
+def test_sample_connection_data(sample_model):
+    m = sample_model
+    assert m.parent == (0, 1, 2, 0, 4, 5)
+    assert m.joint_type == ("R", "R", "P", "R", "R", "P")
+    # S_ij = +1 if i = B_j, -1 if i = j (3.1 item 3); arms 1-2-3 and 4-5-6.
+    expected_s = -np.eye(6, dtype=int)
+    expected_s[0, 1] = expected_s[1, 2] = expected_s[3, 4] = expected_s[4, 5] = 1
+    np.testing.assert_array_equal(m.incidence_matrix, expected_s)
+    np.testing.assert_array_equal(m.base_incidence, [1, 0, 0, 1, 0, 0])
+    np.testing.assert_array_equal(m.end_link_flags, [0, 0, 1, 0, 0, 1])
+    assert m.end_point_paths == ((1, 2, 3), (4, 5, 6))
+    assert m.path_to_link(5) == (4, 5)
+    assert float(m.total_mass) == 160.0
+    assert m.num_velocities == 12
+
+
+def test_branching_paths():
+    m = sdjax.Model(**base_kwargs(5, parent=(0, 1, 1, 0, 4), end_point_link=(2, 3, 5), centroid_to_end_point=np.zeros((3, 3))))
+    assert m.end_point_paths == ((1, 2), (1, 3), (4, 5))
+    np.testing.assert_array_equal(m.incidence_matrix[0], [-1, 1, 1, 0, 0])
+
+
+def test_sample_matches_shared_model_file(sample_model):
+    """The built-in sample equals the project's SpaceDyn v1.2 model file, where it exists."""
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "shared" / "models" / "spacedyn_sample_v1r2.json"
+    if not path.exists():
+        pytest.skip("shared model file not present in this checkout")
+    data = json.loads(path.read_text())
+    lp = {k: data[k] for k in ("BB", "J_type", "c0", "cc", "ce", "Qi", "Qe", "SE", "m0", "m", "inertia0", "inertia")}
+    from_file = sdjax.model_from_lp(lp)
+    for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy"):
+        np.testing.assert_array_equal(getattr(from_file, field), getattr(sample_model, field), err_msg=field)
+    assert (from_file.parent, from_file.joint_type, from_file.end_point_link) == (sample_model.parent, sample_model.joint_type, sample_model.end_point_link)
+
+
+# ------------------------------------------------------------------------------------------
+# Validation: each rule of DESIGN.md "Errors" has its own error.
+
+
+@pytest.mark.parametrize(
+    "overrides, pattern",
+    [
+        (dict(parent=(0, 2, 1)), r"Model\.parent\[1\].*link 2.*parent < link index"),
+        (dict(parent=(0, -1, 1)), r"Model\.parent\[1\]"),
+        (dict(joint_type="RXR"), r"Model\.joint_type\[1\]: unknown joint type 'X'.*link 2"),
+        (dict(joint_type="RR"), r"Model\.joint_type: expected 3 joint types"),
+        (dict(link_mass=[1.0, 0.0, 1.0]), r"Model\.link_mass\[1\]: link 2.*mass must be positive"),
+        (dict(link_mass=[1.0, 1.0, -2.0]), r"Model\.link_mass\[2\]: link 3.*mass must be positive"),
+        (dict(base_mass=0.0), r"Model\.base_mass: mass must be positive"),
+        (dict(link_mass=[1.0, 1.0]), r"Model\.link_mass: expected shape \(3,\)"),
+        (dict(link_inertia=np.ones((3, 3))), r"Model\.link_inertia: expected shape \(3, 3, 3\)"),
+        (dict(centroid_to_joint=np.zeros((3, 2))), r"Model\.centroid_to_joint: expected shape \(3, 3\)"),
+        (dict(gravity=[0.0, 9.8]), r"Model\.gravity: expected shape \(3,\)"),
+        (dict(end_point_link=(4,)), r"Model\.end_point_link\[0\]: link 4 does not exist"),
+        (dict(end_point_link=(0,)), r"base cannot carry an end point"),
+        (dict(end_point_link=(3, 3), centroid_to_end_point=np.zeros((2, 3))), r"at most one per link"),
+        (dict(end_point_link=(2, 3)), r"Model\.centroid_to_end_point: expected shape \(2, 3\)"),
+        (dict(link_mass=[1.0, np.nan, 1.0]), r"Model\.link_mass\[1\] \(link 2 .*not finite"),
+        (dict(parent_centroid_to_joint=[[0, 0, 1], [0, 0, np.inf], [0, 0, 1]]), r"parent_centroid_to_joint\[1, 2\] \(link 2.*not finite"),
+        (dict(centroid_to_end_point=[[0.0, np.nan, 0.0]]), r"centroid_to_end_point\[0, 1\] \(end point on link 3\).*not finite"),
+        (dict(joint_stiffness=[1.0, -1.0, 0.0]), r"Model\.joint_stiffness\[1\]: link 2.*non-negative"),
+        (dict(joint_damping=[0.0, 0.0, -0.1]), r"Model\.joint_damping\[2\]: link 3.*non-negative"),
+        (dict(link_names=("a", "b", "a")), r"link_names: names must be unique"),
+        (dict(link_mass="heavy"), r"Model\.link_mass"),
+    ],
+)
+def test_invalid_model_raises(overrides, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        sdjax.Model(**base_kwargs(**overrides))
+
+
+def test_inertia_not_symmetric():
+    inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
+    inertia[1, 0, 1] = 0.01
+    with pytest.raises(ValueError, match=r"link_inertia\[1\]: inertia tensor of link 2 .* is not symmetric"):
+        sdjax.Model(**base_kwargs(link_inertia=inertia))
+
+
+def test_inertia_not_positive_definite():
+    inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
+    inertia[2] = np.diag([0.1, 0.1, 0.0])
+    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 .* not positive definite"):
+        sdjax.Model(**base_kwargs(link_inertia=inertia))
+    with pytest.raises(ValueError, match=r"base_inertia: inertia tensor of the base is not positive definite"):
+        sdjax.Model(**base_kwargs(base_inertia=np.diag([1.0, -1.0, 1.0])))
+
+
+def test_inertia_triangle_inequality():
+    # Principal moments (1, 1, 3): 1 + 1 < 3, positive definite but not a rigid body.
+    rot = np.asarray(sdjax.rpy_to_matrix(jnp.array([0.3, -0.2, 0.5])))
+    inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
+    inertia[0] = rot @ np.diag([1.0, 1.0, 3.0]) @ rot.T
+    with pytest.raises(ValueError, match=r"link_inertia\[0\]: inertia tensor of link 1 .* triangle inequality"):
+        sdjax.Model(**base_kwargs(link_inertia=inertia))
+    # Equality (a flat plate: I3 = I1 + I2) is a valid rigid body.
+    inertia[0] = np.diag([1.0, 2.0, 3.0])
+    sdjax.Model(**base_kwargs(link_inertia=inertia))
+
+
+def test_validation_skipped_for_traced_values_but_shapes_checked():
+    import jax
+
+    def build(mass):
+        return sdjax.Model(**base_kwargs(link_mass=mass)).link_mass.sum()
+
+    # Inside jit values are unknown: building works, and the mass is differentiable.
+    assert float(jax.jit(build)(jnp.ones(3))) == 3.0
+    with pytest.raises(ValueError, match="expected shape"):
+        jax.jit(build)(jnp.ones(2))
+
+
+def test_astype_and_dtype_argument():
+    m = sdjax.Model(**base_kwargs(), dtype=jnp.float32)
+    assert all(x.dtype == jnp.float32 for x in (m.link_mass, m.link_inertia, m.gravity))
+    assert m.astype(jnp.float64).link_inertia.dtype == jnp.float64
+
+
+def test_stack_models():
+    import equinox as eqx
+
+    a = random_model(3, 4)
+    b2 = eqx.tree_at(lambda m: m.base_mass, a, a.base_mass * 2)
+    stacked = sdjax.stack_models([a, b2])
+    assert stacked.link_inertia.shape == (2, 4, 3, 3)
+    np.testing.assert_allclose(stacked.base_mass, [float(a.base_mass), 2 * float(a.base_mass)])
+    with pytest.raises(ValueError, match="differs from model 0"):
+        sdjax.stack_models([a, random_model(4, 4)])
+    with pytest.raises(ValueError, match="at least one"):
+        sdjax.stack_models([])
+
+
+# ------------------------------------------------------------------------------------------
+# SpaceDyn arrays.
+
+
+def test_spacedyn_arrays_round_trip():
+    for model in (spacedyn_sample(), free_flying_arm_7dof(), random_model(5, 9)):
+        lp = sdjax.model_to_spacedyn_arrays(model)
+        back = sdjax.model_from_lp(lp)
+        for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy"):
+            np.testing.assert_array_equal(getattr(back, field), getattr(model, field), err_msg=field)
+        assert back.parent == model.parent and back.end_point_link == model.end_point_link
+
+
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        (lambda lp: lp.update(BB=[0, 3, 2, 0, 4, 5]), r"BB\(2\) = 3: the parent of link 2"),
+        (lambda lp: lp.update(J_type="RRPRR"), r"J_type: expected 6 joint types"),
+        (lambda lp: lp["c0"].__setitem__((0, 1), 0.3), r"c0\(1, 2\).*must be zero.*attached to the base"),
+        (lambda lp: lp["cc"].__setitem__((0, 0, 2), 0.3), r"cc\(:, 1, 3\).*link 3 is not a child of link 1"),
+        (lambda lp: lp["ce"].__setitem__((1, 0), 0.3), r"ce\(2, 1\).*end point"),
+        (lambda lp: lp["Qe"].__setitem__((1, 1), 0.3), r"Qe\(2, 2\).*end point"),
+        (lambda lp: lp.update(SE=[0, 0, 2, 0, 0, 1]), r"SE: entries must be 0 or 1"),
+        (lambda lp: lp.update(cc=np.zeros((3, 6, 5))), r"cc: expected shape \(3, 6, 6\)"),
+        (lambda lp: lp.update(inertia=np.zeros((3, 17))), r"inertia: expected shape \(3, 18\)"),
+        (lambda lp: lp.update(S0=[1, 0, 0, 0, 0, 0]), r"S0: .* does not match BB"),
+        (lambda lp: lp.update(SS=np.eye(6)), r"SS: does not match BB"),
+        (lambda lp: lp.update(mass=170.0), r"mass: 170.0 is not m0 \+ sum\(m\)"),
+        (lambda lp: lp.update(num_q=5), r"num_q = 5 does not match"),
+        (lambda lp: lp.pop("inertia0"), r"missing field\(s\) \['inertia0'\]"),
+        (lambda lp: lp.update(Gravity=[0, 0, -9.8]), r"unknown field\(s\) \['Gravity'\]"),
+    ],
+)
+def test_spacedyn_array_errors(change, pattern):
+    lp = sdjax.model_to_spacedyn_arrays(spacedyn_sample())
+    lp = {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in lp.items()}
+    change(lp)
+    with pytest.raises(ValueError, match=pattern):
+        sdjax.model_from_lp(lp)
+
+
+def test_spacedyn_inertia_errors_name_the_link():
+    lp = sdjax.model_to_spacedyn_arrays(spacedyn_sample())
+    lp["inertia"] = np.array(lp["inertia"])
+    lp["inertia"][:, 6:9] = np.diag([1.0, 0.1, 3.0])  # link 3: 1 + 0.1 < 3
+    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 \('arm1_slider'\)|link 3 .* triangle"):
+        sdjax.model_from_lp(lp)
+
+
+# ------------------------------------------------------------------------------------------
+# JSON model files.
+
+
+def test_json_round_trip_exact(tmp_path):
+    for model in (spacedyn_sample(), free_flying_arm_7dof(), random_model(7, 11, gravity=True, passive=True)):
+        path = tmp_path / f"{model.name}.json"
+        sdjax.save_json_model(model, path)
+        back = sdjax.load_json_model(path)
+        for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy", "joint_stiffness", "joint_damping", "gravity"):
+            np.testing.assert_array_equal(getattr(back, field), getattr(model, field), err_msg=field)
+        assert (back.parent, back.joint_type, back.end_point_link, back.link_names, back.name) == (
+            model.parent, model.joint_type, model.end_point_link, model.link_names, model.name)
+
+
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        (lambda d: d.update(format="urdf"), r"model\.format: expected 'sdjax-model'"),
+        (lambda d: d.update(version=2), r"model\.version"),
+        (lambda d: d.update(colour="red"), r"model: unknown key\(s\) \['colour'\]"),
+        (lambda d: d["links"][1].pop("mass"), r"model\.links\[1\]: missing key\(s\) \['mass'\]"),
+        (lambda d: d["links"][1].update(inertia=[[1, 0], [0, 1]]), r"model\.links\[1\]\.inertia: expected shape \(3, 3\)"),
+        (lambda d: d["links"][2].update(parent="arm"), r"model\.links\[2\]\.parent: expected an integer"),
+        (lambda d: d["links"][0].update(mass=-1.0), r"link_mass\[0\]: link 1 .*mass must be positive"),
+        (lambda d: d["links"][2]["end_point"].update(offset=[0, 0, 0]), r"end_point: unknown key"),
+        (lambda d: d.update(links={}), r"model\.links: expected a list"),
+        (lambda d: d["base"].pop("inertia"), r"model\.base: missing key"),
+    ],
+)
+def test_json_errors(tmp_path, change, pattern):
+    data = sdjax.model_to_dict(spacedyn_sample())
+    change(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=pattern):
+        sdjax.load_json_model(path)
+
+
+def test_json_refuses_non_finite_and_garbage(tmp_path):
+    text = json.dumps(sdjax.model_to_dict(spacedyn_sample())).replace('"m0"', '"m0"')
+    text = text.replace('"mass": 100.0', '"mass": NaN', 1)
+    path = tmp_path / "nan.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="non-finite number NaN"):
+        sdjax.load_json_model(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        sdjax.load_json_model(path)
+
+
+def test_json_refuses_absurd_sizes(tmp_path):
+    data = sdjax.model_to_dict(spacedyn_sample())
+    data["links"] = [data["links"][0]] * (MAX_LINKS + 1)
+    with pytest.raises(ValueError, match=f"{MAX_LINKS + 1} links exceeds the limit"):
+        sdjax.model_from_dict(data)
+
+
+# ------------------------------------------------------------------------------------------
+# Reference-pose builder.
+
+
+def test_reference_pose_builder_reproduces_the_pose():
+    """Build from base-frame data at q = 0; forward kinematics at q = 0 gives the data back."""
+    rng = np.random.default_rng(0)
+    parent = (0, 1, 2, 1, 0)
+    axes = rng.normal(size=(5, 3))
+    axes[2] = [1.0, 0.0, 0.0]
+    joints = rng.normal(size=(5, 3))
+    centroids = joints + rng.normal(scale=0.3, size=(5, 3))
+    from sdjax.models.random import random_inertia
+
+    inertias = np.array([random_inertia(rng, 2.0, 0.3) for _ in range(5)])
+    ends = rng.normal(size=(2, 3))
+    end_rot = np.asarray(sdjax.rpy_to_matrix(jnp.asarray(rng.normal(size=(2, 3)))))
+    model = sdjax.model_from_reference_pose(
+        parent, "RRPRP", axes, joints, centroids, np.full(5, 2.0), inertias, 40.0, np.diag([3.0, 4.0, 5.0]),
+        end_point_link=(3, 4), end_point_position=ends, end_point_rotation=end_rot,
+    )
+    state = sdjax.make_state(model)
+    kin = sdjax.forward_kinematics(model, state)
+    rtol = 1e-12  # pure float64 rotations/translations of O(1) vectors
+    assert_close(kin.centroid[1:], centroids, rtol, "centroids")
+    assert_close(kin.joint_position, joints, rtol, "joint positions")
+    assert_close(kin.joint_axis, axes / np.linalg.norm(axes, axis=1, keepdims=True), rtol, "joint axes")
+    assert_close(kin.end_point_position, ends, rtol, "end points")
+    assert_close(kin.end_point_rotation, end_rot, rtol, "end-point frames")
+    world_inertia = kin.rotation[1:] @ model.link_inertia @ np.swapaxes(kin.rotation[1:], 1, 2)
+    assert_close(world_inertia, inertias, rtol, "inertias")
+
+
+def test_make_state_attitude_inputs(sample_model):
+    rpy = jnp.array([0.3, -0.4, 1.2])
+    rot = sdjax.rpy_to_matrix(rpy)
+    a = sdjax.make_state(sample_model, base_rpy=rpy)
+    b = sdjax.make_state(sample_model, base_rotation=rot)
+    c = sdjax.make_state(sample_model, base_quaternion=2.0 * a.base_quaternion)
+    for s in (a, b, c):
+        assert_close(s.base_rotation, rot, 1e-14, "base rotation")  # float64 conversions of O(1) values
+    assert_close(jnp.linalg.norm(c.base_quaternion), 1.0, 1e-15, "normalised")
+    with pytest.raises(ValueError, match="at most one"):
+        sdjax.make_state(sample_model, base_rpy=rpy, base_rotation=rot)
+    with pytest.raises(ValueError, match=re.escape("q expected shape (6,)")):
+        sdjax.make_state(sample_model, q=np.zeros(5))
+    with pytest.raises(ValueError, match="non-zero"):
+        sdjax.make_state(sample_model, base_quaternion=np.zeros(4))
+    with pytest.raises(ValueError, match=r"State.q/State.qd: expected shape \(6,\)"):
+        sdjax.inertia_matrix(sample_model, random_state(free_flying_arm_7dof(), 0))

@@ -1,0 +1,76 @@
+"""Rotations: SpaceDyn RPY, quaternions, Rodrigues, skew."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.linalg import expm
+
+from sdjax import rotation as rot
+from helpers import assert_close
+
+RNG = np.random.default_rng(0)
+ANGLES = jnp.asarray(RNG.uniform(-np.pi, np.pi, size=(50, 3)))
+# float64 compositions of a few O(1) trigonometric terms.
+RTOL = 1e-14
+
+
+def test_rpy_is_rx_ry_rz():
+    a, b, c = 0.3, -0.7, 1.1
+    expected = expm(rot.skew(jnp.array([a, 0.0, 0.0]))) @ expm(rot.skew(jnp.array([0.0, b, 0.0]))) @ expm(rot.skew(jnp.array([0.0, 0.0, c])))
+    # expm's Pade approximation is accurate to ~1e-15.
+    assert_close(rot.rpy_to_matrix(jnp.array([a, b, c])), expected, 1e-13, "Rx Ry Rz")
+
+
+def test_rpy_round_trip_including_gimbal_lock():
+    mats = rot.rpy_to_matrix(ANGLES)
+    assert_close(rot.rpy_to_matrix(rot.matrix_to_rpy(mats)), mats, RTOL, "rpy round trip")
+    locked = rot.rpy_to_matrix(jnp.array([[0.4, np.pi / 2, -0.3], [1.0, -np.pi / 2, 0.2]]))
+    assert_close(rot.rpy_to_matrix(rot.matrix_to_rpy(locked)), locked, 1e-12, "gimbal lock")
+    np.testing.assert_allclose(rot.matrix_to_rpy_numpy(np.asarray(mats)), rot.matrix_to_rpy(mats), atol=1e-14)
+
+
+def test_quaternion_round_trips_and_products():
+    mats = rot.rpy_to_matrix(ANGLES)
+    quats = rot.matrix_to_quat(mats)
+    assert_close(rot.quat_to_matrix(quats), mats, RTOL, "matrix -> quat -> matrix")
+    assert bool(jnp.all(quats[:, 3] >= 0))
+    assert_close(jnp.linalg.norm(quats, axis=1), jnp.ones(50), RTOL, "unit")
+    # Non-unit quaternions give the same rotation.
+    assert_close(rot.quat_to_matrix(3.0 * quats), mats, RTOL, "homogeneous")
+    prod = rot.quat_multiply(quats[:-1], quats[1:])
+    assert_close(rot.quat_to_matrix(prod), mats[:-1] @ mats[1:], RTOL, "Hamilton product")
+    assert_close(rot.quat_to_matrix(rot.quat_conjugate(quats)), jnp.swapaxes(mats, 1, 2), RTOL, "conjugate")
+    # Rotations of 180 degrees (w = 0) use the other pivots.
+    flips = jnp.stack([jnp.diag(jnp.array(d)) for d in ([1.0, -1.0, -1.0], [-1.0, 1.0, -1.0], [-1.0, -1.0, 1.0])])
+    assert_close(rot.quat_to_matrix(rot.matrix_to_quat(flips)), flips, RTOL, "half turns")
+
+
+def test_quaternion_rate_is_inertial_angular_velocity():
+    quat = rot.matrix_to_quat(rot.rpy_to_matrix(ANGLES[0]))
+    w = jnp.array([0.3, -0.8, 0.5])
+    # d/dt R(q(t)) = skew(w) R for q' = quat_rate(q, w).
+    dR = jax.jvp(rot.quat_to_matrix, (quat,), (rot.quat_rate(quat, w),))[1]
+    assert_close(dR, rot.skew(w) @ rot.quat_to_matrix(quat), RTOL, "dR/dt")
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-9, 1e-4, 0.5, 3.0])
+def test_rotation_vector_exponential(scale):
+    phi = scale * jnp.array([0.3, -0.5, 0.8])
+    assert_close(rot.rotation_vector_to_matrix(phi), expm(rot.skew(phi)), 1e-13, "Rodrigues vs expm")
+    assert_close(rot.quat_to_matrix(rot.rotation_vector_to_quat(phi)), expm(rot.skew(phi)), 1e-13, "quaternion exp")
+
+
+def test_rodrigues_update_eq_3_4():
+    a0 = rot.rpy_to_matrix(ANGLES[3])
+    w = jnp.array([0.2, 1.5, -0.4])
+    updated = rot.rodrigues_update(a0, w, 0.1)
+    assert_close(updated, expm(rot.skew(w * 0.1)) @ a0, 1e-13, "eq 3.4")
+    assert_close(updated @ updated.T, jnp.eye(3), RTOL, "orthonormal")
+
+
+def test_skew_unskew():
+    v = jnp.array([1.0, -2.0, 3.0])
+    a = jnp.array([0.5, 0.1, -0.7])
+    assert_close(rot.skew(v) @ a, jnp.cross(v, a), RTOL, "skew")
+    assert_close(rot.unskew(rot.skew(v)), v, RTOL, "unskew")

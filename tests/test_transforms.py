@@ -1,0 +1,132 @@
+"""JAX transformations: jit == eager, vmap == loop (over states and over models), gradients
+against finite differences (forward and reverse), no NaN at zero velocity/rotation/angles."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import sdjax
+from sdjax.models import random_model, spacedyn_sample
+from helpers import assert_close, random_state
+
+
+@pytest.fixture(scope="module")
+def model():
+    return random_model(41, 6, gravity=True, passive=True)
+
+
+def _fd(model, state, tau):
+    base_acc, qdd = sdjax.forward_dynamics(model, state, tau)
+    return jnp.concatenate([base_acc, qdd])
+
+
+def test_jit_equals_eager(model):
+    state = random_state(model, 0)
+    tau = jnp.linspace(-1.0, 1.0, model.num_joints)
+    jitted = _fd(model, state, tau)
+    with jax.disable_jit():
+        eager = _fd(model, state, tau)
+        eager_h = sdjax.inertia_matrix(model, state)
+    # Same operations, different fusion: last-digit differences only.
+    assert_close(jitted, eager, 1e-12, "forward dynamics jit vs eager")
+    assert_close(sdjax.inertia_matrix(model, state), eager_h, 1e-13, "H jit vs eager")
+
+
+def test_vmap_over_states_equals_loop(model):
+    states = [random_state(model, seed) for seed in range(5)]
+    batch = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    tau = jnp.ones(model.num_joints)
+    batched = jax.vmap(lambda s: _fd(model, s, tau))(batch)
+    for k, s in enumerate(states):
+        assert_close(batched[k], _fd(model, s, tau), 1e-12, f"vmap sample {k}")  # fusion differences only
+    h = jax.vmap(lambda s: sdjax.inertia_matrix(model, s))(batch)
+    assert h.shape == (5, model.num_velocities, model.num_velocities)
+
+
+def test_vmap_over_models_equals_loop(model):
+    rng = np.random.default_rng(1)
+    models = [eqx.tree_at(lambda m: (m.link_mass, m.base_mass), model, (model.link_mass * s, model.base_mass * s)) for s in rng.uniform(0.5, 2.0, 4)]
+    stacked = sdjax.stack_models(models)
+    state = random_state(model, 1)
+    tau = jnp.ones(model.num_joints)
+    batched = jax.vmap(lambda m: _fd(m, state, tau))(stacked)
+    for k, m in enumerate(models):
+        assert_close(batched[k], _fd(m, state, tau), 1e-12, f"vmap model {k}")
+    # Over models and states at once.
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_state(model, s) for s in range(4)])
+    both = jax.vmap(lambda m, s: _fd(m, s, tau))(stacked, states)
+    assert_close(both[2], _fd(models[2], jax.tree.map(lambda x: x[2], states), tau), 1e-12, "vmap models and states")
+
+
+def test_gradients_against_finite_differences(model):
+    """check_grads: first-order forward- and reverse-mode vs central differences."""
+    state = random_state(model, 2)
+    tau = jnp.linspace(-0.5, 0.5, model.num_joints)
+
+    def fd_of_params(link_mass, link_inertia, offsets, q, qd, tau):
+        m = eqx.tree_at(lambda m: (m.link_mass, m.link_inertia, m.parent_centroid_to_joint), model, (link_mass, link_inertia, offsets))
+        s = eqx.tree_at(lambda s: (s.q, s.qd), state, (q, qd))
+        return _fd(m, s, tau)
+
+    args = (model.link_mass, model.link_inertia, model.parent_centroid_to_joint, state.q, state.qd, tau)
+    # Central differences with eps 1e-6 in float64: truncation ~1e-12 x third derivative,
+    # round-off ~1e-16/1e-6; check_grads' default float64 tolerance (1e-5) covers both.
+    check_grads(fd_of_params, args, order=1, modes=("fwd", "rev"), eps=1e-6)
+
+    def rne_of_state(quat, q, qd, qdd):
+        s = sdjax.State(state.base_position, quat, state.base_linear_velocity, state.base_angular_velocity, q, qd)
+        return jnp.concatenate(sdjax.inverse_dynamics(model, s, jnp.ones(6), qdd))
+
+    check_grads(rne_of_state, (state.base_quaternion, state.q, state.qd, jnp.ones(model.num_joints)), order=1, modes=("fwd", "rev"), eps=1e-6)
+
+
+def test_gradient_of_whole_model(model):
+    """jax.grad reaches every array leaf of the Model; directional derivative matches FD."""
+    state = random_state(model, 3)
+
+    def loss(m):
+        base_acc, qdd = sdjax.forward_dynamics(m, state, jnp.ones(m.num_joints))
+        return jnp.sum(qdd**2) + jnp.sum(base_acc**2) + sdjax.kinetic_energy(m, state)
+
+    grads = jax.grad(loss)(model)
+    direction = jax.tree.map(lambda x: jnp.asarray(np.random.default_rng(3).normal(size=x.shape)), model)
+    # The inertia tensors must stay symmetric along the direction.
+    direction = eqx.tree_at(lambda m: (m.link_inertia, m.base_inertia), direction,
+                            (0.5 * (direction.link_inertia + jnp.swapaxes(direction.link_inertia, 1, 2)) * 1e-3,
+                             0.5 * (direction.base_inertia + direction.base_inertia.T) * 1e-3))
+    analytic = sum(jnp.sum(g * d) for g, d in zip(jax.tree.leaves(grads), jax.tree.leaves(direction)))
+    eps = 1e-6
+    plus = loss(jax.tree.map(lambda x, d: x + eps * d, model, direction))
+    minus = loss(jax.tree.map(lambda x, d: x - eps * d, model, direction))
+    # Central difference: O(eps^2) truncation, O(1e-16 |loss| / eps) round-off.
+    assert_close(analytic, (plus - minus) / (2 * eps), 1e-6, "directional derivative")
+    for name in ("link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "gravity", "joint_stiffness", "joint_damping", "base_mass", "base_inertia"):
+        assert bool(jnp.any(getattr(grads, name) != 0)), name
+
+
+def test_no_nan_gradients_at_zero():
+    """Zero velocity, identity attitude, q = 0: every gradient is finite (guarded norms)."""
+    model = spacedyn_sample()
+    state = sdjax.make_state(model)
+
+    def loss(quat, q, qd, w0, masses):
+        m = eqx.tree_at(lambda m: m.link_mass, model, masses)
+        s = sdjax.State(state.base_position, quat, state.base_linear_velocity, w0, q, qd)
+        traj = sdjax.rollout(m, s, 0.01, 3, lambda t, x: -x.qd, integrator="euler")
+        end = jax.tree.map(lambda x: x[-1], traj.states)
+        return (jnp.sum(end.base_quaternion) + jnp.sum(sdjax.forward_dynamics(m, s)[1]) + sdjax.kinetic_energy(m, s)
+                + jnp.sum(sdjax.angular_momentum(m, s, about="com")))
+
+    grads = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(state.base_quaternion, state.q, state.qd, state.base_angular_velocity, model.link_mass)
+    for g in grads:
+        assert bool(jnp.all(jnp.isfinite(g)))
+
+    rot = jax.jacobian(lambda r: sdjax.make_state(model, base_rotation=r).base_quaternion)(jnp.eye(3))
+    assert bool(jnp.all(jnp.isfinite(rot)))
+    rod = jax.jacobian(lambda w: sdjax.rotation.rotation_vector_to_matrix(w))(jnp.zeros(3))
+    assert bool(jnp.all(jnp.isfinite(rod)))
+    quat = jax.jacobian(lambda w: sdjax.rotation.rotation_vector_to_quat(w))(jnp.zeros(3))
+    assert bool(jnp.all(jnp.isfinite(quat)))
