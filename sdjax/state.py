@@ -63,6 +63,7 @@ def make_state(
     base_position: Any = None,
     base_quaternion: Any = None,
     base_rotation: Any = None,
+    base_direction_cosines: Any = None,
     base_rpy: Any = None,
     base_linear_velocity: Any = None,
     base_angular_velocity: Any = None,
@@ -73,9 +74,9 @@ def make_state(
     """Build a state for ``model``; omitted entries are zero (identity attitude).
 
     Give the base attitude by at most one of ``base_quaternion`` (scalar-last, normalised
-    here), ``base_rotation`` (``(3, 3)`` base-to-inertial matrix ``A0``, i.e. the transpose of
-    SpaceDyn's direction cosines ``C0``) or ``base_rpy`` (SpaceDyn RPY angles, ``A0 =
-    Rx Ry Rz``).
+    here), ``base_rotation`` (``(3, 3)`` base-to-inertial matrix ``A0``),
+    ``base_direction_cosines`` (``(3, 3)`` direction cosines ``C0 = A0^T``, inertial to base,
+    seed 000 eq 3.2) or ``base_rpy`` (SpaceDyn RPY angles, ``A0 = Rx Ry Rz``).
 
     Arguments:
         model: the system; sets ``n`` and the default dtype.
@@ -86,9 +87,16 @@ def make_state(
     """
     dtype = model.dtype if dtype is None else dtype
     n = model.num_joints
-    given = [x is not None for x in (base_quaternion, base_rotation, base_rpy)]
+    given = [x is not None for x in (base_quaternion, base_rotation, base_direction_cosines, base_rpy)]
     if sum(given) > 1:
-        raise ValueError("make_state: give at most one of base_quaternion, base_rotation, base_rpy")
+        raise ValueError(
+            "make_state: give at most one of base_quaternion, base_rotation, base_direction_cosines, base_rpy"
+        )
+    if base_direction_cosines is not None:
+        cosines = jnp.asarray(base_direction_cosines, dtype)
+        if cosines.shape != (3, 3):
+            raise ValueError(f"make_state: base_direction_cosines expected shape (3, 3), got {cosines.shape}")
+        base_rotation = cosines.T
 
     def vec(name, value, size):
         if value is None:

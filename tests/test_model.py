@@ -314,7 +314,8 @@ def test_make_state_attitude_inputs(sample_model):
     a = sdjax.make_state(sample_model, base_rpy=rpy)
     b = sdjax.make_state(sample_model, base_rotation=rot)
     c = sdjax.make_state(sample_model, base_quaternion=2.0 * a.base_quaternion)
-    for s in (a, b, c):
+    d = sdjax.make_state(sample_model, base_direction_cosines=rot.T)
+    for s in (a, b, c, d):
         assert_close(s.base_rotation, rot, 1e-14, "base rotation")  # float64 conversions of O(1) values
     assert_close(jnp.linalg.norm(c.base_quaternion), 1.0, 1e-15, "normalised")
     with pytest.raises(ValueError, match="at most one"):
