@@ -35,6 +35,7 @@ from sdjax.kinematics import (
     world_inertias,
 )
 from sdjax.model import Model
+from sdjax.algebra import matvec3
 from sdjax.rotation import skew
 from sdjax.state import State, check_state, check_vector
 from sdjax.tree import accumulate_up
@@ -119,8 +120,8 @@ def _newton_euler(
     linear_acceleration = point_acceleration(accelerations, twists, r)
     force = body_masses(model)[:, None] * (linear_acceleration - model.gravity)
     inertia = world_inertias(model, frames)
-    momentum = jnp.einsum("bij,bj->bi", inertia, angular_velocity)
-    moment = jnp.einsum("bij,bj->bi", inertia, angular_acceleration) + jnp.cross(angular_velocity, momentum)
+    momentum = matvec3(inertia, angular_velocity)
+    moment = matvec3(inertia, angular_acceleration) + jnp.cross(angular_velocity, momentum)
     wrench = jnp.concatenate([moment + jnp.cross(r, force), force], axis=-1) - external_wrench
     subtree = accumulate_up(model.tree, wrench)
     tau = jnp.sum(axes * subtree[1:], axis=-1)
@@ -216,9 +217,10 @@ def _inertia_matrix(model: Model, frames: Frames, axes: Array) -> Array:
     w, v = axes[:, :3], axes[:, 3:]
     links_mass, links_first, links_inertia = mass[1:], first_moment[1:], inertia[1:]
     linear = links_mass[:, None] * v + jnp.cross(w, links_first)
-    angular = jnp.einsum("iab,ib->ia", links_inertia, w) + jnp.cross(links_first, v)
+    angular = matvec3(links_inertia, w) + jnp.cross(links_first, v)
     # coupling[j, i] = s_j . momentum_i, kept where joint j supports link i.
-    coupling = axes @ jnp.concatenate([angular, linear], axis=-1).T
+    # Written as six products (not a dot or a reduction: faster for tiny sizes on CPU).
+    coupling = sum(w[:, None, a] * angular[None, :, a] + v[:, None, a] * linear[None, :, a] for a in range(3))
     upper = coupling * jnp.asarray(model.tree.support.T, coupling.dtype)
     h_m = upper + upper.T - jnp.diag(jnp.diagonal(coupling))
     h_bm = jnp.concatenate([linear, angular], axis=-1).T

@@ -21,7 +21,8 @@ import jax.numpy as jnp
 from jax import Array
 
 from sdjax.model import Model
-from sdjax.rotation import rot_z, rpy_to_matrix
+from sdjax.algebra import matmul3, matvec3, transpose3
+from sdjax.rotation import rpy_to_matrix
 from sdjax.state import State, check_state, check_vector
 from sdjax.tree import accumulate_up, propagate_down
 
@@ -71,8 +72,12 @@ def joint_rotations(model: Model, q: Array) -> Array:
         ``(n, 3, 3)`` rotations.
     """
     fixed = rpy_to_matrix(model.joint_rpy)
-    angle = jnp.where(jnp.asarray(model.is_revolute), q, 0.0)
-    return fixed @ rot_z(angle)
+    revolute = jnp.asarray(model.is_revolute)
+    c = jnp.where(revolute, jnp.cos(q), 1.0)[:, None]
+    s = jnp.where(revolute, jnp.sin(q), 0.0)[:, None]
+    # fixed @ Rz(q): columns x and y turn by q, z stays.
+    x_axis, y_axis = fixed[..., :, 0], fixed[..., :, 1]
+    return jnp.stack([c * x_axis + s * y_axis, c * y_axis - s * x_axis, fixed[..., :, 2]], axis=-1)
 
 
 def relative_frames(model: Model, base_rotation: Array, q: Array) -> Frames:
@@ -87,13 +92,13 @@ def relative_frames(model: Model, base_rotation: Array, q: Array) -> Frames:
     dtype = jnp.result_type(base_rotation, q, model.joint_rpy)
     eye = jnp.eye(3, dtype=dtype)
     rotation = propagate_down(
-        model.tree, jnp.matmul, base_rotation.astype(dtype), joint_rotations(model, q).astype(dtype), eye
+        model.tree, matmul3, base_rotation.astype(dtype), joint_rotations(model, q).astype(dtype), eye
     )
     prismatic = jnp.asarray(~model.is_revolute)
     # Vector from joint i to centroid i in the link frame (prismatic: with the slide q_i e_z).
     displacement = -model.centroid_to_joint.at[:, 2].add(jnp.where(prismatic, -q, 0.0))
-    to_joint = jnp.einsum("iab,ib->ia", rotation[parent], model.parent_centroid_to_joint)
-    to_centroid = jnp.einsum("iab,ib->ia", rotation[1:], displacement)
+    to_joint = matvec3(rotation[parent], model.parent_centroid_to_joint)
+    to_centroid = matvec3(rotation[1:], displacement)
     zero = jnp.zeros(3, dtype)
     centroid = propagate_down(model.tree, jnp.add, zero, to_joint + to_centroid, zero)
     return Frames(rotation, centroid, centroid[parent] + to_joint, rotation[1:, :, 2])
@@ -106,8 +111,8 @@ def end_point_frames(model: Model, frames: Frames) -> tuple[Array, Array]:
     """
     links = jnp.asarray(model.end_point_link, dtype=jnp.int32)
     rotation = frames.rotation[links]
-    position = frames.centroid[links] + jnp.einsum("eab,eb->ea", rotation, model.centroid_to_end_point)
-    return position, rotation @ rpy_to_matrix(model.end_point_rpy)
+    position = frames.centroid[links] + matvec3(rotation, model.centroid_to_end_point)
+    return position, matmul3(rotation, rpy_to_matrix(model.end_point_rpy))
 
 
 @eqx.filter_jit
@@ -270,13 +275,13 @@ def center_of_mass(model: Model, state: State) -> Array:
     check_state(model, state)
     frames = relative_frames(model, state.base_rotation, state.q)
     masses = body_masses(model)
-    return state.base_position + masses @ frames.centroid / jnp.sum(masses)
+    return state.base_position + jnp.sum(masses[:, None] * frames.centroid, axis=0) / jnp.sum(masses)
 
 
 def world_inertias(model: Model, frames: Frames) -> Array:
     """``(n + 1, 3, 3)`` centroidal inertia of every body in the inertial frame, ``A I A^T``
     (symmetrised so that round-off never breaks the symmetry of the inertia matrix)."""
-    rotated = frames.rotation @ body_inertias(model) @ jnp.swapaxes(frames.rotation, -1, -2)
+    rotated = matmul3(matmul3(frames.rotation, body_inertias(model)), transpose3(frames.rotation))
     return 0.5 * (rotated + jnp.swapaxes(rotated, -1, -2))
 
 

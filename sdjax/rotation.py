@@ -98,7 +98,16 @@ def rpy_to_matrix(rpy: Array) -> Array:
         ``(..., 3, 3)`` rotation matrix.
     """
     rpy = jnp.asarray(rpy)
-    return rot_x(rpy[..., 0]) @ rot_y(rpy[..., 1]) @ rot_z(rpy[..., 2])
+    ca, sa = jnp.cos(rpy[..., 0]), jnp.sin(rpy[..., 0])
+    cb, sb = jnp.cos(rpy[..., 1]), jnp.sin(rpy[..., 1])
+    cc, sc = jnp.cos(rpy[..., 2]), jnp.sin(rpy[..., 2])
+    # Rx(a) Ry(b) Rz(c), multiplied out.
+    rows = [
+        [cb * cc, -cb * sc, sb],
+        [ca * sc + sa * sb * cc, ca * cc - sa * sb * sc, -sa * cb],
+        [sa * sc - ca * sb * cc, sa * cc + ca * sb * sc, ca * cb],
+    ]
+    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
 
 
 def _matrix_to_rpy(xp, r):

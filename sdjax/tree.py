@@ -9,13 +9,18 @@ Two passes cover every algorithm of sdjax:
 
 - :func:`propagate_down` (root to leaves): ``out[i] = out[parent(i)] (op) x[i]`` for an
   associative ``op`` (matrix product for orientations, addition for positions, twists and
-  accelerations). It runs by *pointer jumping*: after step ``k`` every body holds the product
-  over its last ``2^k`` ancestors, so ``ceil(log2(depth))`` vectorised steps with static
-  gathers cover any tree: run time O(n log n), compile time O(log n).
-- :func:`accumulate_up` (leaves to root): subtree sums ``out[i] = sum_{j in subtree(i)} x[j]``.
-  Small trees use one dense product with the static 0/1 support matrix (exact: the zeros add
-  nothing); large trees use one ``lax.scan`` over depth levels (all links of a level at once),
-  so compile time stays bounded and run time linear in the number of links.
+  accelerations);
+- :func:`accumulate_up` (leaves to root): subtree sums ``out[i] = sum_{j in subtree(i)} x[j]``
+  (composite inertias, the wrenches transmitted by each joint).
+
+Both are vectorised over links, so compile time does not grow with the number of links.
+``propagate_down`` uses *pointer jumping*: after step ``k`` every body holds the product over
+its last ``2^k`` ancestors, so ``ceil(log2(depth))`` steps of static gathers cover any tree
+(O(n log n) work). ``accumulate_up`` multiplies by the static 0/1 support matrix for trees of
+up to :data:`DENSE_MAX_LINKS` links (one fused product; exact, the zeros add nothing) and
+runs one ``lax.scan`` over depth levels beyond (all links of a level at once: O(n) work).
+An earlier link-by-link unrolled variant was measured slower under ``vmap`` and slower to
+compile, and was dropped (see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -99,8 +104,8 @@ def propagate_down(tree: TreeIndex, op: Callable[[Any, Any], Any], root: Any, li
 
     Arguments:
         tree: the tree's :class:`TreeIndex`.
-        op: associative binary operation on arrays with a leading batch axis (e.g.
-            ``jnp.matmul``, ``jnp.add``).
+        op: associative binary operation that broadcasts over leading axes (e.g.
+            :func:`sdjax.algebra.matmul3`, ``jnp.add``).
         root: value of body 0, shape ``S``.
         link_values: ``(n,) + S``.
         identity: neutral element of ``op``, shape ``S``.
@@ -138,7 +143,6 @@ def accumulate_up(tree: TreeIndex, body_values: Any) -> Any:
             return jnp.concatenate([jnp.sum(x, axis=0, keepdims=True), links])
 
         return jax.tree.map(dense, body_values)
-
     def step(buf, level):
         links, parents = level
         return jax.tree.map(lambda a: a.at[parents].add(a[links + 1]), buf), None

@@ -8,6 +8,7 @@ import pytest
 
 import sdjax
 from sdjax.models import random_model
+from sdjax.algebra import matmul3
 from sdjax.tree import DENSE_MAX_LINKS
 from helpers import assert_close, random_state
 from spacedyn_oracle import SpaceDynOracle
@@ -98,11 +99,14 @@ def test_wide_branched_tree_uses_scan_path():
 
 
 def test_dense_and_scan_subtree_sums_agree():
-    """The two implementations of accumulate_up give the same sums."""
+    """Both implementations of accumulate_up (dense support matrix for small trees, a level
+    scan for large ones) give the same sums, equal to an explicit loop over subtrees; the
+    pointer-jumping path sums and products equal explicit ones too."""
     from sdjax import tree as tree_mod
 
     model = random_model(54, 40, chain_probability=0.5)
-    values = jnp.asarray(np.random.default_rng(0).normal(size=(41, 6)))
+    rng = np.random.default_rng(0)
+    values = jnp.asarray(rng.normal(size=(41, 6)))
     dense = tree_mod.accumulate_up(model.tree, values)
     limit = tree_mod.DENSE_MAX_LINKS
     try:
@@ -110,8 +114,16 @@ def test_dense_and_scan_subtree_sums_agree():
         scanned = jax.jit(lambda v: tree_mod.accumulate_up(model.tree, v))(values)
     finally:
         tree_mod.DENSE_MAX_LINKS = limit
-    assert_close(scanned, dense, 1e-14, "subtree sums")  # sums of ~40 O(1) terms
-    # And both equal an explicit loop over subtrees.
+    assert_close(scanned, dense, 1e-14, "subtree sums")  # sums of ~40 O(1) terms in another order
     support = model.tree.support
     explicit = np.vstack([values.sum(0), support.T @ np.asarray(values[1:])])
     assert_close(dense, explicit, 1e-14, "explicit subtree sums")
+    down = tree_mod.propagate_down(model.tree, jnp.add, values[0], values[1:], jnp.zeros(6))
+    assert_close(down[1:], np.asarray(values[0]) + support @ np.asarray(values[1:]), 1e-14, "path sums")
+    mats = jnp.asarray(rng.normal(size=(40, 3, 3)))
+    products = tree_mod.propagate_down(model.tree, matmul3, jnp.eye(3), mats, jnp.eye(3))
+    for link in (1, 17, 40):  # explicit products along the path, base side first
+        expected = np.eye(3)
+        for j in model.path_to_link(link):
+            expected = expected @ np.asarray(mats[j - 1])
+        assert_close(products[link], expected, 1e-12, f"path product to link {link}")

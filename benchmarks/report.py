@@ -1,0 +1,108 @@
+"""Tables and a plot from ``benchmarks/results/*.json``.
+
+    python benchmarks/report.py     # prints the markdown tables, writes results/throughput.png
+
+The tables are pasted into ``benchmarks/README.md`` by hand, with the reading of them.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from common import RESULTS, table
+
+
+def load(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def machine_line(data: dict) -> str:
+    m = data["machine"]
+    return f"{m['cpu']} ({m['cpu_count']} cores), {m['backend']}, JAX {m['jax']}, sdjax {m['sdjax']}, {m['date']}"
+
+
+def dynamics_tables(data: dict) -> str:
+    out = [f"Machine: {machine_line(data)}; Pinocchio {data['machine'].get('pinocchio')}", ""]
+    rows = data["results"]
+    pin = {(r["model"], r["algorithm"]): r["evals_per_second"] for r in rows if r["engine"].startswith("pinocchio")}
+    for model in dict.fromkeys(r["model"] for r in rows):
+        body = []
+        for r in rows:
+            if r["model"] != model or r["engine"].startswith("pinocchio"):
+                continue
+            body.append([r["algorithm"], r["dtype"], r["batch"], r["evals_per_second"], pin.get((model, r["algorithm"]), ""), r.get("ratio_to_pinocchio", "")])
+        out += [f"**{model}**", "", table(["algorithm", "dtype", "batch", "sdjax evals/s", "Pinocchio evals/s", "ratio"], body), ""]
+    return "\n".join(out)
+
+
+def rollout_table(data: dict) -> str:
+    body = [[r["dtype"], r["batch"], r["steps"], r["sdjax_steps_per_second"], r.get("mjx_steps_per_second", ""), r.get("ratio_to_mjx", ""), r.get("sdjax_compile_seconds", ""), r.get("mjx_compile_seconds", "")] for r in data["results"]]
+    return f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')}\n\n" + table(
+        ["dtype", "batch", "steps", "sdjax steps/s", "MJX steps/s", "ratio", "sdjax compile s", "MJX step compile s"], body
+    )
+
+
+def compile_table(data: dict) -> str:
+    body = [
+        [r["links"], r["forward_dynamics_compile_seconds"], r["rollout_compile_seconds"], r["inverse_dynamics_run_seconds"] * 1e6, r["inverse_dynamics_run_seconds_per_link"] * 1e6, r["forward_dynamics_run_seconds"] * 1e6, r["inertia_matrix_run_seconds"] * 1e6]
+        for r in data["results"]
+    ]
+    return f"Machine: {machine_line(data)}; rollout of {data['rollout_steps']} RK4 steps\n\n" + table(
+        ["links", "FD compile s", "rollout compile s", "ID us", "ID us/link", "FD us", "H us"], body
+    )
+
+
+def gradient_table(data: dict) -> str:
+    body = [[r["kind"], r["checkpoint"], r["steps"], r.get("seconds", ""), r.get("ratio_to_forward", ""), (r["peak_bytes"] or 0) / 2**20] for r in data["results"]]
+    return f"Machine: {machine_line(data)}; {data['model']}, parameters: {data['parameters']}\n\n" + table(
+        ["kind", "checkpoint", "steps", "seconds", "x forward", "peak MiB"], body
+    )
+
+
+def plot(data: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = data["results"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
+    for ax, algo in zip(axes, ("forward_dynamics", "inverse_dynamics", "inertia_matrix")):
+        for model in dict.fromkeys(r["model"] for r in rows):
+            for dtype, style in (("float64", "-o"), ("float32", "--s")):
+                pts = [(r["batch"], r["evals_per_second"]) for r in rows if r["model"] == model and r["algorithm"] == algo and r["dtype"] == dtype and r["engine"].startswith("sdjax")]
+                if pts:
+                    ax.plot(*zip(*pts), style, label=f"sdjax {model} {dtype}")
+            pin = [r["evals_per_second"] for r in rows if r["model"] == model and r["algorithm"] == algo and r["engine"].startswith("pinocchio")]
+            if pin:
+                ax.axhline(pin[0], color="gray", lw=1, ls=":")
+                ax.text(1, pin[0] * 1.05, f"Pinocchio {model}", fontsize=7, color="gray")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_title(algo.replace("_", " "))
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("evaluations / s")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"Throughput vs batch size ({machine_line(data)})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    sections = [("Dynamics", "dynamics", dynamics_tables), ("Dynamics (GPU)", "dynamics_gpu", dynamics_tables), ("Rollout", "rollout", rollout_table), ("Rollout (GPU)", "rollout_gpu", rollout_table), ("Compile time and scaling", "compile", compile_table), ("Gradient of a rollout", "gradient", gradient_table)]
+    for title, name, render in sections:
+        data = load(name)
+        if data is not None:
+            print(f"### {title}\n\n{render(data)}\n")
+    dynamics = load("dynamics")
+    if dynamics is not None:
+        path = RESULTS / "throughput.png"
+        plot(dynamics, path)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

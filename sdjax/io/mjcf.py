@@ -1,0 +1,115 @@
+"""Export to MuJoCo's MJCF (XML), for cross-checks and for MuJoCo / MJX users.
+
+The base becomes a body with a free joint at its centroid; every link becomes a body nested
+in its parent's, with its frame on the joint (SpaceDyn's link frame) and a hinge (``'R'``)
+or slide (``'P'``) joint along its z axis. Contacts are disabled; gravity, the time step and
+the integrator are options. End points become ``<site>`` elements.
+
+Coordinates. MuJoCo's free joint uses ``qpos = [r0, quat (w, x, y, z)]`` and
+``qvel = [v0 (world frame), A0^T w0 (body frame)]``, and its joints follow the nesting
+(depth-first) order, so ``qvel = T nu_sd`` with ``T = blockdiag(E, A0^T, P)``
+(``P``: :func:`sdjax.io.pinocchio.depth_first_order`). Because the linear part is in the
+world frame and ``w0 x w0 = 0``, ``d(qvel)/dt = T d(nu_sd)/dt`` exactly.
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import quoteattr
+
+import numpy as np
+
+from sdjax.io.pinocchio import depth_first_order
+from sdjax.model import Model
+from sdjax.rotation import matrix_to_quat, rpy_to_matrix
+
+
+def _vec(values: np.ndarray) -> str:
+    return " ".join(repr(float(v)) for v in np.ravel(values))
+
+
+def _quat_wxyz(rotation: np.ndarray) -> str:
+    x, y, z, w = np.asarray(matrix_to_quat(rotation), np.float64)
+    return _vec([w, x, y, z])
+
+
+def _inertia(mass: float, inertia: np.ndarray, centroid: np.ndarray) -> str:
+    i = np.asarray(inertia, np.float64)
+    full = [i[0, 0], i[1, 1], i[2, 2], i[0, 1], i[0, 2], i[1, 2]]
+    return f'<inertial pos="{_vec(centroid)}" mass="{float(mass)!r}" fullinertia="{_vec(full)}"/>'
+
+
+def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4") -> str:
+    """MJCF text of ``model`` (see the module docstring).
+
+    Arguments:
+        model: the system.
+        timestep: MuJoCo's ``option/timestep``, s.
+        integrator: MuJoCo integrator name (``"RK4"``, ``"Euler"``, ``"implicitfast"``).
+
+    Returns:
+        The XML document as a string (load with ``mujoco.MjModel.from_xml_string``).
+    """
+    n = model.num_joints
+    pcj = np.asarray(model.parent_centroid_to_joint, np.float64)
+    cj = np.asarray(model.centroid_to_joint, np.float64)
+    joint_rot = np.asarray(rpy_to_matrix(model.joint_rpy), np.float64).reshape(n, 3, 3)
+    end_rot = np.asarray(rpy_to_matrix(model.end_point_rpy), np.float64).reshape(-1, 3, 3)
+    cte = np.asarray(model.centroid_to_end_point, np.float64)
+    children: dict[int, list[int]] = {b: [] for b in range(n + 1)}
+    for link in depth_first_order(model.parent):
+        children[model.parent[link - 1]].append(link)
+    sites: dict[int, list[int]] = {b: [] for b in range(n + 1)}
+    for e, link in enumerate(model.end_point_link):
+        sites[link].append(e)
+
+    def body(link: int, depth: int) -> list[str]:
+        pad = "  " * depth
+        p = model.parent[link - 1]
+        offset = pcj[link - 1] - (cj[p - 1] if p > 0 else 0.0)
+        kind = "hinge" if model.joint_type[link - 1] == "R" else "slide"
+        lines = [
+            f'{pad}<body name={quoteattr(model.link_names[link - 1])} pos="{_vec(offset)}" quat="{_quat_wxyz(joint_rot[link - 1])}">',
+            f'{pad}  <joint name={quoteattr("joint_" + model.link_names[link - 1])} type="{kind}" axis="0 0 1" '
+            f'stiffness="{float(model.joint_stiffness[link - 1])!r}" damping="{float(model.joint_damping[link - 1])!r}"/>',
+            f"{pad}  " + _inertia(float(model.link_mass[link - 1]), model.link_inertia[link - 1], -cj[link - 1]),
+        ]
+        for e in sites[link]:
+            lines.append(
+                f'{pad}  <site name="end_point{e}" pos="{_vec(cte[e] - cj[link - 1])}" quat="{_quat_wxyz(end_rot[e])}"/>'
+            )
+        for child in children[link]:
+            lines += body(child, depth + 1)
+        lines.append(f"{pad}</body>")
+        return lines
+
+    lines = [
+        f"<mujoco model={quoteattr(model.name)}>",
+        f'  <option gravity="{_vec(model.gravity)}" timestep="{float(timestep)!r}" integrator="{integrator}">',
+        '    <flag contact="disable"/>',
+        "  </option>",
+        "  <worldbody>",
+        '    <body name="base">',
+        '      <freejoint name="base"/>',
+        "      " + _inertia(float(model.base_mass), model.base_inertia, np.zeros(3)),
+    ]
+    for child in children[0]:
+        lines += body(child, 3)
+    lines += ["    </body>", "  </worldbody>", "</mujoco>"]
+    return "\n".join(lines) + "\n"
+
+
+def mujoco_coordinates(model: Model, state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MuJoCo ``qpos``, ``qvel`` of an sdjax state and the map ``T`` (``qvel = T nu_sd``)."""
+    n = model.num_joints
+    order = depth_first_order(model.parent)
+    permutation = np.zeros((n, n))
+    for row, link in enumerate(order):
+        permutation[row, link - 1] = 1.0
+    rotation = np.asarray(state.base_rotation, np.float64)
+    t = np.zeros((6 + n, 6 + n))
+    t[:3, :3] = np.eye(3)
+    t[3:6, 3:6] = rotation.T
+    t[6:, 6:] = permutation
+    x, y, z, w = np.asarray(state.base_quaternion, np.float64)
+    qpos = np.concatenate([np.asarray(state.base_position, np.float64), [w, x, y, z], permutation @ np.asarray(state.q)])
+    return qpos, t @ np.asarray(state.generalized_velocity, np.float64), t
