@@ -83,6 +83,33 @@ def test_gradients_against_finite_differences(model):
     check_grads(rne_of_state, (state.base_quaternion, state.q, state.qd, jnp.ones(model.num_joints)), order=1, modes=("fwd", "rev"), eps=1e-6)
 
 
+def _fd_of_loads(model, state):
+    def fd_of_loads(quat, q, base_force, end_force, end_torque):
+        s = eqx.tree_at(lambda s: (s.base_quaternion, s.q), state, (quat, q))
+        base_acc, qdd = sdjax.forward_dynamics(model, s, jnp.ones(model.num_joints), base_force=base_force, end_point_force=end_force, end_point_torque=end_torque)
+        return jnp.concatenate([base_acc, qdd])
+
+    ne = model.num_end_points
+    return jax.jit(fd_of_loads), (state.base_quaternion, state.q, jnp.array([1.0, -2.0, 0.5]), jnp.ones((ne, 3)), -jnp.ones((ne, 3)))
+
+
+def test_forward_dynamics_derivatives_of_applied_loads(model):
+    """The implicit-function derivative rule of forward dynamics (sdjax.dynamics) for the
+    tangents of the applied loads (base force, end-point loads) and the base attitude."""
+    fn, args = _fd_of_loads(model, random_state(model, 3))
+    # As above: eps 1e-6 central differences against check_grads' float64 tolerance.
+    check_grads(fn, args, order=1, modes=("fwd", "rev"), eps=1e-6)
+
+
+@pytest.mark.slow
+def test_forward_dynamics_second_derivatives(model):
+    """The derivative rule is itself differentiable: second derivatives (forward over
+    reverse and forward over forward) against central differences of the first. Slow: each
+    nested derivative is a new compiled program."""
+    fn, args = _fd_of_loads(model, random_state(model, 3))
+    check_grads(fn, args, order=2, modes=("fwd", "rev"), eps=1e-6)
+
+
 def test_gradient_of_whole_model(model):
     """jax.grad reaches every array leaf of the Model; directional derivative matches FD."""
     state = random_state(model, 3)
