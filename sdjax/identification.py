@@ -1,0 +1,866 @@
+"""Inertial parameter identification of a free-floating system from measured trajectories.
+
+Each unknown body carries the 10 standard inertial parameters about a body-fixed reference
+point ``o`` (the body's *nominal* centroid, from the model given), in the link frame:
+
+    pi = [m, h_x, h_y, h_z, I_xx, I_yy, I_zz, I_xy, I_xz, I_yz]
+
+with ``h = m c`` the first moment (``c`` the centroid's offset from ``o``) and ``I_o`` the
+inertia tensor about ``o``. Both residuals used here are *linear* in ``pi``.
+
+Physical consistency: the estimate is parameterised by the log-Cholesky factor of the 4x4
+pseudo-inertia ``J = [[Sigma, h], [h^T, m]]`` (``Sigma = tr(I_o)/2 1 - I_o`` the second
+moment of the mass distribution; Rucker and Wensing 2022): ``J = U U^T`` with ``U`` upper
+triangular and its diagonal ``exp(d)``. Every real 10-vector ``theta`` gives ``J > 0``, i.e. a
+positive mass and an inertia tensor that satisfies the triangle inequality, so every iterate
+of the optimiser is a rigid body that :class:`sdjax.Model` accepts.
+
+Unknowns (:class:`Unknowns`):
+
+- ``links``: links whose own 10 parameters are unknown; the model's values are the initial
+  guess and fix the reference point (nominal centroid).
+- ``payload_link``: a link that carries an unknown rigid payload (a captured object); the
+  link's own parameters are known and the payload's 10 parameters (about the link's nominal
+  centroid, link frame) are estimated. The combined body is link + payload (the 10-vectors
+  add).
+
+The base is always known: it anchors the mass scale. Momentum conservation is homogeneous
+in the parameters of *all* bodies, so with every body unknown the overall scale (and the
+trivial solution ``pi = 0``) cannot be fixed from momentum data alone; a known base mass and
+inertia remove that ambiguity.
+
+Residuals (:func:`residuals`):
+
+- ``"momentum"``: the system momentum ``[P; L_O]`` (:func:`sdjax.system_momentum`) computed
+  from the measured positions and velocities must be constant. The unknown constant is
+  eliminated by subtracting the sample mean (the least-squares estimate of it). No torque
+  measurement is needed; valid with no gravity and no external forces.
+- ``"dynamics"``: Newton-Euler residual ``[F0; N0; tau] - [0; 0; tau_measured]`` at interval
+  mid-points (positions and velocities averaged, accelerations by the difference quotient of
+  the velocities), with the zero-order-hold torque of the interval (as
+  :func:`sdjax.rollout` applies it). The base wrench of a free-floating system is zero.
+- ``"both"``: the two stacked.
+
+Estimation by :func:`identify`: Levenberg-Marquardt on ``theta`` (default, converges to
+round-off on noise-free data) or any ``optax`` optimiser (``optax.adam``, ``optax.lbfgs``).
+Identifiability (:func:`identifiability`): SVD of the column-equilibrated regressor
+``d r / d pi`` (exact, the residuals being linear in ``pi``), its numerical rank and the
+unobservable directions written in named parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from sdjax.dynamics import inverse_dynamics
+from sdjax.gjm import system_momentum
+from sdjax.integrate import Trajectory
+from sdjax.model import Model
+from sdjax.rotation import quat_normalize
+from sdjax.state import State
+
+#: Names of the 10 inertial parameters of one body, in the order of a parameter vector.
+PARAMETER_NAMES = ("m", "hx", "hy", "hz", "Ixx", "Iyy", "Izz", "Ixy", "Ixz", "Iyz")
+
+RESIDUALS = ("momentum", "dynamics", "both")
+
+# Upper-triangular entries of the 4x4 log-Cholesky factor U, in theta order: the diagonal
+# (stored as logs) first, then the off-diagonal entries row by row.
+_DIAG = ((0, 0), (1, 1), (2, 2), (3, 3))
+_OFF = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
+
+
+# ------------------------------------------------------------------------------------------
+# Parameters and their physically consistent parameterisation.
+
+
+class InertialParameters(eqx.Module):
+    """Inertial parameters of ``k`` bodies about their reference points, in their link frames.
+
+    Attributes:
+        mass: ``(k,)`` masses, kg.
+        first_moment: ``(k, 3)`` first moments ``h = m c``, kg m (``c`` the centroid offset
+            from the reference point, link frame).
+        inertia: ``(k, 3, 3)`` inertia tensors about the reference point, link frame, kg m^2.
+    """
+
+    mass: Array
+    first_moment: Array
+    inertia: Array
+
+    @property
+    def centroid(self) -> Array:
+        """``(k, 3)`` centroid offsets ``c = h / m`` from the reference points, m."""
+        return self.first_moment / self.mass[:, None]
+
+    @property
+    def centroidal_inertia(self) -> Array:
+        """``(k, 3, 3)`` inertia about each body's own centroid (parallel-axis theorem)."""
+        return self.inertia - self.mass[:, None, None] * _shift_matrix(self.centroid)
+
+    def vector(self) -> Array:
+        """``(k, 10)`` parameter vectors (order :data:`PARAMETER_NAMES`)."""
+        i = self.inertia
+        return jnp.concatenate(
+            [
+                self.mass[:, None],
+                self.first_moment,
+                jnp.stack([i[:, 0, 0], i[:, 1, 1], i[:, 2, 2], i[:, 0, 1], i[:, 0, 2], i[:, 1, 2]], axis=-1),
+            ],
+            axis=-1,
+        )
+
+    @classmethod
+    def from_vector(cls, vector: Any) -> InertialParameters:
+        """From ``(k, 10)`` parameter vectors (order :data:`PARAMETER_NAMES`)."""
+        v = jnp.asarray(vector)
+        if v.ndim != 2 or v.shape[-1] != 10:
+            raise ValueError(f"InertialParameters.from_vector: expected shape (k, 10), got {v.shape}")
+        xx, yy, zz, xy, xz, yz = (v[:, 4 + j] for j in range(6))
+        inertia = jnp.stack(
+            [jnp.stack([xx, xy, xz], -1), jnp.stack([xy, yy, yz], -1), jnp.stack([xz, yz, zz], -1)], axis=-2
+        )
+        return cls(mass=v[:, 0], first_moment=v[:, 1:4], inertia=inertia)
+
+    @classmethod
+    def from_centroidal(cls, mass: Any, centroid: Any, centroidal_inertia: Any) -> InertialParameters:
+        """From masses ``(k,)``, centroid offsets ``(k, 3)`` from the reference points and
+        inertias about the centroids ``(k, 3, 3)``."""
+        mass, centroid, inertia = (jnp.asarray(x) for x in (mass, centroid, centroidal_inertia))
+        if mass.ndim != 1 or centroid.shape != mass.shape + (3,) or inertia.shape != mass.shape + (3, 3):
+            raise ValueError(
+                "InertialParameters.from_centroidal: expected shapes (k,), (k, 3), (k, 3, 3), got "
+                f"{mass.shape}, {centroid.shape}, {inertia.shape}"
+            )
+        return cls(
+            mass=mass,
+            first_moment=mass[:, None] * centroid,
+            inertia=inertia + mass[:, None, None] * _shift_matrix(centroid),
+        )
+
+    def __add__(self, other: InertialParameters) -> InertialParameters:
+        """Parameters of the rigid union of two bodies (same reference points and frames)."""
+        return InertialParameters(self.mass + other.mass, self.first_moment + other.first_moment, self.inertia + other.inertia)
+
+
+def _shift_matrix(c: Array) -> Array:
+    """``|c|^2 1 - c c^T`` (parallel-axis term per unit mass), batched over leading axes."""
+    eye = jnp.eye(3, dtype=c.dtype)
+    return jnp.sum(c * c, -1)[..., None, None] * eye - c[..., :, None] * c[..., None, :]
+
+
+def pseudo_inertia(params: InertialParameters) -> Array:
+    """``(k, 4, 4)`` pseudo-inertia ``J = [[Sigma, h], [h^T, m]]``, ``Sigma = tr(I)/2 1 - I``.
+
+    ``J`` is positive definite exactly when the parameters belong to a rigid body with a
+    positive mass and a non-degenerate mass distribution (Wensing et al. 2017)."""
+    eye = jnp.eye(3, dtype=params.mass.dtype)
+    sigma = 0.5 * jnp.trace(params.inertia, axis1=-2, axis2=-1)[:, None, None] * eye - params.inertia
+    top = jnp.concatenate([sigma, params.first_moment[:, :, None]], axis=-1)
+    bottom = jnp.concatenate([params.first_moment, params.mass[:, None]], axis=-1)[:, None, :]
+    return jnp.concatenate([top, bottom], axis=-2)
+
+
+def from_pseudo_inertia(pseudo: Any) -> InertialParameters:
+    """Inverse of :func:`pseudo_inertia` (``I = tr(Sigma) 1 - Sigma``)."""
+    j = jnp.asarray(pseudo)
+    sigma = j[:, :3, :3]
+    eye = jnp.eye(3, dtype=j.dtype)
+    inertia = jnp.trace(sigma, axis1=-2, axis2=-1)[:, None, None] * eye - sigma
+    return InertialParameters(mass=j[:, 3, 3], first_moment=j[:, :3, 3], inertia=inertia)
+
+
+def from_log_cholesky(theta: Any) -> InertialParameters:
+    """Parameters from ``(k, 10)`` log-Cholesky coordinates: ``J = U U^T``, ``U`` upper
+    triangular with diagonal ``exp(theta[:, :4])`` and off-diagonal ``theta[:, 4:]``
+    (entries (0,1), (0,2), (0,3), (1,2), (1,3), (2,3)). Any real ``theta`` is a valid body."""
+    theta = jnp.asarray(theta)
+    k = theta.shape[0]
+    u = jnp.zeros((k, 4, 4), theta.dtype)
+    for col, (r, c) in enumerate(_DIAG):
+        u = u.at[:, r, c].set(jnp.exp(theta[:, col]))
+    for col, (r, c) in enumerate(_OFF):
+        u = u.at[:, r, c].set(theta[:, 4 + col])
+    return from_pseudo_inertia(u @ jnp.swapaxes(u, -1, -2))
+
+
+def to_log_cholesky(params: InertialParameters) -> Array:
+    """``(k, 10)`` log-Cholesky coordinates of physically consistent parameters.
+
+    Raises ``ValueError`` (for concrete inputs) if a pseudo-inertia is not positive definite,
+    i.e. the parameters are not those of a rigid body."""
+    j = pseudo_inertia(params)
+    if not isinstance(j, jax.core.Tracer):
+        eig = np.linalg.eigvalsh(np.asarray(j, np.float64))
+        bad = np.flatnonzero(~(eig[:, 0] > 0))
+        if bad.size:
+            raise ValueError(
+                f"to_log_cholesky: body {int(bad[0])} is not physically consistent (pseudo-inertia "
+                f"eigenvalues {eig[bad[0]].tolist()}; need a positive mass and a positive definite "
+                "second moment, i.e. the triangle inequality)"
+            )
+    flip = jnp.arange(3, -1, -1)
+    # J = U U^T with U upper triangular: U = P L P with L = chol(P J P), P the reversal.
+    lower = jnp.linalg.cholesky(j[:, flip][:, :, flip])
+    u = lower[:, flip][:, :, flip]
+    diag = jnp.stack([jnp.log(u[:, r, c]) for r, c in _DIAG], axis=-1)
+    off = jnp.stack([u[:, r, c] for r, c in _OFF], axis=-1)
+    return jnp.concatenate([diag, off], axis=-1)
+
+
+# ------------------------------------------------------------------------------------------
+# Which bodies are unknown, and how estimates enter the model.
+
+
+@dataclasses.dataclass(frozen=True)
+class Unknowns:
+    """Which inertial parameters are estimated (static, hashable).
+
+    Attributes:
+        links: links (1..n) whose own 10 parameters are unknown.
+        payload_link: link (1..n) carrying an unknown rigid payload, or ``None``; its own
+            parameters are known. It cannot also be in ``links`` (the two would not be
+            separable: only their sum enters the dynamics).
+    """
+
+    links: tuple[int, ...] = ()
+    payload_link: int | None = None
+
+    def labels(self, model: Model) -> tuple[str, ...]:
+        """One label per estimated body (links first, then the payload)."""
+        out = tuple(model.link_names[k - 1] for k in self.links)
+        if self.payload_link is not None:
+            out += (f"payload@{model.link_names[self.payload_link - 1]}",)
+        return out
+
+    def parameter_names(self, model: Model) -> tuple[str, ...]:
+        """``10 k`` names ``"<body>.<parameter>"`` of the stacked parameter vector."""
+        return tuple(f"{body}.{p}" for body in self.labels(model) for p in PARAMETER_NAMES)
+
+    @property
+    def num_bodies(self) -> int:
+        return len(self.links) + (self.payload_link is not None)
+
+    def check(self, model: Model) -> None:
+        n = model.num_joints
+        links = tuple(self.links)
+        for k in links + ((self.payload_link,) if self.payload_link is not None else ()):
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+                raise ValueError(f"Unknowns: link {k!r} does not exist in model {model.name!r} (links are 1..{n})")
+        if len(set(links)) != len(links):
+            raise ValueError(f"Unknowns.links: repeated links in {links}")
+        if self.payload_link is not None and self.payload_link in links:
+            raise ValueError(
+                f"Unknowns: link {self.payload_link} is both an unknown link and the payload carrier; only the "
+                "sum of link and payload is observable, estimate one of them"
+            )
+        if not links and self.payload_link is None:
+            raise ValueError("Unknowns: nothing to estimate (give links and/or payload_link)")
+
+
+def link_parameters(model: Model, links: Any = None) -> InertialParameters:
+    """Parameters of links (1-based; default all) about their own centroids, link frames."""
+    idx = np.arange(model.num_joints) if links is None else np.asarray(links, dtype=np.int64) - 1
+    mass = model.link_mass[idx]
+    return InertialParameters(mass=mass, first_moment=jnp.zeros((idx.size, 3), mass.dtype), inertia=model.link_inertia[idx])
+
+
+def apply_parameters(model: Model, links: Any, params: InertialParameters) -> Model:
+    """``model`` with the given links' inertial parameters replaced.
+
+    ``params`` are about each link's centroid *in ``model``* (the reference point), in its link
+    frame. The new centroid is ``o + h/m``; ``centroid_to_joint``, the children's
+    ``parent_centroid_to_joint`` and the end-point offsets are shifted so that joints and end
+    points stay where they are, and ``link_inertia`` is the inertia about the new centroid.
+    Works under ``jit`` and ``grad``.
+
+    Arguments:
+        model: the reference model.
+        links: static sequence of link indices (1..n).
+        params: ``(k,)`` bodies, one per link.
+
+    Returns:
+        The updated :class:`Model`.
+    """
+    idx = np.asarray(links, dtype=np.int64) - 1
+    shift = params.centroid
+    centroid_to_joint = model.centroid_to_joint.at[idx].add(-shift)
+    parent = np.asarray(model.parent, dtype=np.int64)
+    parent_c2j = model.parent_centroid_to_joint
+    end_point = model.centroid_to_end_point
+    end_links = np.asarray(model.end_point_link, dtype=np.int64)
+    for row, k in enumerate(idx):
+        children = np.flatnonzero(parent == k + 1)
+        if children.size:
+            parent_c2j = parent_c2j.at[children].add(-shift[row])
+        ends = np.flatnonzero(end_links == k + 1)
+        if ends.size:
+            end_point = end_point.at[ends].add(-shift[row])
+    return eqx.tree_at(
+        lambda m: (m.link_mass, m.link_inertia, m.centroid_to_joint, m.parent_centroid_to_joint, m.centroid_to_end_point),
+        model,
+        (
+            model.link_mass.at[idx].set(params.mass),
+            model.link_inertia.at[idx].set(params.centroidal_inertia),
+            centroid_to_joint,
+            parent_c2j,
+            end_point,
+        ),
+    )
+
+
+def model_with_estimates(model: Model, unknowns: Unknowns, params: InertialParameters) -> Model:
+    """The model with the estimated bodies (``unknowns`` order) put in: unknown links replaced,
+    the payload merged into its carrier link."""
+    links = tuple(unknowns.links)
+    carriers = links
+    body = params
+    if unknowns.payload_link is not None:
+        k = len(links)
+        own = link_parameters(model, (unknowns.payload_link,))
+        payload = jax.tree.map(lambda x: x[k:], params)
+        merged = own + payload
+        body = jax.tree.map(lambda a, b: jnp.concatenate([a[:k], b]), params, merged)
+        carriers = links + (unknowns.payload_link,)
+    return apply_parameters(model, carriers, body)
+
+
+def payload_parameters(mass: Any, centroid: Any, centroidal_inertia: Any) -> InertialParameters:
+    """One payload body: mass ``()``, centroid ``(3,)`` (from the carrier's nominal centroid,
+    carrier link frame) and inertia about its own centroid ``(3, 3)``."""
+    return InertialParameters.from_centroidal(
+        jnp.asarray(mass)[None], jnp.asarray(centroid)[None], jnp.asarray(centroidal_inertia)[None]
+    )
+
+
+def attach_payload(model: Model, link: int, payload: InertialParameters) -> Model:
+    """``model`` with a rigid payload (one body, see :func:`payload_parameters`) fixed to ``link``."""
+    return model_with_estimates(model, Unknowns(payload_link=link), payload)
+
+
+# ------------------------------------------------------------------------------------------
+# Data.
+
+
+class Dataset(eqx.Module):
+    """Measured samples of a free-floating manoeuvre.
+
+    Attributes:
+        time: ``(N,)`` sample times, s, strictly increasing.
+        states: :class:`sdjax.State` with a leading axis ``N`` (measured base pose and twist,
+            joint positions and rates).
+        torques: ``(N - 1, n)`` joint torques held over each interval ``[t_k, t_k+1]`` (zero-order
+            hold, as :func:`sdjax.rollout` applies them), or ``None`` (momentum residual only).
+    """
+
+    time: Array
+    states: State
+    torques: Array | None = None
+
+    def __check_init__(self):
+        time = self.time
+        if jnp.ndim(time) != 1:
+            raise ValueError(f"Dataset.time: expected a (N,) vector, got shape {jnp.shape(time)}")
+        num = jnp.shape(time)[0]
+        if num < 2:
+            raise ValueError(f"Dataset: expected at least 2 samples, got {num} (empty or single-sample data)")
+        for field, size in (
+            ("base_position", 3),
+            ("base_quaternion", 4),
+            ("base_linear_velocity", 3),
+            ("base_angular_velocity", 3),
+        ):
+            shape = jnp.shape(getattr(self.states, field))
+            if shape != (num, size):
+                raise ValueError(f"Dataset.states.{field}: expected shape ({num}, {size}) for N={num} samples, got {shape}")
+        qs, qds = jnp.shape(self.states.q), jnp.shape(self.states.qd)
+        if len(qs) != 2 or qs[0] != num or qds != qs:
+            raise ValueError(f"Dataset.states.q/qd: expected two ({num}, n) arrays for N={num} samples, got {qs} and {qds}")
+        if self.torques is not None:
+            ts = jnp.shape(self.torques)
+            if ts != (num - 1, qs[1]):
+                raise ValueError(
+                    f"Dataset.torques: expected shape ({num - 1}, {qs[1]}) (one torque per interval between the "
+                    f"N={num} samples, n={qs[1]} joints), got {ts}"
+                )
+        leaves = [time, *jax.tree.leaves(self.states)] + ([self.torques] if self.torques is not None else [])
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return
+        for name, x in zip(("time",) + tuple(f.name for f in dataclasses.fields(State)) + ("torques",), leaves):
+            if not np.all(np.isfinite(np.asarray(x))):
+                raise ValueError(f"Dataset.{name}: contains NaN or inf")
+        if not np.all(np.diff(np.asarray(time)) > 0):
+            raise ValueError("Dataset.time: sample times must be strictly increasing")
+
+    @property
+    def num_samples(self) -> int:
+        return int(jnp.shape(self.time)[0])
+
+    @classmethod
+    def from_trajectory(cls, trajectory: Trajectory, *, with_torques: bool = True) -> Dataset:
+        """Samples of a :func:`sdjax.rollout` trajectory (its joint torques if ``with_torques``)."""
+        torques = trajectory.controls.tau if with_torques else None
+        return cls(time=trajectory.time, states=trajectory.states, torques=torques)
+
+    def subsample(self, every: int) -> Dataset:
+        """Every ``every``-th sample (torques averaged over the merged intervals)."""
+        states = jax.tree.map(lambda x: x[::every], self.states)
+        num = jnp.shape(states.q)[0]
+        torques = None
+        if self.torques is not None:
+            blocks = self.torques[: (num - 1) * every].reshape(num - 1, every, -1)
+            torques = jnp.mean(blocks, axis=1)
+        return Dataset(time=self.time[::every][:num], states=states, torques=torques)
+
+
+def add_noise(data: Dataset, level: float, seed: int = 0) -> Dataset:
+    """Data with Gaussian noise of standard deviation ``level`` times each channel's standard
+    deviation over the record (base position, attitude quaternion (renormalised), twist,
+    joint positions, rates and torques)."""
+    if level < 0:
+        raise ValueError(f"add_noise: level must be non-negative, got {level}")
+    leaves, treedef = jax.tree.flatten((data.states, data.torques))
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    noisy = []
+    for key, x in zip(keys, leaves):
+        scale = jnp.std(x, axis=0, keepdims=True)
+        noisy.append(x + level * scale * jax.random.normal(key, x.shape, x.dtype))
+    states, torques = jax.tree.unflatten(treedef, noisy)
+    states = eqx.tree_at(lambda s: s.base_quaternion, states, jax.vmap(quat_normalize)(states.base_quaternion))
+    return Dataset(time=data.time, states=states, torques=torques)
+
+
+# ------------------------------------------------------------------------------------------
+# Residuals (linear in the physical parameters).
+
+
+def _check_problem(model: Model, data: Dataset, unknowns: Unknowns, residual: str) -> None:
+    if not isinstance(data, Dataset):
+        raise ValueError(f"identification: data must be a Dataset, got {type(data).__name__}")
+    unknowns.check(model)
+    n = model.num_joints
+    if data.states.q.shape[1] != n:
+        raise ValueError(
+            f"identification: the data has {data.states.q.shape[1]} joints but model {model.name!r} has n={n}"
+        )
+    if residual not in RESIDUALS:
+        raise ValueError(f"identification: unknown residual {residual!r}; choose one of {RESIDUALS}")
+    if residual in ("dynamics", "both") and data.torques is None:
+        raise ValueError(f"identification: residual {residual!r} needs measured torques (Dataset.torques is None)")
+    if residual in ("momentum", "both") and not isinstance(model.gravity, jax.core.Tracer):
+        if np.any(np.asarray(model.gravity) != 0):
+            raise ValueError(
+                "identification: the momentum residual assumes free flight (no gravity), but model.gravity is "
+                f"{np.asarray(model.gravity).tolist()}"
+            )
+
+
+def _midpoints(data: Dataset) -> tuple[State, Array]:
+    """States at interval mid-points and the ``(N-1, 6+n)`` difference-quotient accelerations."""
+    s = data.states
+    mid = jax.tree.map(lambda x: 0.5 * (x[1:] + x[:-1]), s)
+    mid = eqx.tree_at(lambda m: m.base_quaternion, mid, jax.vmap(quat_normalize)(mid.base_quaternion))
+    nu = jnp.concatenate([s.base_linear_velocity, s.base_angular_velocity, s.qd], axis=-1)
+    dt = jnp.diff(data.time)[:, None]
+    return mid, jnp.diff(nu, axis=0) / dt
+
+
+def residuals(
+    model: Model,
+    data: Dataset,
+    unknowns: Unknowns,
+    params: InertialParameters,
+    *,
+    residual: str = "momentum",
+    momentum_weights: Any = None,
+    dynamics_weights: Any = None,
+) -> Array:
+    """Stacked, weighted residual vector for the given estimates (``unknowns`` order).
+
+    Arguments:
+        model: nominal model (known bodies; reference points of the unknown ones).
+        data: the measurements.
+        unknowns: which bodies ``params`` describes.
+        params: ``(k,)`` bodies.
+        residual: ``"momentum"``, ``"dynamics"`` or ``"both"`` (module docstring).
+        momentum_weights: ``(6,)`` weights of the ``[P; L_O]`` rows (default
+            ``1 / total mass`` on ``P`` and ``1 / (total mass * 1 m^2)`` on ``L_O``).
+        dynamics_weights: ``(6 + n,)`` weights of the ``[F0; N0; tau]`` rows (default
+            ``1 / total mass`` on ``F0``, ``1 / (total mass * 1 m^2)`` on ``N0`` and ``tau``).
+
+    Returns:
+        ``(R,)`` residuals, each block divided by the square root of its number of samples.
+    """
+    _check_problem(model, data, unknowns, residual)
+    est = model_with_estimates(model, unknowns, params)
+    dtype = data.states.q.dtype
+    total = jax.lax.stop_gradient(model.total_mass).astype(dtype)
+    n = model.num_joints
+    out = []
+    if residual in ("momentum", "both"):
+        w = jnp.ones(6, dtype) / total if momentum_weights is None else jnp.asarray(momentum_weights).astype(dtype)
+        momentum = jax.vmap(lambda s: system_momentum(est, s))(data.states)
+        r = (momentum - jnp.mean(momentum, axis=0)) * w
+        out.append(r.ravel() / jnp.sqrt(jnp.asarray(r.shape[0], dtype)))
+    if residual in ("dynamics", "both"):
+        w = jnp.ones(6 + n, dtype) / total if dynamics_weights is None else jnp.asarray(dynamics_weights).astype(dtype)
+        mid, acc = _midpoints(data)
+        wrench, tau = jax.vmap(lambda s, a: inverse_dynamics(est, s, a[:6], a[6:]))(mid, acc)
+        r = jnp.concatenate([wrench, tau - data.torques], axis=-1) * w
+        out.append(r.ravel() / jnp.sqrt(jnp.asarray(r.shape[0], dtype)))
+    return jnp.concatenate(out)
+
+
+# ------------------------------------------------------------------------------------------
+# Identifiability.
+
+
+@dataclasses.dataclass(frozen=True)
+class Identifiability:
+    """Observability of the inertial parameters from one data set.
+
+    Attributes:
+        parameter_names: ``(p,)`` names ``"<body>.<parameter>"``.
+        singular_values: ``(p,)`` singular values of the column-equilibrated regressor
+            ``d r / d pi`` (columns scaled to unit norm), descending.
+        rank: numerical rank (singular values above ``tolerance * largest``).
+        tolerance: the relative threshold used.
+        unobservable: ``(p, p - rank)`` unit directions in physical parameter space (units of
+            :data:`PARAMETER_NAMES`) that leave the residuals unchanged; parameters with a zero
+            regressor column appear as unit vectors.
+        column_norms: ``(p,)`` regressor column norms (sensitivity of the residual to each
+            parameter; zero = the parameter never enters).
+    """
+
+    parameter_names: tuple[str, ...]
+    singular_values: np.ndarray
+    rank: int
+    tolerance: float
+    unobservable: np.ndarray
+    column_norms: np.ndarray
+
+    @property
+    def num_parameters(self) -> int:
+        return len(self.parameter_names)
+
+    def directions(self, threshold: float = 0.05) -> list[dict[str, float]]:
+        """Each unobservable direction as ``{name: coefficient}`` (entries above ``threshold``
+        in magnitude, sign fixed so the largest is positive)."""
+        out = []
+        for v in self.unobservable.T:
+            v = v * np.sign(v[np.argmax(np.abs(v))])
+            out.append({self.parameter_names[j]: float(v[j]) for j in np.argsort(-np.abs(v)) if abs(v[j]) > threshold})
+        return out
+
+    def describe(self, threshold: float = 0.05) -> str:
+        """Human-readable summary."""
+        lines = [
+            f"{self.rank} of {self.num_parameters} parameter combinations identifiable "
+            f"(singular values {self.singular_values.max():.3g} .. {self.singular_values.min():.3g}, "
+            f"threshold {self.tolerance:.1e} relative)"
+        ]
+        for k, d in enumerate(self.directions(threshold)):
+            terms = " ".join(f"{c:+.3f}*{name}" for name, c in d.items())
+            lines.append(f"  unobservable {k + 1}: {terms}")
+        return "\n".join(lines)
+
+
+def regressor(model: Model, data: Dataset, unknowns: Unknowns, params: InertialParameters | None = None, **kwargs: Any) -> Array:
+    """``(R, 10 k)`` Jacobian of :func:`residuals` with respect to the stacked parameter vectors
+    (exact regressor: the residuals are linear in the parameters), at ``params`` (default the
+    nominal model's). ``kwargs``: residual options of :func:`residuals`."""
+    _check_problem(model, data, unknowns, kwargs.get("residual", "momentum"))
+    if params is None:
+        params = _nominal(model, unknowns)
+    kwargs = {key: (jnp.asarray(v) if key.endswith("_weights") and v is not None else v) for key, v in kwargs.items()}
+    return _regressor(model, data, unknowns, params.vector().ravel(), kwargs)
+
+
+@eqx.filter_jit
+def _regressor(model: Model, data: Dataset, unknowns: Unknowns, vector: Array, kwargs: dict) -> Array:
+    k = unknowns.num_bodies
+    fn = lambda v: residuals(model, data, unknowns, InertialParameters.from_vector(v.reshape(k, 10)), **kwargs)  # noqa: E731
+    return jax.jacfwd(fn)(vector)
+
+
+def identifiability(
+    model: Model,
+    data: Dataset,
+    unknowns: Unknowns,
+    params: InertialParameters | None = None,
+    *,
+    tolerance: float = 1e-8,
+    **kwargs: Any,
+) -> Identifiability:
+    """Rank and unobservable directions of the parameters from the regressor's SVD.
+
+    Arguments:
+        model, data, unknowns, params: as :func:`regressor`.
+        tolerance: relative singular-value threshold of the numerical rank (default 1e-8: well
+            above float64 round-off of the equilibrated regressor, well below the smallest
+            singular value of any excited combination in the examples).
+        **kwargs: residual options (``residual=``, weights) passed to :func:`residuals`.
+    """
+    y = np.asarray(regressor(model, data, unknowns, params, **kwargs), np.float64)
+    norms = np.linalg.norm(y, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    _, s, vt = np.linalg.svd(y / scale, full_matrices=True)
+    p = y.shape[1]
+    s_full = np.zeros(p)
+    s_full[: s.size] = s
+    rank = int(np.sum(s_full > tolerance * max(s_full.max(), np.finfo(np.float64).tiny)))
+    null = vt[rank:].T / scale[:, None]  # back to physical units: pi = D^-1 pi_scaled
+    null = null / np.linalg.norm(null, axis=0, keepdims=True) if null.size else null.reshape(p, 0)
+    return Identifiability(
+        parameter_names=unknowns.parameter_names(model),
+        singular_values=s_full,
+        rank=rank,
+        tolerance=tolerance,
+        unobservable=null,
+        column_norms=norms,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Estimation.
+
+
+def _nominal(model: Model, unknowns: Unknowns) -> InertialParameters:
+    """Initial guess: the model's links; a payload equal to its carrier link (at its centroid)."""
+    carriers = tuple(unknowns.links) + ((unknowns.payload_link,) if unknowns.payload_link is not None else ())
+    return link_parameters(model, carriers)
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentificationResult:
+    """Result of :func:`identify`.
+
+    Attributes:
+        body_names: static labels of the estimated bodies.
+        parameters: estimated :class:`InertialParameters` (about the reference points).
+        theta: ``(k, 10)`` log-Cholesky coordinates of the estimate.
+        model: the model with the estimates put in.
+        loss_history: ``(steps + 1,)`` loss ``1/2 |r|^2`` at the start and after every step.
+        identifiability: :class:`Identifiability` at the estimate (static).
+        errors: :func:`parameter_errors` against ``truth`` when it was given, else ``None``.
+    """
+
+    body_names: tuple[str, ...]
+    parameters: InertialParameters
+    theta: Array
+    model: Model
+    loss_history: Array
+    identifiability: Identifiability
+    errors: dict | None
+
+
+def parameter_errors(estimate: InertialParameters, truth: InertialParameters) -> dict[str, np.ndarray]:
+    """Errors per body: ``mass`` relative, ``com`` centroid error (m), ``com_relative`` (to
+    ``|c_true|``, or to 1 m if that is smaller), ``inertia`` relative Frobenius error of the
+    inertia about the body's own centroid."""
+    m_e, m_t = np.asarray(estimate.mass), np.asarray(truth.mass)
+    c_e, c_t = np.asarray(estimate.centroid), np.asarray(truth.centroid)
+    i_e, i_t = np.asarray(estimate.centroidal_inertia), np.asarray(truth.centroidal_inertia)
+    com = np.linalg.norm(c_e - c_t, axis=-1)
+    return {
+        "mass": np.abs(m_e - m_t) / m_t,
+        "com": com,
+        "com_relative": com / np.maximum(np.linalg.norm(c_t, axis=-1), 1e-12),
+        "inertia": np.linalg.norm(i_e - i_t, axis=(-2, -1)) / np.linalg.norm(i_t, axis=(-2, -1)),
+    }
+
+
+def identify(
+    model: Model,
+    data: Dataset,
+    unknowns: Unknowns,
+    *,
+    residual: str = "momentum",
+    initial: InertialParameters | None = None,
+    optimizer: Any = None,
+    num_steps: int = 50,
+    regularization: float = 0.0,
+    truth: InertialParameters | None = None,
+    tolerance: float = 1e-8,
+    momentum_weights: Any = None,
+    dynamics_weights: Any = None,
+) -> IdentificationResult:
+    """Estimate inertial parameters from measured data.
+
+    Arguments:
+        model: nominal model (known bodies exact; unknown links give the initial guess and the
+            reference points).
+        data: :class:`Dataset`.
+        unknowns: :class:`Unknowns` (links and/or a payload).
+        residual: ``"momentum"`` (no torques needed), ``"dynamics"`` or ``"both"``.
+        initial: initial guess (default: the linear least-squares solution, projected onto
+            physically consistent bodies; the model's links / a payload equal to its carrier
+            set the reference point of that linear solve).
+        optimizer: ``None`` for Levenberg-Marquardt (Gauss-Newton with adaptive damping on the
+            log-Cholesky coordinates), or an ``optax`` optimiser (e.g. ``optax.adam(1e-2)``,
+            ``optax.lbfgs()``) on the loss ``1/2 |r|^2``.
+        num_steps: optimiser steps (LM stops early when the step is negligible).
+        regularization: weight ``rho`` of ``rho/2 |theta - theta_0|^2`` added to the loss (pulls
+            unobservable directions towards the initial guess; 0 = none).
+        truth: true parameters (same bodies) to report errors against.
+        tolerance: relative singular-value threshold of the identifiability report.
+        momentum_weights, dynamics_weights: see :func:`residuals`.
+
+    Returns:
+        :class:`IdentificationResult`.
+    """
+    _check_problem(model, data, unknowns, residual)
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
+        raise ValueError(f"identify: num_steps must be a non-negative int, got {num_steps!r}")
+    if not regularization >= 0:
+        raise ValueError(f"identify: regularization must be non-negative, got {regularization}")
+    k = unknowns.num_bodies
+    if initial is None:
+        initial = _least_squares_start(model, data, unknowns, residual, momentum_weights, dynamics_weights)
+    if initial.mass.shape != (k,):
+        raise ValueError(f"identify: initial has {initial.mass.shape[0] if initial.mass.ndim else 0} bodies, expected {k} ({unknowns.labels(model)})")
+    if truth is not None and truth.mass.shape != (k,):
+        raise ValueError(f"identify: truth has {truth.mass.shape} masses, expected ({k},)")
+    theta0 = to_log_cholesky(initial).ravel()
+    dtype = theta0.dtype
+    kwargs = dict(residual=residual, momentum_weights=momentum_weights, dynamics_weights=dynamics_weights)
+    problem = _Problem(
+        model=model,
+        data=data,
+        theta0=theta0,
+        rho=jnp.asarray(regularization, dtype),
+        momentum_weights=None if momentum_weights is None else jnp.asarray(momentum_weights).astype(dtype),
+        dynamics_weights=None if dynamics_weights is None else jnp.asarray(dynamics_weights).astype(dtype),
+        unknowns=unknowns,
+        residual=residual,
+    )
+    theta = theta0
+    history = [float(_loss(problem, theta))]
+    if optimizer is None:
+        theta, history = _levenberg_marquardt(problem, theta, history, num_steps)
+    else:
+        loss = lambda th: _loss(problem, th)  # noqa: E731
+        with jax.numpy_dtype_promotion("standard"):
+            state = optimizer.init(theta)
+        update = jax.jit(lambda g, s, th, v: optimizer.update(g, s, th, value=v, grad=g, value_fn=loss))
+        for _ in range(num_steps):
+            value, grad = _loss_and_grad(problem, theta)
+            # optax mixes int32 step counts with Python floats (fails under strict promotion).
+            with jax.numpy_dtype_promotion("standard"):
+                updates, state = update(grad, state, theta, value)
+            theta = theta + updates
+            history.append(float(_loss(problem, theta)))
+    theta = theta.reshape(k, 10)
+    params = from_log_cholesky(theta)
+    report = identifiability(model, data, unknowns, params, tolerance=tolerance, **kwargs)
+    errors = parameter_errors(params, truth) if truth is not None else None
+    return IdentificationResult(
+        body_names=unknowns.labels(model),
+        parameters=params,
+        theta=theta,
+        model=model_with_estimates(model, unknowns, params),
+        loss_history=jnp.asarray(history, dtype),
+        identifiability=report,
+        errors=errors,
+    )
+
+
+def _least_squares_start(model, data, unknowns, residual, momentum_weights, dynamics_weights) -> InertialParameters:
+    """Unconstrained linear least-squares estimate (the residual is affine in the parameters),
+    projected onto physically consistent bodies by clipping the pseudo-inertia's eigenvalues."""
+    kwargs = dict(residual=residual, momentum_weights=momentum_weights, dynamics_weights=dynamics_weights)
+    nominal = _nominal(model, unknowns)
+    y = np.asarray(regressor(model, data, unknowns, nominal, **kwargs), np.float64)
+    r = np.asarray(residuals(model, data, unknowns, nominal, **kwargs), np.float64)
+    norms = np.linalg.norm(y, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    delta = np.linalg.lstsq(y / scale, -r, rcond=1e-10)[0] / scale
+    vector = np.asarray(nominal.vector(), np.float64) + delta.reshape(-1, 10)
+    pseudo = np.asarray(pseudo_inertia(InertialParameters.from_vector(jnp.asarray(vector))), np.float64)
+    nominal_pseudo = np.asarray(pseudo_inertia(nominal), np.float64)
+    fixed = []
+    for j, j0 in zip(pseudo, nominal_pseudo):
+        eig, vec = np.linalg.eigh(j)
+        floor = 1e-3 * np.linalg.eigvalsh(j0).min()
+        fixed.append((vec * np.maximum(eig, floor)) @ vec.T)
+    dtype = nominal.mass.dtype
+    return from_pseudo_inertia(jnp.asarray(np.stack(fixed), dtype))
+
+
+class _Problem(eqx.Module):
+    """Everything the loss depends on, as one pytree (so compiled code is reused across calls
+    with data of the same shapes)."""
+
+    model: Model
+    data: Dataset
+    theta0: Array
+    rho: Array
+    momentum_weights: Array | None
+    dynamics_weights: Array | None
+    unknowns: Unknowns = eqx.field(static=True)
+    residual: str = eqx.field(static=True)
+
+    def full_residual(self, theta: Array) -> Array:
+        k = self.unknowns.num_bodies
+        r = residuals(
+            self.model,
+            self.data,
+            self.unknowns,
+            from_log_cholesky(theta.reshape(k, 10)),
+            residual=self.residual,
+            momentum_weights=self.momentum_weights,
+            dynamics_weights=self.dynamics_weights,
+        )
+        return jnp.concatenate([r, jnp.sqrt(self.rho) * (theta - self.theta0)])
+
+
+@eqx.filter_jit
+def _loss(problem: _Problem, theta: Array) -> Array:
+    return 0.5 * jnp.sum(problem.full_residual(theta) ** 2)
+
+
+@eqx.filter_jit
+def _loss_and_grad(problem: _Problem, theta: Array) -> tuple[Array, Array]:
+    return jax.value_and_grad(lambda th: 0.5 * jnp.sum(problem.full_residual(th) ** 2))(theta)
+
+
+@eqx.filter_jit
+def _normal_equations(problem: _Problem, theta: Array) -> tuple[Array, Array]:
+    r, jac = problem.full_residual(theta), jax.jacfwd(problem.full_residual)(theta)
+    return jac.T @ jac, jac.T @ r
+
+
+@jax.jit
+def _damped_step(theta: Array, jtj: Array, jtr: Array, damping: Array) -> tuple[Array, Array]:
+    diag = jnp.diag(jtj) + jnp.finfo(theta.dtype).eps * (1.0 + jnp.max(jnp.diag(jtj)))
+    step = jnp.linalg.solve(jtj + damping * jnp.diag(diag), -jtr)
+    return theta + step, jnp.linalg.norm(step)
+
+
+def _levenberg_marquardt(problem: _Problem, theta: Array, history: list[float], num_steps: int):
+    """Levenberg-Marquardt with Marquardt's diagonal scaling and adaptive damping."""
+    damping = 1e-3
+    current = history[-1]
+    for _ in range(num_steps):
+        jtj, jtr = _normal_equations(problem, theta)
+        for _ in range(30):
+            candidate, size = _damped_step(theta, jtj, jtr, jnp.asarray(damping, theta.dtype))
+            value = float(_loss(problem, candidate))
+            if np.isfinite(value) and value <= current:
+                break
+            damping *= 10.0
+        else:
+            break
+        theta, current = candidate, value
+        damping = max(damping / 10.0, 1e-12)
+        history.append(current)
+        if float(size) < 1e-12 * (1.0 + float(jnp.linalg.norm(theta))):
+            break
+    return theta, history

@@ -1,0 +1,1071 @@
+"""Batch Monte-Carlo: many systems with sampled parameters, one compiled ``vmap``, sharded.
+
+A Monte-Carlo study has four parts:
+
+1. **Distributions** (:class:`Fixed`, :class:`Normal`, :class:`Uniform`, :class:`LogNormal`,
+   :class:`TruncatedNormal`): small pytree modules with a ``sample(key, dtype)`` method and a
+   known support (used to refuse impossible configurations before anything runs).
+2. An :class:`Uncertainty`: *model perturbations* applied in order to the nominal
+   :class:`~sdjax.Model` (:class:`Scale` a field by a positive factor, :class:`Offset` a
+   geometric field, :class:`InertiaRotation` of principal axes, a :class:`Payload` rigidly
+   attached to a link and merged by the parallel-axis rule) and free named *parameters*
+   (initial state, controller gains, disturbances) handed to the simulation. Every perturbed
+   model is physically valid by construction: masses stay positive, inertia tensors stay
+   symmetric, positive definite and satisfy the triangle inequality.
+3. A *simulation* ``simulate(model_i, params_i) -> result`` (any pytree, typically a
+   :class:`~sdjax.Trajectory`), e.g. the ready :class:`ControlScenario` (``sdjax.rollout``
+   under :class:`~sdjax.JointPD` or :class:`~sdjax.ComputedTorque` with sampled gains, a
+   constant base force/torque and joint-torque noise).
+4. *Metrics* ``{name: f(result, model_i, params_i) -> scalar}`` such as
+   :func:`final_attitude_error` and :func:`peak_joint_torque`.
+
+:func:`run_monte_carlo` draws sample ``i`` from ``jax.random.fold_in(jax.random.key(seed), i)``
+(then one ``fold_in`` per named item, keyed by a CRC32 of its name), so every sample, and
+therefore every result, is independent of the chunk size, of the number of devices and
+processes and of which other items are sampled. The batch is cut into chunks of equal size
+(the last one padded), each chunk is one call of a single ``jax.jit(jax.vmap(...))``
+program whose batch axis is sharded over a 1-D device mesh (``jax.sharding.NamedSharding``,
+axis ``"batch"``); with ``jax.distributed`` initialised the mesh spans every process's
+devices and each host builds only its own shards. Results come back as
+:class:`MonteCarloResults` (per-sample metrics, the sampled draws, ``summary()``,
+``save()``/``load()`` in a documented ``.npz`` layout, ``plot()``).
+
+Running on a GPU cluster (one process per host or per GPU, e.g. under SLURM)::
+
+    import jax, sdjax.montecarlo as mc
+    jax.distributed.initialize()            # reads SLURM / coordinator env; or pass
+    # coordinator_address="host0:1234", num_processes=P, process_id=p explicitly
+    res = mc.run_monte_carlo(model, uncertainty, scenario, metrics, num_samples=1_000_000,
+                             seed=0, chunk_size=65_536)     # all global GPUs, sharded
+    if jax.process_index() == 0:
+        res.save("mc.npz")
+
+Every process must run the same script with the same arguments; results are gathered to
+every process (``multihost_utils.process_allgather``), so every process holds the full
+metric arrays (B floats per metric: tiny compared with the simulation). On CPU-only hosts
+JAX's cross-process collectives use gloo (``jax_cpu_collectives_implementation``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from sdjax.control import ComputedTorque, JointPD
+from sdjax.dynamics import Controls
+from sdjax.integrate import Trajectory, rollout
+from sdjax.model import Model
+from sdjax.rotation import quat_conjugate, quat_multiply, rotation_vector_to_matrix
+from sdjax.state import State, make_state
+
+#: Percentiles reported by :meth:`MonteCarloResults.summary` by default.
+DEFAULT_PERCENTILES = (5.0, 50.0, 95.0)
+
+#: Version of the ``.npz`` layout written by :meth:`MonteCarloResults.save`.
+FILE_FORMAT = "sdjax.montecarlo/1"
+
+
+# ------------------------------------------------------------------------------------------
+# Distributions.
+
+
+def _param(owner: str, name: str, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{owner}: {name} must be real numbers ({err})") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{owner}: {name} must be finite, got {arr.tolist()}")
+    return arr
+
+
+def _shape(owner: str, params: dict[str, np.ndarray], shape: Any) -> tuple[int, ...]:
+    try:
+        common = np.broadcast_shapes(*(p.shape for p in params.values()))
+    except ValueError:
+        shapes = ", ".join(f"{k} {v.shape}" for k, v in params.items())
+        raise ValueError(f"{owner}: parameter shapes do not broadcast together ({shapes})") from None
+    if shape is None:
+        return tuple(common)
+    shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{owner}: shape must be non-negative, got {shape}")
+    try:
+        if np.broadcast_shapes(common, shape) != shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{owner}: parameters of shape {tuple(common)} do not broadcast to the requested shape {shape}") from None
+    return shape
+
+
+class Distribution(eqx.Module):
+    """Base class: ``sample(key, dtype) -> (*shape)`` array; ``support() -> (low, high)``."""
+
+    shape: tuple[int, ...] = eqx.field(static=True)
+
+    def sample(self, key: Array, dtype: Any) -> Array:
+        raise NotImplementedError
+
+    def support(self) -> tuple[float, float]:
+        """Bounds of the support, ``(low, high)`` (``-inf``/``inf`` if unbounded)."""
+        raise NotImplementedError
+
+    def is_positive(self) -> bool:
+        """True if every draw is ``> 0`` with certainty."""
+        return self.support()[0] > 0
+
+
+class Fixed(Distribution):
+    """A constant (no randomness): ``value`` broadcast to ``shape``."""
+
+    value: np.ndarray
+
+    def __init__(self, value: Any, shape: Any = None):
+        self.value = _param("Fixed", "value", value)
+        self.shape = _shape("Fixed", {"value": self.value}, shape)
+
+    def sample(self, key, dtype):
+        return jnp.broadcast_to(jnp.asarray(self.value, dtype), self.shape)
+
+    def support(self):
+        return float(np.min(self.value)), float(np.max(self.value))
+
+
+class Normal(Distribution):
+    """Gaussian ``mean + std * N(0, 1)``, elementwise; ``std >= 0``."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    def __init__(self, mean: Any = 0.0, std: Any = 1.0, shape: Any = None):
+        self.mean = _param("Normal", "mean", mean)
+        self.std = _param("Normal", "std", std)
+        if np.any(self.std < 0):
+            raise ValueError(f"Normal: std must be non-negative, got {self.std.tolist()}")
+        self.shape = _shape("Normal", {"mean": self.mean, "std": self.std}, shape)
+
+    def sample(self, key, dtype):
+        z = jax.random.normal(key, self.shape, dtype)
+        return jnp.asarray(self.mean, dtype) + jnp.asarray(self.std, dtype) * z
+
+    def support(self):
+        if np.all(self.std == 0):
+            return float(np.min(self.mean)), float(np.max(self.mean))
+        return -math.inf, math.inf
+
+
+class Uniform(Distribution):
+    """Uniform on ``[low, high)``, elementwise; ``low <= high``."""
+
+    low: np.ndarray
+    high: np.ndarray
+
+    def __init__(self, low: Any = 0.0, high: Any = 1.0, shape: Any = None):
+        self.low = _param("Uniform", "low", low)
+        self.high = _param("Uniform", "high", high)
+        self.shape = _shape("Uniform", {"low": self.low, "high": self.high}, shape)
+        if np.any(self.low > self.high):
+            raise ValueError(f"Uniform: low must not exceed high, got low={self.low.tolist()}, high={self.high.tolist()}")
+
+    def sample(self, key, dtype):
+        u = jax.random.uniform(key, self.shape, dtype)
+        low = jnp.asarray(self.low, dtype)
+        return low + (jnp.asarray(self.high, dtype) - low) * u
+
+    def support(self):
+        return float(np.min(self.low)), float(np.max(self.high))
+
+
+class LogNormal(Distribution):
+    """``median * exp(sigma * N(0, 1))``: positive; the natural law of a scale factor.
+
+    Arguments:
+        median: positive median (e.g. 1.0 for a relative factor).
+        sigma: standard deviation of the logarithm (about the relative spread for small sigma).
+    """
+
+    median: np.ndarray
+    sigma: np.ndarray
+
+    def __init__(self, median: Any = 1.0, sigma: Any = 0.1, shape: Any = None):
+        self.median = _param("LogNormal", "median", median)
+        self.sigma = _param("LogNormal", "sigma", sigma)
+        if np.any(self.median <= 0):
+            raise ValueError(f"LogNormal: median must be positive, got {self.median.tolist()}")
+        if np.any(self.sigma < 0):
+            raise ValueError(f"LogNormal: sigma must be non-negative, got {self.sigma.tolist()}")
+        self.shape = _shape("LogNormal", {"median": self.median, "sigma": self.sigma}, shape)
+
+    def sample(self, key, dtype):
+        z = jax.random.normal(key, self.shape, dtype)
+        return jnp.asarray(self.median, dtype) * jnp.exp(jnp.asarray(self.sigma, dtype) * z)
+
+    def support(self):
+        return 0.0 if np.any(self.sigma > 0) else float(np.min(self.median)), math.inf
+
+    def is_positive(self):
+        return True  # exp(.) > 0; the infimum 0 is never reached
+
+
+class TruncatedNormal(Distribution):
+    """Gaussian ``mean + std * N(0, 1)`` conditioned on ``low <= x <= high``; ``std > 0``."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+    def __init__(self, mean: Any, std: Any, low: Any, high: Any, shape: Any = None):
+        self.mean = _param("TruncatedNormal", "mean", mean)
+        self.std = _param("TruncatedNormal", "std", std)
+        self.low = np.asarray(low, np.float64)
+        self.high = np.asarray(high, np.float64)
+        if np.any(np.isnan(self.low)) or np.any(np.isnan(self.high)):
+            raise ValueError("TruncatedNormal: low and high must not be NaN")
+        if np.any(self.std <= 0):
+            raise ValueError(f"TruncatedNormal: std must be positive, got {self.std.tolist()}")
+        if np.any(self.low >= self.high):
+            raise ValueError(f"TruncatedNormal: impossible limits, low must be below high (low={self.low.tolist()}, high={self.high.tolist()})")
+        params = {"mean": self.mean, "std": self.std, "low": self.low, "high": self.high}
+        self.shape = _shape("TruncatedNormal", params, shape)
+
+    def sample(self, key, dtype):
+        mean, std = jnp.asarray(self.mean, dtype), jnp.asarray(self.std, dtype)
+        lo = (jnp.asarray(self.low, dtype) - mean) / std
+        hi = (jnp.asarray(self.high, dtype) - mean) / std
+        return mean + std * jax.random.truncated_normal(key, lo, hi, self.shape, dtype)
+
+    def support(self):
+        return float(np.min(self.low)), float(np.max(self.high))
+
+
+def _as_distribution(owner: str, value: Any) -> Distribution:
+    if isinstance(value, Distribution):
+        return value
+    if isinstance(value, eqx.Module):
+        raise ValueError(f"{owner}: expected a Distribution (Normal, Uniform, ...), got {type(value).__name__}")
+    return Fixed(value)
+
+
+# ------------------------------------------------------------------------------------------
+# Model perturbations.
+
+_MASS_FIELDS = ("base_mass", "link_mass")
+_INERTIA_FIELDS = ("base_inertia", "link_inertia")
+_NON_NEGATIVE_FIELDS = ("joint_stiffness", "joint_damping")
+_GEOMETRY_FIELDS = (
+    "parent_centroid_to_joint",
+    "centroid_to_joint",
+    "joint_rpy",
+    "centroid_to_end_point",
+    "end_point_rpy",
+    "gravity",
+)
+_ARRAY_FIELDS = _MASS_FIELDS + _INERTIA_FIELDS + _NON_NEGATIVE_FIELDS + _GEOMETRY_FIELDS
+
+
+def _check_field(owner: str, field: str, allowed: Sequence[str]) -> str:
+    if field not in allowed:
+        raise ValueError(f"{owner}: field {field!r} cannot be perturbed this way; choose one of {list(allowed)}")
+    return field
+
+
+class Perturbation(eqx.Module):
+    """Base class of model perturbations: ``draw(key, model, dtype) -> {name: array}`` (what
+    is recorded) and ``apply(model, draw) -> Model``; ``check(model)`` validates against the
+    nominal model before anything is compiled."""
+
+    def check(self, model: Model) -> None:
+        pass
+
+    def draw(self, key: Array, model: Model, dtype: Any) -> dict[str, Array]:
+        raise NotImplementedError
+
+    def apply(self, model: Model, draw: dict[str, Array]) -> Model:
+        raise NotImplementedError
+
+
+def _factor_shape(owner: str, field: str, factor_shape: tuple[int, ...], field_shape: tuple[int, ...], inertia: bool) -> None:
+    if inertia:
+        allowed = [(), field_shape[:-2]] if field_shape[:-2] else [()]
+        if factor_shape not in allowed:
+            raise ValueError(
+                f"{owner}: a factor on {field} must be a scalar or one per body, shape "
+                f"{' or '.join(str(s) for s in allowed)}, got {factor_shape} (per-entry factors would break the tensor)"
+            )
+        return
+    if factor_shape != field_shape[: len(factor_shape)]:
+        raise ValueError(
+            f"{owner}: factor shape {factor_shape} does not match Model.{field} of shape {field_shape} "
+            "(give a scalar, or a leading part of the field's shape)"
+        )
+
+
+class Scale(Perturbation):
+    """Multiply ``Model.<field>`` by a sampled factor (elementwise, broadcast from the left).
+
+    For masses and inertias the factor must be positive with certainty (e.g. :class:`LogNormal`,
+    a :class:`Uniform` with ``low > 0``, a :class:`TruncatedNormal` with ``low > 0``); inertia
+    factors are a scalar or one per body (``(n,)`` for ``link_inertia``), so every tensor keeps
+    its principal axes and stays physically valid.
+
+    Attributes:
+        field: static name of a Model array field.
+        factor: the factor's distribution; its shape is ``()`` or a leading part of the field's
+            shape (``(n,)`` = one factor per link).
+    """
+
+    field: str = eqx.field(static=True)
+    factor: Distribution
+
+    def __init__(self, field: str, factor: Any):
+        self.field = _check_field("Scale", field, _ARRAY_FIELDS)
+        self.factor = _as_distribution(f"Scale({field})", factor)
+        low, _ = self.factor.support()
+        if field in _MASS_FIELDS + _INERTIA_FIELDS and not self.factor.is_positive():
+            raise ValueError(
+                f"Scale({field}): impossible limits, the factor can reach {low} <= 0, which would make a mass or "
+                "inertia non-positive; use LogNormal, Uniform(low > 0) or TruncatedNormal(low > 0)"
+            )
+        if field in _NON_NEGATIVE_FIELDS and not low >= 0:
+            raise ValueError(f"Scale({field}): the factor can reach {low} < 0, which would make {field} negative")
+
+    def check(self, model):
+        field_shape = tuple(getattr(model, self.field).shape)
+        _factor_shape(f"Scale({self.field})", self.field, self.factor.shape, field_shape, self.field in _INERTIA_FIELDS)
+
+    def draw(self, key, model, dtype):
+        return {"factor": self.factor.sample(key, dtype)}
+
+    def apply(self, model, draw):
+        value = getattr(model, self.field)
+        factor = draw["factor"]
+        factor = jnp.reshape(factor, factor.shape + (1,) * (value.ndim - factor.ndim))
+        return eqx.tree_at(lambda m: getattr(m, self.field), model, value * factor)
+
+
+class Offset(Perturbation):
+    """Add a sampled offset to a geometric ``Model.<field>`` (joint/centroid/end-point vectors
+    in m, RPY angles in rad, gravity in m/s^2), or to stiffness/damping if it cannot make them
+    negative. Masses and inertias are changed with :class:`Scale` or :class:`Payload`.
+
+    Attributes:
+        field: static field name.
+        delta: distribution whose shape broadcasts to the field's shape.
+    """
+
+    field: str = eqx.field(static=True)
+    delta: Distribution
+
+    def __init__(self, field: str, delta: Any):
+        if field in _MASS_FIELDS + _INERTIA_FIELDS:
+            raise ValueError(f"Offset({field}): an additive offset can make a mass or inertia invalid; use Scale, InertiaRotation or Payload")
+        self.field = _check_field("Offset", field, _GEOMETRY_FIELDS + _NON_NEGATIVE_FIELDS)
+        self.delta = _as_distribution(f"Offset({field})", delta)
+
+    def check(self, model):
+        field_shape = tuple(getattr(model, self.field).shape)
+        try:
+            ok = np.broadcast_shapes(self.delta.shape, field_shape) == field_shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"Offset({self.field}): delta of shape {self.delta.shape} does not broadcast to Model.{self.field} of shape {field_shape}")
+        if self.field in _NON_NEGATIVE_FIELDS:
+            values = np.asarray(getattr(model, self.field), np.float64)
+            low = self.delta.support()[0] + (float(np.min(values)) if values.size else 0.0)
+            if not low >= 0:
+                raise ValueError(f"Offset({self.field}): the offset can make {self.field} negative (down to {low})")
+
+    def draw(self, key, model, dtype):
+        return {"delta": self.delta.sample(key, dtype)}
+
+    def apply(self, model, draw):
+        value = getattr(model, self.field)
+        return eqx.tree_at(lambda m: getattr(m, self.field), model, value + draw["delta"])
+
+
+class InertiaRotation(Perturbation):
+    """Rotate the principal axes of inertia tensors: ``I' = R I R^T`` with
+    ``R = exp(skew(phi))``; principal moments are unchanged, so tensors stay valid.
+
+    Attributes:
+        field: ``"link_inertia"`` (``phi`` of shape ``(n, 3)`` or ``(3,)``, shared) or
+            ``"base_inertia"`` (``phi`` of shape ``(3,)``).
+        angle: distribution of the rotation vector ``phi``, rad (body frame of each tensor).
+    """
+
+    field: str = eqx.field(static=True)
+    angle: Distribution
+
+    def __init__(self, field: str, angle: Any):
+        self.field = _check_field("InertiaRotation", field, _INERTIA_FIELDS)
+        self.angle = _as_distribution(f"InertiaRotation({field})", angle)
+
+    def check(self, model):
+        batch = tuple(getattr(model, self.field).shape[:-2])
+        allowed = {(3,), batch + (3,)}
+        if self.angle.shape not in allowed:
+            raise ValueError(f"InertiaRotation({self.field}): rotation vectors must have shape {' or '.join(map(str, sorted(allowed)))}, got {self.angle.shape}")
+
+    def draw(self, key, model, dtype):
+        return {"rotation_vector": self.angle.sample(key, dtype)}
+
+    def apply(self, model, draw):
+        value = getattr(model, self.field)
+        rot = rotation_vector_to_matrix(draw["rotation_vector"])
+        rotated = rot @ value @ jnp.swapaxes(rot, -1, -2)
+        return eqx.tree_at(lambda m: getattr(m, self.field), model, 0.5 * (rotated + jnp.swapaxes(rotated, -1, -2)))
+
+
+class Payload(Perturbation):
+    """A rigid payload attached to a link, merged into it by the parallel-axis rule.
+
+    The link's mass becomes ``m + mp``; its centroid moves by ``d = mp r / (m + mp)`` (link
+    frame), so ``centroid_to_joint``, the link's end-point vectors and its children's
+    ``parent_centroid_to_joint`` shift by ``-d``; its inertia about the new centroid is
+    ``I + m (|d|^2 E - d d^T) + mp k^2 E + mp (|r - d|^2 E - (r - d)(r - d)^T)``
+    (a payload of gyration radius ``k``: a sphere-like body, valid for any ``k >= 0``).
+
+    Attributes:
+        link: static link index 1..n (the base cannot carry a payload here).
+        mass: distribution of the payload mass ``mp >= 0``, kg.
+        offset: ``(3,)`` distribution of ``r``, payload centroid from the link centroid, link
+            frame, m.
+        radius_of_gyration: distribution of ``k >= 0``, m (default 0: a point mass).
+    """
+
+    link: int = eqx.field(static=True)
+    mass: Distribution
+    offset: Distribution
+    radius_of_gyration: Distribution
+
+    def __init__(self, link: int, mass: Any, offset: Any = (0.0, 0.0, 0.0), radius_of_gyration: Any = 0.0):
+        if isinstance(link, bool) or not isinstance(link, (int, np.integer)):
+            raise ValueError(f"Payload: link must be an int (1..n), got {link!r}")
+        self.link = int(link)
+        self.mass = _as_distribution("Payload: mass", mass)
+        self.offset = _as_distribution("Payload: offset", offset)
+        self.radius_of_gyration = _as_distribution("Payload: radius_of_gyration", radius_of_gyration)
+        if self.mass.shape != ():
+            raise ValueError(f"Payload: mass must be a scalar distribution, got shape {self.mass.shape}")
+        if self.offset.shape != (3,):
+            raise ValueError(f"Payload: offset must have shape (3,), got {self.offset.shape}")
+        if self.radius_of_gyration.shape != ():
+            raise ValueError(f"Payload: radius_of_gyration must be a scalar distribution, got shape {self.radius_of_gyration.shape}")
+        if not self.mass.support()[0] >= 0:
+            raise ValueError(f"Payload: impossible limits, the payload mass can reach {self.mass.support()[0]} < 0")
+        if not self.radius_of_gyration.support()[0] >= 0:
+            raise ValueError(f"Payload: the radius of gyration can reach {self.radius_of_gyration.support()[0]} < 0")
+
+    def check(self, model):
+        if not 1 <= self.link <= model.num_joints:
+            raise ValueError(f"Payload: link {self.link} does not exist; expected 1..{model.num_joints}")
+
+    def draw(self, key, model, dtype):
+        k1, k2, k3 = jax.random.split(key, 3)
+        return {
+            "mass": self.mass.sample(k1, dtype),
+            "offset": self.offset.sample(k2, dtype),
+            "radius_of_gyration": self.radius_of_gyration.sample(k3, dtype),
+        }
+
+    def apply(self, model, draw):
+        k = self.link - 1
+        mp, r, gyr = draw["mass"], draw["offset"], draw["radius_of_gyration"]
+        m = model.link_mass[k]
+        total = m + mp
+        d = mp * r / total
+        eye = jnp.eye(3, dtype=r.dtype)
+
+        def shift(v):  # inertia of a point mass at v about the origin, per unit mass
+            return jnp.dot(v, v) * eye - jnp.outer(v, v)
+
+        inertia = model.link_inertia[k] + m * shift(d) + mp * gyr**2 * eye + mp * shift(r - d)
+        children = [j for j, p in enumerate(model.parent) if p == self.link]
+        ends = [e for e, link in enumerate(model.end_point_link) if link == self.link]
+        pcj = model.parent_centroid_to_joint
+        if children:
+            pcj = pcj.at[jnp.asarray(children)].add(-d)
+        ce = model.centroid_to_end_point
+        if ends:
+            ce = ce.at[jnp.asarray(ends)].add(-d)
+        return eqx.tree_at(
+            lambda mm: (mm.link_mass, mm.link_inertia, mm.centroid_to_joint, mm.parent_centroid_to_joint, mm.centroid_to_end_point),
+            model,
+            (
+                model.link_mass.at[k].set(total),
+                model.link_inertia.at[k].set(0.5 * (inertia + inertia.T)),
+                model.centroid_to_joint.at[k].add(-d),
+                pcj,
+                ce,
+            ),
+        )
+
+
+def _name_key(key: Array, name: str) -> Array:
+    """A key for one named item: independent of the other items and their order."""
+    return jax.random.fold_in(key, zlib.crc32(name.encode()) & 0x7FFFFFFF)
+
+
+class Uncertainty(eqx.Module):
+    """What is random in a study: model perturbations (applied in order) and named parameters.
+
+    Arguments:
+        model: mapping (or sequence of pairs) ``name -> Perturbation``; names label the
+            recorded draws (``"model/<name>/<item>"``).
+        parameters: mapping ``name -> Distribution`` (or constant), handed to the simulation
+            as ``params[name]`` and recorded as ``"param/<name>"``.
+    """
+
+    model_names: tuple[str, ...] = eqx.field(static=True)
+    perturbations: tuple[Perturbation, ...]
+    parameters: dict[str, Distribution]
+
+    def __init__(self, model: Mapping[str, Perturbation] | Sequence[tuple[str, Perturbation]] | None = None, parameters: Mapping[str, Any] | None = None):
+        pairs = list(model.items()) if isinstance(model, Mapping) else list(model or ())
+        for name, pert in pairs:
+            if not isinstance(name, str) or not name or "/" in name:
+                raise ValueError(f"Uncertainty: model perturbation names must be non-empty strings without '/', got {name!r}")
+            if not isinstance(pert, Perturbation):
+                raise ValueError(f"Uncertainty: model[{name!r}] must be a Perturbation (Scale, Offset, InertiaRotation, Payload), got {type(pert).__name__}")
+        names = [n for n, _ in pairs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Uncertainty: repeated model perturbation names {names}")
+        self.model_names = tuple(names)
+        self.perturbations = tuple(p for _, p in pairs)
+        params = {}
+        for name, dist in dict(parameters or {}).items():
+            if not isinstance(name, str) or not name or "/" in name:
+                raise ValueError(f"Uncertainty: parameter names must be non-empty strings without '/', got {name!r}")
+            params[name] = _as_distribution(f"Uncertainty: parameters[{name!r}]", dist)
+        self.parameters = params
+
+    def check(self, model: Model) -> None:
+        """Validate every perturbation against the nominal ``model`` (shapes, link indices)."""
+        if not isinstance(model, Model):
+            raise ValueError(f"Uncertainty: expected a sdjax.Model, got {type(model).__name__}")
+        for pert in self.perturbations:
+            pert.check(model)
+
+    def sample(self, model: Model, key: Array, index: Any) -> tuple[Model, dict[str, Array], dict[str, Array]]:
+        """Sample ``index`` (an int, traceable) of the study with root ``key``.
+
+        Returns:
+            ``(model_i, params_i, draws_i)``: the perturbed model, the parameter dict and
+            every draw keyed ``"model/<name>/<item>"`` / ``"param/<name>"``.
+        """
+        dtype = model.dtype
+        key = jax.random.fold_in(key, index)
+        draws: dict[str, Array] = {}
+        for name, pert in zip(self.model_names, self.perturbations):
+            drawn = pert.draw(_name_key(key, "model/" + name), model, dtype)
+            model = pert.apply(model, drawn)
+            draws.update({f"model/{name}/{item}": value for item, value in drawn.items()})
+        params = {name: dist.sample(_name_key(key, "param/" + name), dtype) for name, dist in self.parameters.items()}
+        draws.update({f"param/{name}": value for name, value in params.items()})
+        return model, params, draws
+
+
+# ------------------------------------------------------------------------------------------
+# A ready scenario: rollout under a joint controller with disturbances.
+
+#: Parameter names a :class:`ControlScenario` reads from ``params`` (all optional).
+SCENARIO_PARAMETERS = {
+    "q0": "(n,) initial joint positions, rad or m",
+    "qd0": "(n,) initial joint rates",
+    "base_linear_velocity0": "(3,) initial base velocity, inertial frame, m/s",
+    "base_angular_velocity0": "(3,) initial base angular velocity, inertial frame, rad/s",
+    "q_goal": "(n,) joint set point",
+    "kp": "() or (n,) proportional gain (JointPD: N m/rad; ComputedTorque: 1/s^2)",
+    "kd": "() or (n,) derivative gain (JointPD: N m s/rad; ComputedTorque: 1/s)",
+    "base_force": "(3,) constant disturbance force on the base centroid, inertial frame, N",
+    "base_torque": "(3,) constant disturbance torque on the base, inertial frame, N m",
+    "tau_bias": "(n,) constant joint torque disturbance, N m",
+    "tau_noise": "(num_steps, n) joint torque noise added at each step, N m",
+}
+
+
+class _ScenarioLaw(eqx.Module):
+    controller: Any
+    base_force: Array
+    base_torque: Array
+    tau_bias: Array
+    tau_noise: Array | None
+    torque_limit: Array | None
+    dt: Array
+    num_end_points: int = eqx.field(static=True)
+
+    def __call__(self, t: Array, state: State) -> Controls:
+        tau = self.controller(t, state)
+        if self.torque_limit is not None:
+            tau = jnp.clip(tau, -self.torque_limit, self.torque_limit)
+        tau = tau + self.tau_bias
+        if self.tau_noise is not None:
+            k = jnp.clip(jnp.round(t / self.dt).astype(jnp.int32), 0, self.tau_noise.shape[0] - 1)
+            tau = tau + self.tau_noise[k]
+        zeros = jnp.zeros((self.num_end_points, 3), tau.dtype)
+        return Controls(tau=tau, base_force=self.base_force, base_torque=self.base_torque, end_point_force=zeros, end_point_torque=zeros)
+
+
+class ControlScenario(eqx.Module):
+    """``sdjax.rollout`` of a sampled system under a joint controller with disturbances.
+
+    The nominal values below are overridden by the parameters named in
+    :data:`SCENARIO_PARAMETERS` when the :class:`Uncertainty` samples them. The controller
+    output (saturated at ``torque_limit`` if given: an actuator limit, not a hidden clip) is
+    added to ``tau_bias`` and the per-step ``tau_noise[k]``.
+
+    Attributes:
+        nominal_model: the controller's model for ``"computed_torque"`` (the plant is the
+            sampled model, so the controller does not know the sampled errors).
+        initial_state: nominal :class:`~sdjax.State` at ``t = 0``.
+        q_goal: ``(n,)`` joint set point.
+        kp, kd: nominal gains (see :data:`SCENARIO_PARAMETERS` for units).
+        dt: step, s. num_steps: static number of RK4 steps.
+        controller: static ``"pd"`` (:class:`~sdjax.JointPD`) or ``"computed_torque"``
+            (:class:`~sdjax.ComputedTorque`, floating mode, nominal model).
+        torque_limit: ``None`` or positive ``()``/``(n,)`` actuator limit, N m.
+    """
+
+    nominal_model: Model
+    initial_state: State
+    q_goal: Array
+    kp: Array
+    kd: Array
+    dt: Array
+    torque_limit: Array | None
+    num_steps: int = eqx.field(static=True)
+    controller: str = eqx.field(static=True)
+
+    def __init__(self, model: Model, *, q_goal: Any, kp: Any, kd: Any, dt: Any, num_steps: int, initial_state: State | None = None, controller: str = "pd", torque_limit: Any = None):
+        n = model.num_joints
+        dtype = model.dtype
+        if controller not in ("pd", "computed_torque"):
+            raise ValueError(f"ControlScenario: unknown controller {controller!r}; choose 'pd' or 'computed_torque'")
+        if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+            raise ValueError(f"ControlScenario: num_steps must be a positive int, got {num_steps!r}")
+        if not float(dt) > 0 or not math.isfinite(float(dt)):
+            raise ValueError(f"ControlScenario: dt must be positive and finite, got {dt!r}")
+        self.nominal_model = model
+        self.initial_state = make_state(model) if initial_state is None else initial_state
+        self.q_goal = _vector("ControlScenario: q_goal", q_goal, (n,), dtype)
+        self.kp = _gain_array("ControlScenario: kp", kp, n, dtype)
+        self.kd = _gain_array("ControlScenario: kd", kd, n, dtype)
+        self.dt = jnp.asarray(dt, dtype)
+        self.num_steps = int(num_steps)
+        self.controller = controller
+        if torque_limit is None:
+            self.torque_limit = None
+        else:
+            limit = _gain_array("ControlScenario: torque_limit", torque_limit, n, dtype)
+            if not np.all(np.asarray(limit) > 0):
+                raise ValueError(f"ControlScenario: impossible torque_limit {np.asarray(limit).tolist()}; limits must be positive")
+            self.torque_limit = limit
+
+    def check_parameters(self, params: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` for a parameter of the wrong shape (shapes only; traceable)."""
+        n = self.nominal_model.num_joints
+        shapes = {
+            "q0": [(n,)], "qd0": [(n,)], "base_linear_velocity0": [(3,)], "base_angular_velocity0": [(3,)],
+            "q_goal": [(n,)], "kp": [(), (n,)], "kd": [(), (n,)], "base_force": [(3,)], "base_torque": [(3,)],
+            "tau_bias": [(n,)], "tau_noise": [(self.num_steps, n)],
+        }  # fmt: skip
+        for name, value in params.items():
+            if name in shapes and tuple(jnp.shape(value)) not in shapes[name]:
+                raise ValueError(f"ControlScenario: parameter {name!r} has shape {tuple(jnp.shape(value))}; expected {' or '.join(map(str, shapes[name]))} ({SCENARIO_PARAMETERS[name]})")
+
+    def __call__(self, model: Model, params: Mapping[str, Array]) -> Trajectory:
+        """Simulate one sample; ``model`` is the sampled plant. Returns a :class:`~sdjax.Trajectory`."""
+        self.check_parameters(params)
+        dtype = model.dtype
+        s0 = self.initial_state
+        get = lambda name, default: jnp.asarray(params[name], dtype) if name in params else default  # noqa: E731
+        state = State(
+            base_position=s0.base_position,
+            base_quaternion=s0.base_quaternion,
+            base_linear_velocity=get("base_linear_velocity0", s0.base_linear_velocity),
+            base_angular_velocity=get("base_angular_velocity0", s0.base_angular_velocity),
+            q=get("q0", s0.q),
+            qd=get("qd0", s0.qd),
+        )
+        kp, kd, goal = get("kp", self.kp), get("kd", self.kd), get("q_goal", self.q_goal)
+        reference = (goal, jnp.zeros_like(goal))
+        if self.controller == "pd":
+            controller = JointPD(kp, kd, reference)
+        else:
+            controller = ComputedTorque(self.nominal_model, kp, kd, reference)
+        n = model.num_joints
+        zeros3 = jnp.zeros((3,), dtype)
+        law = _ScenarioLaw(
+            controller=controller,
+            base_force=get("base_force", zeros3),
+            base_torque=get("base_torque", zeros3),
+            tau_bias=get("tau_bias", jnp.zeros((n,), dtype)),
+            tau_noise=get("tau_noise", None) if "tau_noise" in params else None,
+            torque_limit=self.torque_limit,
+            dt=self.dt,
+            num_end_points=model.num_end_points,
+        )
+        return rollout(model, state, self.dt, self.num_steps, law)
+
+
+def _vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
+    arr = jnp.asarray(value, dtype)
+    if arr.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {arr.shape}")
+    return arr
+
+
+def _gain_array(name: str, value: Any, n: int, dtype: Any) -> Array:
+    arr = jnp.asarray(value, dtype)
+    if arr.shape not in ((), (n,)):
+        raise ValueError(f"{name}: expected a scalar or shape ({n},), got {arr.shape}")
+    if not np.all(np.isfinite(np.asarray(arr))) or np.any(np.asarray(arr) < 0):
+        raise ValueError(f"{name}: must be finite and non-negative, got {np.asarray(arr).tolist()}")
+    return arr
+
+
+# ------------------------------------------------------------------------------------------
+# Metrics of a Trajectory.
+
+
+def final_attitude_error(traj: Trajectory, model: Model = None, params: Any = None) -> Array:
+    """Angle of the base rotation from the initial to the final attitude, rad, in ``[0, pi]``."""
+    quats = traj.states.base_quaternion
+    rel = quat_multiply(quat_conjugate(quats[0]), quats[-1])
+    vec_sq = jnp.sum(rel[:3] ** 2)
+    vec_norm = jnp.where(vec_sq > 0, jnp.sqrt(jnp.where(vec_sq > 0, vec_sq, 1.0)), 0.0)  # NaN-free gradient at 0
+    return 2.0 * jnp.arctan2(vec_norm, jnp.abs(rel[3]))
+
+
+def peak_joint_torque(traj: Trajectory, model: Model = None, params: Any = None) -> Array:
+    """Largest applied joint torque magnitude over the run, ``max |tau|``, N m (or N)."""
+    return jnp.max(jnp.abs(traj.controls.tau))
+
+
+def final_base_drift(traj: Trajectory, model: Model = None, params: Any = None) -> Array:
+    """Distance of the final base centroid from the initial one, m."""
+    delta = traj.states.base_position[-1] - traj.states.base_position[0]
+    return jnp.sqrt(jnp.sum(delta**2))
+
+
+def final_joint_error(q_goal: Any) -> Callable[..., Array]:
+    """A metric: ``max_i |q_i(T) - q_goal_i|`` (uses ``params["q_goal"]`` when sampled)."""
+    goal = np.asarray(q_goal, np.float64)
+
+    def metric(traj: Trajectory, model: Model = None, params: Any = None) -> Array:
+        q = traj.states.q[-1]
+        target = params["q_goal"] if params is not None and "q_goal" in params else jnp.asarray(goal, q.dtype)
+        return jnp.max(jnp.abs(q - target))
+
+    return metric
+
+
+# ------------------------------------------------------------------------------------------
+# Results.
+
+
+class MonteCarloResults:
+    """Per-sample metrics and draws of a study.
+
+    Attributes:
+        metrics: ``{name: (B,) float64 array}``.
+        draws: ``{"model/<name>/<item>" or "param/<name>": (B, ...) array}`` (empty if the run
+            used ``keep_draws=False``).
+        seed: root seed. num_samples: ``B``.
+        info: run facts (model name, chunk size, devices, processes, compile and run times,
+            ``samples_per_s``, ``steps_per_s`` where the simulation has ``num_steps``).
+
+    File layout (:meth:`save`, ``numpy.savez_compressed``, no pickles): ``metric/<name>`` (B,),
+    ``draw/<key>`` (B, ...), and ``meta`` a 0-d unicode array holding JSON
+    ``{"format": "sdjax.montecarlo/1", "seed", "num_samples", "metric_names", "draw_names", "info"}``.
+    """
+
+    def __init__(self, metrics: dict[str, np.ndarray], draws: dict[str, np.ndarray], seed: int, num_samples: int, info: dict | None = None):
+        self.metrics = {k: np.asarray(v) for k, v in metrics.items()}
+        self.draws = {k: np.asarray(v) for k, v in draws.items()}
+        self.seed = int(seed)
+        self.num_samples = int(num_samples)
+        self.info = dict(info or {})
+
+    def summary(self, percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> dict[str, dict[str, float]]:
+        """``{metric: {"mean", "std", "min", "p5", "p50", "p95", "max", "nonfinite"}}`` over
+        the finite samples (``nonfinite`` counts the others, e.g. diverged runs)."""
+        pcts = [float(p) for p in percentiles]
+        if any(not 0 <= p <= 100 for p in pcts):
+            raise ValueError(f"summary: percentiles must lie in [0, 100], got {pcts}")
+        out = {}
+        for name, values in self.metrics.items():
+            finite = values[np.isfinite(values)]
+            row: dict[str, float] = {"nonfinite": float(values.size - finite.size)}
+            if finite.size:
+                row.update(mean=float(np.mean(finite)), std=float(np.std(finite)), min=float(np.min(finite)), max=float(np.max(finite)))
+                row.update({f"p{p:g}": float(np.percentile(finite, p)) for p in pcts})
+            else:
+                row.update(mean=math.nan, std=math.nan, min=math.nan, max=math.nan)
+                row.update({f"p{p:g}": math.nan for p in pcts})
+            out[name] = row
+        return out
+
+    def summary_table(self, percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
+        """The summary as a fixed-width text table (one row per metric)."""
+        summary = self.summary(percentiles)
+        cols = ["mean", "std", "min"] + [f"p{float(p):g}" for p in percentiles] + ["max", "nonfinite"]
+        width = max([len("metric")] + [len(k) for k in summary])
+        lines = [f"{'metric':<{width}} " + " ".join(f"{c:>11}" for c in cols)]
+        for name, row in summary.items():
+            lines.append(f"{name:<{width}} " + " ".join(f"{row[c]:>11.4g}" for c in cols))
+        return "\n".join(lines)
+
+    def save(self, path: Any) -> None:
+        """Write the results as ``.npz`` (layout in the class docstring)."""
+        meta = {
+            "format": FILE_FORMAT,
+            "seed": self.seed,
+            "num_samples": self.num_samples,
+            "metric_names": list(self.metrics),
+            "draw_names": list(self.draws),
+            "info": self.info,
+        }
+        arrays = {f"metric/{k}": v for k, v in self.metrics.items()}
+        arrays.update({f"draw/{k}": v for k, v in self.draws.items()})
+        arrays["meta"] = np.array(json.dumps(meta))
+        np.savez_compressed(path, **arrays)
+
+    @classmethod
+    def load(cls, path: Any) -> MonteCarloResults:
+        """Read a file written by :meth:`save` (no pickles are loaded)."""
+        with np.load(path, allow_pickle=False) as data:
+            if "meta" not in data.files:
+                raise ValueError(f"MonteCarloResults.load: {path} has no 'meta' entry; not a sdjax Monte-Carlo file")
+            meta = json.loads(str(data["meta"]))
+            if meta.get("format") != FILE_FORMAT:
+                raise ValueError(f"MonteCarloResults.load: unsupported format {meta.get('format')!r}; expected {FILE_FORMAT!r}")
+            metrics = {k: data[f"metric/{k}"] for k in meta["metric_names"]}
+            draws = {k: data[f"draw/{k}"] for k in meta["draw_names"]}
+        return cls(metrics, draws, meta["seed"], meta["num_samples"], meta["info"])
+
+    def plot(self, metrics: Sequence[str] | None = None, bins: int = 40, percentiles: Sequence[float] = DEFAULT_PERCENTILES):
+        """Histograms of the metrics with percentile lines; returns the matplotlib figure."""
+        import matplotlib.pyplot as plt
+
+        names = list(self.metrics) if metrics is None else list(metrics)
+        for name in names:
+            if name not in self.metrics:
+                raise ValueError(f"plot: unknown metric {name!r}; available: {list(self.metrics)}")
+        cols = min(3, max(1, len(names)))
+        rows = max(1, math.ceil(len(names) / cols))
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+        for ax, name in zip(axes.flat, names):
+            values = self.metrics[name]
+            values = values[np.isfinite(values)]
+            ax.hist(values, bins=bins, color="tab:blue", alpha=0.8)
+            for p, style in zip(percentiles, ("--", "-", "--", ":", ":")):
+                if values.size:
+                    ax.axvline(np.percentile(values, p), color="k", linestyle=style, linewidth=1, label=f"p{float(p):g}")
+            ax.set_title(name)
+            ax.set_ylabel("samples")
+        for ax in list(axes.flat)[len(names) :]:
+            ax.set_visible(False)
+        if names:
+            axes.flat[0].legend(fontsize=8)
+        fig.suptitle(f"Monte Carlo: B = {self.num_samples}, seed = {self.seed}")
+        fig.tight_layout()
+        return fig
+
+    def __repr__(self) -> str:
+        return f"MonteCarloResults(num_samples={self.num_samples}, seed={self.seed}, metrics={list(self.metrics)}, draws={len(self.draws)})"
+
+
+# ------------------------------------------------------------------------------------------
+# The engine.
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"run_monte_carlo: {name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"run_monte_carlo: {name} must be >= {minimum}, got {value}" + (" (empty batch)" if name == "num_samples" else ""))
+    return int(value)
+
+
+def run_monte_carlo(
+    model: Model,
+    uncertainty: Uncertainty,
+    simulate: Callable[[Model, dict[str, Array]], Any],
+    metrics: Mapping[str, Callable[..., Array]],
+    *,
+    num_samples: int,
+    seed: int = 0,
+    chunk_size: int | None = None,
+    devices: Sequence[Any] | None = None,
+    progress: bool = True,
+    keep_draws: bool | Sequence[str] = True,
+) -> MonteCarloResults:
+    """Simulate ``num_samples`` sampled systems and evaluate the metrics of each.
+
+    Sample ``i`` uses the key ``fold_in(key(seed), i)``: results do not depend on
+    ``chunk_size``, ``devices`` or the number of processes (up to floating-point round-off of
+    batched vs unbatched kernels, ~1e-15 relative in float64).
+
+    Arguments:
+        model: nominal system (its dtype sets the dtype of every draw).
+        uncertainty: the :class:`Uncertainty` (perturbations of the model, parameters).
+        simulate: ``(model_i, params_i) -> result`` (pure, traceable), e.g. a :class:`ControlScenario`.
+        metrics: ``{name: f(result, model_i, params_i) -> scalar}`` (non-empty).
+        num_samples: ``B >= 1``.
+        seed: root seed (int).
+        chunk_size: samples per compiled call (default: all, at most 4096); rounded up to a
+            multiple of the number of devices; the last chunk is padded (padding discarded).
+        devices: devices of the 1-D ``"batch"`` mesh (default ``jax.devices()``: every
+            device of every process when ``jax.distributed`` is initialised).
+        progress: show a tqdm progress bar over chunks.
+        keep_draws: return every sampled draw (``(B, ...)`` arrays; True), none (False) or
+            only those named (e.g. leave out a large per-step noise ``"param/tau_noise"``).
+
+    Returns:
+        :class:`MonteCarloResults`.
+    """
+    num_samples = _check_int("num_samples", num_samples, 1)
+    seed = _check_int("seed", seed, 0)
+    if not isinstance(model, Model):
+        raise ValueError(f"run_monte_carlo: model must be a sdjax.Model, got {type(model).__name__}")
+    if not isinstance(uncertainty, Uncertainty):
+        raise ValueError(f"run_monte_carlo: uncertainty must be an Uncertainty, got {type(uncertainty).__name__}")
+    if not callable(simulate):
+        raise ValueError("run_monte_carlo: simulate must be callable (model_i, params_i) -> result")
+    metrics = dict(metrics)
+    if not metrics:
+        raise ValueError("run_monte_carlo: give at least one metric")
+    for name, fn in metrics.items():
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"run_monte_carlo: metric names must be non-empty strings without '/', got {name!r}")
+        if not callable(fn):
+            raise ValueError(f"run_monte_carlo: metric {name!r} is not callable")
+    uncertainty.check(model)
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("run_monte_carlo: devices is empty")
+    num_devices = len(devices)
+    chunk = min(num_samples, 4096) if chunk_size is None else _check_int("chunk_size", chunk_size, 1)
+    chunk = min(chunk, num_samples)
+    chunk = -(-chunk // num_devices) * num_devices
+    num_chunks = -(-num_samples // chunk)
+
+    if isinstance(keep_draws, bool):
+        keep = lambda name: keep_draws  # noqa: E731
+    else:
+        wanted = set(keep_draws)
+        keep = wanted.__contains__
+    root = jax.random.key(seed)
+
+    def one(index):
+        model_i, params_i, draws_i = uncertainty.sample(model, root, index)
+        result = simulate(model_i, params_i)
+        values = {name: jnp.asarray(fn(result, model_i, params_i)) for name, fn in metrics.items()}
+        return values, {k: v for k, v in draws_i.items() if keep(k)}
+
+    # Trace once, eagerly, so configuration errors surface here with their messages.
+    shapes, _ = jax.eval_shape(one, jnp.zeros((), jnp.int32))
+    for name, s in shapes.items():
+        if s.shape != ():
+            raise ValueError(f"run_monte_carlo: metric {name!r} must return a scalar per sample, got shape {s.shape}")
+
+    mesh = Mesh(np.asarray(devices), ("batch",))
+    sharding = NamedSharding(mesh, P("batch"))
+    batched = jax.jit(jax.vmap(one), in_shardings=sharding, out_shardings=sharding)
+    multiprocess = jax.process_count() > 1
+
+    def indices(c: int) -> Array:
+        idx = np.minimum(np.arange(c * chunk, (c + 1) * chunk), num_samples - 1).astype(np.int32)
+        return jax.make_array_from_callback((chunk,), sharding, lambda where: idx[where])
+
+    t0 = time.perf_counter()
+    compiled = batched.lower(indices(0)).compile()
+    compile_s = time.perf_counter() - t0
+
+    metric_parts: dict[str, list] = {k: [] for k in metrics}
+    draw_parts: dict[str, list] = {}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=num_samples, desc="monte carlo", unit="sample", disable=multiprocess and jax.process_index() != 0)
+    t1 = time.perf_counter()
+    for c in range(num_chunks):
+        out = compiled(indices(c))
+        if multiprocess:
+            from jax.experimental import multihost_utils
+
+            out = multihost_utils.process_allgather(out, tiled=True)
+        out = jax.device_get(out)
+        valid = min(chunk, num_samples - c * chunk)
+        values, draws = out
+        for k, v in values.items():
+            metric_parts[k].append(np.asarray(v)[:valid])
+        for k, v in draws.items():
+            draw_parts.setdefault(k, []).append(np.asarray(v)[:valid])
+        if bar is not None:
+            bar.update(valid)
+    run_s = time.perf_counter() - t1
+    if bar is not None:
+        bar.close()
+    steps = getattr(simulate, "num_steps", None)
+    info = {
+        "model": model.name,
+        "dtype": str(np.dtype(model.dtype)),
+        "chunk_size": chunk,
+        "num_chunks": num_chunks,
+        "num_devices": num_devices,
+        "num_processes": jax.process_count(),
+        "platform": devices[0].platform,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "samples_per_s": num_samples / run_s if run_s > 0 else math.inf,
+    }
+    if isinstance(steps, (int, np.integer)):
+        info["steps_per_sample"] = int(steps)
+        info["steps_per_s"] = info["samples_per_s"] * int(steps)
+    return MonteCarloResults(
+        {k: np.concatenate(v) for k, v in metric_parts.items()},
+        {k: np.concatenate(v) for k, v in draw_parts.items()},
+        seed,
+        num_samples,
+        info,
+    )
+
+
+__all__ = [
+    "ControlScenario",
+    "Distribution",
+    "Fixed",
+    "InertiaRotation",
+    "LogNormal",
+    "MonteCarloResults",
+    "Normal",
+    "Offset",
+    "Payload",
+    "Perturbation",
+    "Scale",
+    "TruncatedNormal",
+    "Uncertainty",
+    "Uniform",
+    "final_attitude_error",
+    "final_base_drift",
+    "final_joint_error",
+    "peak_joint_torque",
+    "run_monte_carlo",
+]

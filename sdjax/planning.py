@@ -1,0 +1,756 @@
+"""Gradient-based motion planning for free-floating manipulators (optax through RK4 rollouts).
+
+A joint trajectory is a clamped uniform B-spline (:class:`SplineTrajectory`, degree 3 or 5)
+that starts at the current joint positions at rest and ends at rest; its free control
+points are the decision variables. The trajectory is executed on the free-floating system
+(zero momentum, no base actuation) by computed torque with the exact model
+(:class:`sdjax.ComputedTorque`, floating mode: ``tau = H* u + C*``, seed 003 eqs 44-50 and
+112-115) inside an RK4 :func:`sdjax.rollout` (``checkpoint=True`` by default, so reverse-mode
+memory grows with the number of steps, not with the RK4 stage intermediates). The loss of a
+plan (:func:`plan_loss`) is
+
+    L = w_p |x_d - x(T)|^2 + w_o |phi(R_d R(T)^T)|^2 + w_a |phi_base(T)|^2
+        + w_e int |tau|^2 dt + w_l int (hinge(q)^2 + hinge(tau)^2) dt
+
+with ``x``, ``R`` the end-point position and rotation at the final time ``T``,
+``phi_base`` the rotation vector of the base attitude change (final relative to initial;
+the zero-momentum base turns in reaction to the arm, and the joint path decides how much)
+and ``hinge`` the amount by which a joint position leaves ``joint_limits`` or a torque
+exceeds ``torque_limit``. Joint limits can also be enforced by projection: a B-spline lies
+in the convex hull of its control points, so clipping the control points into the box keeps
+the whole reference inside it.
+
+- :class:`PlanningProblem`: model, start state, target, horizon, limits, weights, gains
+  (validated: every bad argument raises ``ValueError`` naming it).
+- :func:`plan_loss`, :func:`simulate_plan`: loss and full evaluation (:class:`PlanEvaluation`)
+  of spline coefficients or any joint reference.
+- :func:`initial_coefficients`: multi-start guesses around a straight joint-space path.
+- :func:`optimize_plan`: batched multi-start Adam (``jax.vmap`` over starts, ``lax.scan``
+  over iterations) returning a :class:`PlanResult` with the best feasible start.
+- :func:`straight_line_plan`: the naive baseline, a rest-to-rest quintic straight line in
+  joint space to a goal that reaches the target (floating inverse kinematics refined by
+  Gauss-Newton through the same rollout, so both plans reach the target equally well).
+
+Frames inertial, units SI, angles rad.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import Array, lax
+
+from sdjax.control import ComputedTorque, QuinticJointReference, _rotation_vector, inverse_kinematics
+from sdjax.integrate import Trajectory, rollout
+from sdjax.kinematics import forward_kinematics
+from sdjax.model import Model
+from sdjax.rotation import quat_conjugate, quat_multiply
+from sdjax.state import State, check_state
+
+#: Supported spline degrees: cubic (zero rate at both ends) and quintic (zero rate and
+#: acceleration at both ends).
+DEGREES = (3, 5)
+
+
+def _is_traced(*values: Any) -> bool:
+    return any(isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(values))
+
+
+# ------------------------------------------------------------------------------------------
+# Clamped uniform B-splines.
+
+
+def _knots(num_points: int, degree: int) -> np.ndarray:
+    """Clamped uniform knot vector on [0, 1], length ``num_points + degree + 1``."""
+    inner = np.linspace(0.0, 1.0, num_points - degree + 1)
+    return np.concatenate([np.zeros(degree), inner, np.ones(degree)])
+
+
+def bspline_basis(s: Any, num_points: int, degree: int) -> tuple[Array, Array, Array]:
+    """Clamped uniform B-spline basis and its first two derivatives at ``s`` (Cox-de Boor).
+
+    Arguments:
+        s: ``()`` curve parameter, clipped to [0, 1].
+        num_points: number of control points ``K >= degree + 1`` (static).
+        degree: spline degree ``p >= 1`` (static).
+
+    Returns:
+        ``(N, dN/ds, d2N/ds2)``, each ``(K,)``; ``sum(N) == 1``.
+    """
+    s = jnp.clip(jnp.asarray(s), 0.0, 1.0)
+    dtype = s.dtype
+    knots = _knots(num_points, degree)
+    segments = num_points - degree
+    span = degree + jnp.clip(jnp.floor(s * segments).astype(jnp.int32), 0, segments - 1)
+    levels = [(jnp.arange(num_points + degree, dtype=jnp.int32) == span).astype(dtype)]
+    inverse_left, inverse_right = [None], [None]
+    for k in range(1, degree + 1):
+        i = np.arange(num_points + degree - k)
+        left, right = knots[i + k] - knots[i], knots[i + k + 1] - knots[i + 1]
+        inv_l = np.where(left > 0, 1.0 / np.where(left > 0, left, 1.0), 0.0)
+        inv_r = np.where(right > 0, 1.0 / np.where(right > 0, right, 1.0), 0.0)
+        inverse_left.append(jnp.asarray(inv_l, dtype))
+        inverse_right.append(jnp.asarray(inv_r, dtype))
+        prev = levels[-1]
+        levels.append(
+            (s - jnp.asarray(knots[i], dtype)) * inverse_left[k] * prev[:-1]
+            + (jnp.asarray(knots[i + k + 1], dtype) - s) * inverse_right[k] * prev[1:]
+        )
+
+    def derivative(order: int, k: int) -> Array:
+        if order == 0:
+            return levels[k]
+        lower = derivative(order - 1, k - 1)
+        return k * (inverse_left[k] * lower[:-1] - inverse_right[k] * lower[1:])
+
+    second = derivative(2, degree) if degree >= 2 else jnp.zeros((num_points,), dtype)
+    return levels[degree], derivative(1, degree), second
+
+
+def _rest_points(degree: int) -> int:
+    """Control points repeated at each end: 2 for a cubic (zero end rates), 3 for a quintic
+    (zero end rates and accelerations)."""
+    return 1 + (degree - 1) // 2
+
+
+class SplineTrajectory(eqx.Module):
+    """Rest-to-rest joint trajectory: a clamped uniform B-spline on ``[0, duration]``.
+
+    The control points are ``r`` copies of ``start``, the free ``coefficients`` and ``r - 1``
+    further copies of the last coefficient row (``r = 2`` for a cubic, 3 for a quintic), so
+    the motion starts at ``start`` and ends at ``coefficients[-1]`` with zero rate (and, for a
+    quintic, zero acceleration) at both ends. Called with a time it returns
+    ``(q_d, qd_d, qdd_d)`` (a reference for :class:`sdjax.ComputedTorque`); before 0 it holds
+    ``start`` and after ``duration`` the goal, at rest.
+
+    Attributes:
+        start: ``(n,)`` initial joint positions, rad or m.
+        coefficients: ``(m, n)`` free control points (``m >= 1``), rad or m.
+        duration: ``()`` s, positive.
+        degree: static, 3 or 5.
+    """
+
+    start: Array
+    coefficients: Array
+    duration: Array
+    degree: int = eqx.field(static=True)
+
+    def __init__(self, start: Any, coefficients: Any, duration: Any, degree: int = 3):
+        self.start = jnp.asarray(start)
+        self.coefficients = jnp.asarray(coefficients)
+        if self.start.ndim != 1:
+            raise ValueError(f"SplineTrajectory: start expected shape (n,), got {self.start.shape}")
+        n = self.start.shape[0]
+        if self.coefficients.ndim != 2 or self.coefficients.shape[1] != n or self.coefficients.shape[0] < 1:
+            raise ValueError(f"SplineTrajectory: coefficients expected shape (m >= 1, {n}), got {self.coefficients.shape}")
+        if degree not in DEGREES:
+            raise ValueError(f"SplineTrajectory: degree must be one of {DEGREES}, got {degree!r}")
+        if not _is_traced(duration) and not float(np.asarray(duration)) > 0:
+            raise ValueError(f"SplineTrajectory: duration must be positive, got {duration!r}")
+        self.duration = jnp.asarray(duration)
+        self.degree = int(degree)
+
+    @property
+    def control_points(self) -> Array:
+        """``(K, n)`` all control points, ``K = m + 2 r - 1``."""
+        r = _rest_points(self.degree)
+        dtype = self.coefficients.dtype
+        head = jnp.broadcast_to(self.start.astype(dtype), (r, self.start.shape[0]))
+        tail = jnp.broadcast_to(self.coefficients[-1], (r - 1, self.start.shape[0]))
+        return jnp.concatenate([head, self.coefficients, tail])
+
+    @property
+    def goal(self) -> Array:
+        """``(n,)`` final joint positions."""
+        return self.coefficients[-1]
+
+    def __call__(self, t: Any) -> tuple[Array, Array, Array]:
+        points = self.control_points
+        dtype = points.dtype
+        t = jnp.asarray(t, dtype)
+        duration = self.duration.astype(dtype)
+        n0, n1, n2 = bspline_basis(t / duration, points.shape[0], self.degree)
+        moving = (t >= 0) & (t < duration)
+        q = n0 @ points
+        qd = jnp.where(moving, n1 @ points / duration, 0.0)
+        qdd = jnp.where(moving, n2 @ points / duration**2, 0.0)
+        return q, qd, qdd
+
+    def sample(self, times: Any) -> tuple[Array, Array, Array]:
+        """``(q, qd, qdd)`` at ``(T,)`` times, each ``(T, n)``."""
+        return jax.vmap(self)(jnp.asarray(times, self.coefficients.dtype))
+
+
+# ------------------------------------------------------------------------------------------
+# The planning problem.
+
+
+def _scalar(name: str, value: Any, dtype: Any, *, positive: bool = False) -> Array:
+    arr = jnp.asarray(value)
+    if arr.shape != ():
+        raise ValueError(f"PlanningProblem: {name} must be a scalar, got shape {arr.shape}")
+    if not _is_traced(value):
+        v = float(np.asarray(value))
+        if not np.isfinite(v) or v < 0 or (positive and v == 0):
+            raise ValueError(f"PlanningProblem: {name} must be {'positive' if positive else 'non-negative'} and finite, got {value!r}")
+    return arr.astype(dtype)
+
+
+def _vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
+    arr = jnp.asarray(value)
+    if arr.ndim == 0 and shape != ():
+        arr = jnp.broadcast_to(arr, shape)
+    if arr.shape != shape:
+        raise ValueError(f"PlanningProblem: {name} expected shape {shape}, got {arr.shape}")
+    arr = arr.astype(dtype)
+    if not _is_traced(value) and not np.all(np.isfinite(np.asarray(arr))):
+        raise ValueError(f"PlanningProblem: {name} must be finite")
+    return arr
+
+
+class PlanningProblem(eqx.Module):
+    """A point-to-point planning problem for a free-floating system (zero momentum).
+
+    Attributes:
+        model: the system (its base is not actuated).
+        initial_state: start configuration; its velocities are replaced by rest.
+        target_position: ``(3,)`` end-point target, inertial, m.
+        target_rotation: ``(3, 3)`` end-point target rotation or ``None`` (position only).
+        duration: ``()`` s, the motion time (the rollout horizon).
+        num_steps: static number of RK4 steps over ``duration``.
+        num_coefficients: static number ``m`` of free spline control points.
+        degree: static spline degree (3 or 5).
+        end_point: static index of the task end point.
+        joint_lower, joint_upper: ``(n,)`` joint limits or ``None``.
+        torque_limit: ``(n,)`` symmetric torque limits ``|tau_i| <= tau_max_i`` or ``None``.
+        project_limits: static; clip the control points into the joint limits after every
+            optimiser step (default True) besides the penalty.
+        position_weight, orientation_weight, attitude_weight, effort_weight, limit_weight:
+            ``()`` loss weights (1/m^2, 1/rad^2, 1/rad^2, 1/(N^2 m^2 s), see the module
+            docstring).
+        kp, kd: ``()`` or ``(n,)`` tracking gains of the computed-torque executor, 1/s^2, 1/s
+            (default: critically damped at ``min(5, 0.25 / dt)`` rad/s).
+        checkpoint: static, rematerialise rollout steps in reverse mode (bounded memory).
+    """
+
+    model: Model
+    initial_state: State
+    target_position: Array
+    target_rotation: Array | None
+    duration: Array
+    joint_lower: Array | None
+    joint_upper: Array | None
+    torque_limit: Array | None
+    position_weight: Array
+    orientation_weight: Array
+    attitude_weight: Array
+    effort_weight: Array
+    limit_weight: Array
+    kp: Array
+    kd: Array
+    num_steps: int = eqx.field(static=True)
+    num_coefficients: int = eqx.field(static=True)
+    degree: int = eqx.field(static=True)
+    end_point: int = eqx.field(static=True)
+    project_limits: bool = eqx.field(static=True)
+    checkpoint: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        model: Model,
+        initial_state: State,
+        target_position: Any,
+        target_rotation: Any = None,
+        *,
+        duration: Any,
+        num_steps: int,
+        num_coefficients: int = 4,
+        degree: int = 3,
+        end_point: int = 0,
+        joint_limits: tuple[Any, Any] | None = None,
+        torque_limit: Any = None,
+        project_limits: bool = True,
+        position_weight: Any = 1e4,
+        orientation_weight: Any = 1e2,
+        attitude_weight: Any = 1e3,
+        effort_weight: Any = 1e-4,
+        limit_weight: Any = 1e3,
+        kp: Any = None,
+        kd: Any = None,
+        checkpoint: bool = True,
+    ):
+        check_state(model, initial_state)
+        dtype = initial_state.q.dtype
+        n = model.num_joints
+        if n < 1:
+            raise ValueError("PlanningProblem: model has no joints to plan")
+        zero = jnp.zeros((3,), dtype)
+        self.model = model
+        self.initial_state = State(
+            initial_state.base_position, initial_state.base_quaternion, zero, zero, initial_state.q, jnp.zeros_like(initial_state.q)
+        )
+        self.target_position = _vector("target_position", target_position, (3,), dtype)
+        self.target_rotation = None if target_rotation is None else _vector("target_rotation", target_rotation, (3, 3), dtype)
+        self.duration = _scalar("duration", duration, dtype, positive=True)
+        if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+            raise ValueError(f"PlanningProblem: num_steps must be an int >= 1, got {num_steps!r}")
+        if isinstance(num_coefficients, bool) or not isinstance(num_coefficients, (int, np.integer)) or num_coefficients < 1:
+            raise ValueError(f"PlanningProblem: num_coefficients must be an int >= 1, got {num_coefficients!r}")
+        if degree not in DEGREES:
+            raise ValueError(f"PlanningProblem: degree must be one of {DEGREES}, got {degree!r}")
+        if isinstance(end_point, bool) or not isinstance(end_point, (int, np.integer)) or not 0 <= end_point < model.num_end_points:
+            raise ValueError(f"PlanningProblem: end_point must be an index in [0, {model.num_end_points}), got {end_point!r}")
+        self.num_steps, self.num_coefficients, self.degree, self.end_point = int(num_steps), int(num_coefficients), int(degree), int(end_point)
+        if joint_limits is None:
+            self.joint_lower = self.joint_upper = None
+        else:
+            if not isinstance(joint_limits, (tuple, list)) or len(joint_limits) != 2:
+                raise ValueError("PlanningProblem: joint_limits must be a (lower, upper) pair of (n,) arrays")
+            self.joint_lower = _vector("joint_limits lower", joint_limits[0], (n,), dtype)
+            self.joint_upper = _vector("joint_limits upper", joint_limits[1], (n,), dtype)
+            if not _is_traced(joint_limits):
+                lower, upper, q0 = (np.asarray(x) for x in (self.joint_lower, self.joint_upper, initial_state.q))
+                bad = np.nonzero(lower > upper)[0]
+                if bad.size:
+                    raise ValueError(f"PlanningProblem: joint_limits lower > upper for joint(s) {bad.tolist()} (impossible limits)")
+                outside = np.nonzero((q0 < lower) | (q0 > upper))[0]
+                if outside.size:
+                    raise ValueError(f"PlanningProblem: initial_state.q outside joint_limits for joint(s) {outside.tolist()}")
+        if torque_limit is None:
+            self.torque_limit = None
+        else:
+            self.torque_limit = _vector("torque_limit", torque_limit, (n,), dtype)
+            if not _is_traced(torque_limit) and np.any(np.asarray(self.torque_limit) <= 0):
+                bad = np.nonzero(np.asarray(self.torque_limit) <= 0)[0].tolist()
+                raise ValueError(f"PlanningProblem: torque_limit must be positive for every joint, joint(s) {bad} are not")
+        self.project_limits = bool(project_limits)
+        self.position_weight = _scalar("position_weight", position_weight, dtype)
+        self.orientation_weight = _scalar("orientation_weight", orientation_weight, dtype)
+        self.attitude_weight = _scalar("attitude_weight", attitude_weight, dtype)
+        self.effort_weight = _scalar("effort_weight", effort_weight, dtype)
+        self.limit_weight = _scalar("limit_weight", limit_weight, dtype)
+        # Default gains: natural frequency min(5 rad/s, 0.25 / dt), critically damped, so that
+        # the sampled (zero-order hold) PD loop stays well damped (kd dt <= 0.5).
+        omega = None if _is_traced(duration) else min(5.0, 0.25 * num_steps / float(np.asarray(duration)))
+        if (kp is None or kd is None) and omega is None:
+            raise ValueError("PlanningProblem: give kp and kd when duration is traced")
+        self.kp = _vector("kp", omega**2 if kp is None else kp, (n,), dtype)
+        self.kd = _vector("kd", 2.0 * omega if kd is None else kd, (n,), dtype)
+        if not _is_traced(kp, kd) and (np.any(np.asarray(self.kp) <= 0) or np.any(np.asarray(self.kd) <= 0)):
+            raise ValueError("PlanningProblem: kp and kd must be positive")
+        self.checkpoint = bool(checkpoint)
+
+    @property
+    def dt(self) -> Array:
+        """``()`` RK4 step, s."""
+        return self.duration / self.num_steps
+
+    @property
+    def coefficient_shape(self) -> tuple[int, int]:
+        """``(m, n)`` shape of one set of spline coefficients."""
+        return (self.num_coefficients, self.model.num_joints)
+
+    def trajectory(self, coefficients: Any) -> SplineTrajectory:
+        """The :class:`SplineTrajectory` of one ``(m, n)`` coefficient set."""
+        coefficients = _check_coefficients(self, coefficients, batched=False)
+        return SplineTrajectory(self.initial_state.q, coefficients, self.duration, self.degree)
+
+
+def _check_coefficients(problem: PlanningProblem, coefficients: Any, *, batched: bool) -> Array:
+    arr = jnp.asarray(coefficients)
+    expected = problem.coefficient_shape
+    if batched:
+        if arr.ndim != 3 or arr.shape[1:] != expected:
+            raise ValueError(f"initial_coefficients: expected shape (num_starts, {expected[0]}, {expected[1]}), got {arr.shape}")
+        if arr.shape[0] == 0:
+            raise ValueError("initial_coefficients: empty batch (num_starts = 0); give at least one start")
+    elif arr.shape != expected:
+        raise ValueError(f"coefficients: expected shape {expected}, got {arr.shape}")
+    return arr.astype(problem.initial_state.q.dtype)
+
+
+# ------------------------------------------------------------------------------------------
+# Evaluation and loss.
+
+
+class PlanEvaluation(eqx.Module):
+    """A joint reference executed on the free-floating system, and its loss terms.
+
+    Attributes:
+        trajectory: the :class:`sdjax.Trajectory` (``N + 1`` states, ``N`` controls).
+        tau: ``(N, n)`` joint torques applied over each step, N m.
+        reference_q: ``(N + 1, n)`` reference joint positions at the step times.
+        loss: ``()`` total loss.
+        end_point_position: ``(3,)`` final end-point position, m.
+        position_error: ``()`` ``|x_d - x(T)|``, m.
+        orientation_error: ``()`` rotation angle to the target rotation, rad (0 without one).
+        base_attitude_change: ``()`` rotation angle of the final base attitude relative to
+            the initial one, rad.
+        effort: ``()`` ``int |tau|^2 dt``, N^2 m^2 s.
+        joint_violation: ``()`` largest joint-limit excess over the rollout, rad (0 without limits).
+        torque_violation: ``()`` largest ``|tau_i| - tau_max_i`` excess, N m (0 without limits).
+    """
+
+    trajectory: Trajectory
+    tau: Array
+    reference_q: Array
+    loss: Array
+    end_point_position: Array
+    position_error: Array
+    orientation_error: Array
+    base_attitude_change: Array
+    effort: Array
+    joint_violation: Array
+    torque_violation: Array
+
+
+def _safe_norm(x: Array) -> Array:
+    sq = jnp.sum(x * x)
+    return jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
+
+
+def _quat_angle_squared(quat: Array) -> Array:
+    """Squared rotation angle of a unit quaternion (x, y, z, w), smooth at the identity."""
+    quat = jnp.where(quat[3] < 0, -quat, quat)
+    v_sq = jnp.sum(quat[:3] ** 2)
+    small = v_sq < 1e-12
+    v_norm = jnp.sqrt(jnp.where(small, 1.0, v_sq))
+    angle = 2.0 * jnp.arctan2(v_norm, quat[3])
+    return jnp.where(small, 4.0 * v_sq / jnp.maximum(quat[3], 0.5) ** 2, angle**2)
+
+
+def _executor(problem: PlanningProblem, reference: Any) -> ComputedTorque:
+    return ComputedTorque(problem.model, problem.kp, problem.kd, reference, mode="floating")
+
+
+@eqx.filter_jit
+def _evaluate(problem: PlanningProblem, reference: Any) -> PlanEvaluation:
+    dtype = problem.initial_state.q.dtype
+    dt = problem.dt
+    trajectory = rollout(
+        problem.model, problem.initial_state, dt, problem.num_steps, _executor(problem, reference), checkpoint=problem.checkpoint
+    )
+    final = jax.tree.map(lambda x: x[-1], trajectory.states)
+    kin = forward_kinematics(problem.model, final)
+    position = kin.end_point_position[problem.end_point]
+    position_error = problem.target_position - position
+    loss = problem.position_weight * jnp.sum(position_error**2)
+    if problem.target_rotation is not None:
+        rotation_error = _rotation_vector(problem.target_rotation @ kin.end_point_rotation[problem.end_point].T)
+        loss = loss + problem.orientation_weight * jnp.sum(rotation_error**2)
+        orientation_error = _safe_norm(rotation_error)
+    else:
+        orientation_error = jnp.zeros((), dtype)
+    relative = quat_multiply(final.base_quaternion, quat_conjugate(problem.initial_state.base_quaternion))
+    attitude_sq = _quat_angle_squared(relative)
+    tau = trajectory.controls.tau
+    effort = jnp.sum(tau**2) * dt
+    loss = loss + problem.attitude_weight * attitude_sq + problem.effort_weight * effort
+    q = trajectory.states.q
+    if problem.joint_lower is not None:
+        excess = jnp.maximum(q - problem.joint_upper, 0.0) + jnp.maximum(problem.joint_lower - q, 0.0)
+        loss = loss + problem.limit_weight * jnp.sum(excess**2) * dt
+        joint_violation = jnp.max(excess)
+    else:
+        joint_violation = jnp.zeros((), dtype)
+    if problem.torque_limit is not None:
+        excess = jnp.maximum(jnp.abs(tau) - problem.torque_limit, 0.0)
+        loss = loss + problem.limit_weight * jnp.sum(excess**2) * dt
+        torque_violation = jnp.max(excess)
+    else:
+        torque_violation = jnp.zeros((), dtype)
+    reference_q = jax.vmap(lambda t: reference(t)[0])(trajectory.time)
+    return PlanEvaluation(
+        trajectory=trajectory,
+        tau=tau,
+        reference_q=reference_q,
+        loss=loss,
+        end_point_position=position,
+        position_error=_safe_norm(position_error),
+        orientation_error=orientation_error,
+        base_attitude_change=jnp.sqrt(attitude_sq),
+        effort=effort,
+        joint_violation=joint_violation,
+        torque_violation=torque_violation,
+    )
+
+
+def simulate_plan(problem: PlanningProblem, plan: Any) -> PlanEvaluation:
+    """Execute a plan on the free-floating system and evaluate its loss terms.
+
+    Arguments:
+        problem: the :class:`PlanningProblem`.
+        plan: ``(m, n)`` spline coefficients, a :class:`SplineTrajectory`, or any joint
+            reference ``t -> (q_d, qd_d, qdd_d)`` (e.g. :class:`sdjax.QuinticJointReference`).
+
+    Returns:
+        :class:`PlanEvaluation`.
+    """
+    reference = plan if callable(plan) else problem.trajectory(plan)
+    return _evaluate(problem, reference)
+
+
+def plan_loss(problem: PlanningProblem, coefficients: Any) -> Array:
+    """``()`` loss of ``(m, n)`` spline coefficients (see the module docstring);
+    differentiable with ``jax.grad`` (reverse mode through the RK4 rollout)."""
+    return simulate_plan(problem, coefficients).loss
+
+
+# ------------------------------------------------------------------------------------------
+# Initial guesses and the baseline.
+
+
+def initial_coefficients(problem: PlanningProblem, goal: Any, num_starts: int = 1, *, spread: Any = 0.1, seed: int = 0) -> Array:
+    """Multi-start guesses: the straight joint-space path from ``q0`` to ``goal`` (control
+    points evenly spaced on the segment) plus, for starts ``1..num_starts-1``, Gaussian
+    perturbations of the interior points (standard deviation ``spread`` rad), clipped into
+    the joint limits.
+
+    Returns:
+        ``(num_starts, m, n)`` coefficients.
+    """
+    dtype = problem.initial_state.q.dtype
+    n, m = problem.model.num_joints, problem.num_coefficients
+    goal = jnp.asarray(goal)
+    if goal.shape != (n,):
+        raise ValueError(f"initial_coefficients: goal expected shape ({n},), got {goal.shape}")
+    if isinstance(num_starts, bool) or not isinstance(num_starts, (int, np.integer)) or num_starts < 1:
+        raise ValueError(f"initial_coefficients: num_starts must be an int >= 1, got {num_starts!r}")
+    if not float(np.asarray(spread)) >= 0:
+        raise ValueError(f"initial_coefficients: spread must be non-negative, got {spread!r}")
+    q0 = problem.initial_state.q
+    fractions = jnp.asarray(np.arange(1, m + 1) / m, dtype)
+    line = q0 + fractions[:, None] * (goal.astype(dtype) - q0)
+    noise = jax.random.normal(jax.random.PRNGKey(seed), (num_starts, m, n), dtype) * jnp.asarray(spread, dtype)
+    noise = noise.at[0].set(0.0).at[:, -1].set(0.0)  # start 0 is the straight line; the goal is kept
+    guesses = line + noise
+    if problem.joint_lower is not None:
+        guesses = jnp.clip(guesses, problem.joint_lower, problem.joint_upper)
+    return guesses
+
+
+class StraightLinePlan(eqx.Module):
+    """The naive baseline of :func:`straight_line_plan`.
+
+    Attributes:
+        goal: ``(n,)`` final joint positions.
+        reference: the :class:`sdjax.QuinticJointReference` from ``q0`` to ``goal``.
+        evaluation: its :class:`PlanEvaluation`.
+    """
+
+    goal: Array
+    reference: QuinticJointReference
+    evaluation: PlanEvaluation
+
+
+def _task_residual(problem: PlanningProblem, evaluation: PlanEvaluation) -> Array:
+    final = jax.tree.map(lambda x: x[-1], evaluation.trajectory.states)
+    kin = forward_kinematics(problem.model, final)
+    parts = [problem.target_position - kin.end_point_position[problem.end_point]]
+    if problem.target_rotation is not None:
+        parts.append(_rotation_vector(problem.target_rotation @ kin.end_point_rotation[problem.end_point].T))
+    return jnp.concatenate(parts)
+
+
+@eqx.filter_jit
+def _refine_goal(problem: PlanningProblem, goal: Array, iterations: int, damping: Array, max_step: Array) -> Array:
+    q0 = problem.initial_state.q
+
+    def residual(g):
+        return _task_residual(problem, _evaluate(problem, QuinticJointReference(q0, g, problem.duration)))
+
+    def step(g, _):
+        r = residual(g)
+        jac = jax.jacfwd(residual)(g)
+        rows = jac.shape[0]
+        dg = -jac.T @ jnp.linalg.solve(jac @ jac.T + damping**2 * jnp.eye(rows, dtype=g.dtype), r)
+        biggest = jnp.max(jnp.abs(dg))
+        g = g + dg * jnp.minimum(1.0, max_step / jnp.where(biggest > 0, biggest, 1.0))
+        if problem.joint_lower is not None:
+            g = jnp.clip(g, problem.joint_lower, problem.joint_upper)
+        return g, None
+
+    goal, _ = lax.scan(step, goal, None, length=iterations)
+    return goal
+
+
+def straight_line_plan(
+    problem: PlanningProblem,
+    goal: Any = None,
+    *,
+    refine_iterations: int = 6,
+    damping: Any = 1e-3,
+    max_step: Any = 0.2,
+    ik_base: str = "fixed",
+    ik_iterations: int = 200,
+) -> StraightLinePlan:
+    """Naive baseline: a rest-to-rest quintic straight line in joint space from ``q0`` to a
+    goal, executed like the optimised plans (same executor, horizon and loss).
+
+    The goal is ``goal`` if given, else an inverse kinematics solution
+    (:func:`sdjax.inverse_kinematics` with ``base=ik_base``, within the joint limits). Neither
+    a fixed-base nor a floating-base IK solution is exact for the straight line (the
+    zero-momentum base attitude depends on the joint path), so the goal is refined by
+    ``refine_iterations`` damped Gauss-Newton steps (each at most ``max_step`` rad per joint)
+    on the end-point error of the executed straight line (forward-mode Jacobian through the
+    rollout): the baseline then reaches the target as accurately as the optimised plan, and
+    the comparison is fair. Check ``evaluation.position_error``.
+
+    Returns:
+        :class:`StraightLinePlan`.
+    """
+    n = problem.model.num_joints
+    if isinstance(refine_iterations, bool) or not isinstance(refine_iterations, (int, np.integer)) or refine_iterations < 0:
+        raise ValueError(f"straight_line_plan: refine_iterations must be an int >= 0, got {refine_iterations!r}")
+    if goal is None:
+        limits = None if problem.joint_lower is None else (problem.joint_lower, problem.joint_upper)
+        ik = inverse_kinematics(
+            problem.model, problem.initial_state, problem.target_position, problem.target_rotation,
+            end_point=problem.end_point, base=ik_base, joint_limits=limits, max_iterations=ik_iterations,
+        )
+        goal = ik.q
+    goal = jnp.asarray(goal)
+    if goal.shape != (n,):
+        raise ValueError(f"straight_line_plan: goal expected shape ({n},), got {goal.shape}")
+    goal = goal.astype(problem.initial_state.q.dtype)
+    if refine_iterations:
+        goal = _refine_goal(problem, goal, int(refine_iterations), jnp.asarray(damping, goal.dtype), jnp.asarray(max_step, goal.dtype))
+    reference = QuinticJointReference(problem.initial_state.q, goal, problem.duration)
+    return StraightLinePlan(goal=goal, reference=reference, evaluation=_evaluate(problem, reference))
+
+
+# ------------------------------------------------------------------------------------------
+# Batched multi-start optimisation.
+
+
+class PlanResult(eqx.Module):
+    """Result of :func:`optimize_plan` (``B`` starts, ``I`` iterations).
+
+    Attributes:
+        best: ``()`` int32 index of the chosen start: the lowest final loss among the
+            feasible starts (the lowest overall when none is feasible; see ``feasible``).
+        trajectory: the chosen :class:`SplineTrajectory`.
+        evaluation: its :class:`PlanEvaluation` (rollout, torques, errors).
+        coefficients: ``(B, m, n)`` final coefficients of every start.
+        loss_history: ``(B, I)`` loss before each update.
+        final_loss: ``(B,)`` loss of the final coefficients.
+        position_error, orientation_error, base_attitude_change: ``(B,)`` final values (m, rad, rad).
+        joint_violation, torque_violation: ``(B,)`` largest limit excess over the rollout.
+        feasible: ``(B,)`` bool, both violations within ``feasibility_tolerance``.
+    """
+
+    best: Array
+    trajectory: SplineTrajectory
+    evaluation: PlanEvaluation
+    coefficients: Array
+    loss_history: Array
+    final_loss: Array
+    position_error: Array
+    orientation_error: Array
+    base_attitude_change: Array
+    joint_violation: Array
+    torque_violation: Array
+    feasible: Array
+
+
+def _project(problem: PlanningProblem, coefficients: Array) -> Array:
+    if problem.project_limits and problem.joint_lower is not None:
+        return jnp.clip(coefficients, problem.joint_lower, problem.joint_upper)
+    return coefficients
+
+
+@eqx.filter_jit
+def _optimize(problem: PlanningProblem, starts: Array, iterations: int, learning_rate: Array, optimizer: Any, tolerance: Array):
+    optimizer = optax.adam(learning_rate) if optimizer is None else optimizer
+
+    def loss(c):
+        return plan_loss(problem, c)
+
+    grad_fn = jax.value_and_grad(loss)
+
+    def run(c0):
+        c0 = _project(problem, c0)
+
+        def step(carry, _):
+            c, opt_state = carry
+            value, grad = grad_fn(c)
+            with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
+                updates, opt_state = optimizer.update(grad, opt_state, c)
+            return (_project(problem, optax.apply_updates(c, updates)), opt_state), value
+
+        with jax.numpy_dtype_promotion("standard"):
+            opt_state = optimizer.init(c0)
+        (c, _), history = lax.scan(step, (c0, opt_state), None, length=iterations)
+        return c, history
+
+    coefficients, history = jax.vmap(run)(starts)
+    evaluations = jax.vmap(lambda c: simulate_plan(problem, c))(coefficients)
+    feasible = (evaluations.joint_violation <= tolerance) & (evaluations.torque_violation <= tolerance)
+    score = jnp.where(feasible, evaluations.loss, jnp.inf)
+    best = jnp.where(jnp.any(feasible), jnp.argmin(score), jnp.argmin(evaluations.loss)).astype(jnp.int32)
+    chosen = coefficients[best]
+    return PlanResult(
+        best=best,
+        trajectory=SplineTrajectory(problem.initial_state.q, chosen, problem.duration, problem.degree),
+        evaluation=jax.tree.map(lambda x: x[best], evaluations),
+        coefficients=coefficients,
+        loss_history=history,
+        final_loss=evaluations.loss,
+        position_error=evaluations.position_error,
+        orientation_error=evaluations.orientation_error,
+        base_attitude_change=evaluations.base_attitude_change,
+        joint_violation=evaluations.joint_violation,
+        torque_violation=evaluations.torque_violation,
+        feasible=feasible,
+    )
+
+
+def optimize_plan(
+    problem: PlanningProblem,
+    initial_coefficients: Any,
+    *,
+    iterations: int = 100,
+    learning_rate: Any = 0.003,
+    optimizer: optax.GradientTransformation | None = None,
+    feasibility_tolerance: Any = 1e-3,
+) -> PlanResult:
+    """Optimise spline coefficients from several starts at once (multi-start Adam).
+
+    Every start runs ``iterations`` optimiser steps (``lax.scan``) on :func:`plan_loss`, with
+    reverse-mode gradients through the full RK4 rollout; the starts run in one batched
+    computation (``jax.vmap``). After each step the control points are projected into the
+    joint limits if ``problem.project_limits``. The chosen start is the best feasible one.
+
+    Arguments:
+        problem: the :class:`PlanningProblem`.
+        initial_coefficients: ``(B, m, n)`` starts, ``B >= 1`` (see :func:`initial_coefficients`).
+        iterations: static int >= 1.
+        learning_rate: Adam step size, rad (ignored when ``optimizer`` is given).
+        optimizer: any ``optax.GradientTransformation`` (default ``optax.adam(learning_rate)``).
+        feasibility_tolerance: largest joint (rad) and torque (N m) limit excess counted as feasible.
+
+    Returns:
+        :class:`PlanResult`.
+    """
+    starts = _check_coefficients(problem, initial_coefficients, batched=True)
+    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
+        raise ValueError(f"optimize_plan: iterations must be an int >= 1, got {iterations!r}")
+    if optimizer is None and not _is_traced(learning_rate) and not float(np.asarray(learning_rate)) > 0:
+        raise ValueError(f"optimize_plan: learning_rate must be positive, got {learning_rate!r}")
+    if not _is_traced(feasibility_tolerance) and not float(np.asarray(feasibility_tolerance)) >= 0:
+        raise ValueError(f"optimize_plan: feasibility_tolerance must be non-negative, got {feasibility_tolerance!r}")
+    dtype = starts.dtype
+    return _optimize(
+        problem, starts, int(iterations), jnp.asarray(learning_rate, dtype), optimizer, jnp.asarray(feasibility_tolerance, dtype)
+    )
+
+
+def improvement_factor(baseline: PlanEvaluation, optimized: PlanEvaluation) -> Array:
+    """``()`` base attitude change of the baseline divided by that of the optimised plan
+    (> 1 when the optimised plan disturbs the base less)."""
+    return baseline.base_attitude_change / optimized.base_attitude_change

@@ -1,0 +1,319 @@
+"""Inertial parameter identification (sdjax.identification)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.test_util import check_grads
+
+import sdjax
+from sdjax import identification as ident
+from sdjax.model import validate
+from sdjax.models import free_flying_arm_7dof, planar_four_link
+from sdjax.models.builtin import free_flying_arm_initial_q
+from sdjax.models.random import random_inertia
+
+PAYLOAD_LINK = 7
+
+
+def true_payload() -> ident.InertialParameters:
+    """A 30 kg box-like payload, centroid 0.3 m beyond the wrist centroid, tilted inertia."""
+    inertia = np.array([[0.9, 0.05, -0.03], [0.05, 0.7, 0.02], [-0.03, 0.02, 0.6]])
+    return ident.payload_parameters(30.0, np.array([0.3, 0.05, -0.04]), inertia)
+
+
+def sinusoid_law(q0, amplitude, frequency, phase, kp, kd):
+    """Joint PD tracking ``q0 + A sin(w t + phi)`` (a persistently exciting manoeuvre)."""
+
+    def reference(t):
+        arg = frequency * t + phase
+        return q0 + amplitude * jnp.sin(arg), amplitude * frequency * jnp.cos(arg)
+
+    return sdjax.JointPD(kp, kd, reference)
+
+
+def simulate(model, q0, duration, dt, seed=0, base_twist=(0.02, -0.01, 0.01, 0.01, 0.02, -0.015), joint_scale=0.4):
+    rng = np.random.default_rng(seed)
+    n = model.num_joints
+    amplitude = joint_scale * rng.uniform(0.5, 1.0, n)
+    frequency = rng.uniform(1.0, 3.0, n)
+    phase = rng.uniform(0.0, 2 * np.pi, n)
+    state = sdjax.make_state(model, q=q0, base_linear_velocity=base_twist[:3], base_angular_velocity=base_twist[3:])
+    # Gains from the joint-space inertia at q0: 5 rad/s bandwidth, damping ratio 0.7 (stable
+    # for RK4 at the steps used, whatever the link sizes).
+    joint_inertia = jnp.diag(sdjax.generalized_inertia_matrix(model, state))
+    law = sinusoid_law(jnp.asarray(q0), jnp.asarray(amplitude), jnp.asarray(frequency), jnp.asarray(phase), 25.0 * joint_inertia, 7.0 * joint_inertia)
+    traj = sdjax.rollout(model, state, dt, int(round(duration / dt)), law)
+    return ident.Dataset.from_trajectory(traj)
+
+
+@pytest.fixture(scope="module")
+def arm():
+    return free_flying_arm_7dof()
+
+
+@pytest.fixture(scope="module")
+def payload_data(arm):
+    """2 s of a PD manoeuvre of the arm holding the (unknown) payload, dt = 5 ms."""
+    loaded = ident.attach_payload(arm, PAYLOAD_LINK, true_payload())
+    return simulate(loaded, free_flying_arm_initial_q(), 2.0, 0.005)
+
+
+# ------------------------------------------------------------------------------------------
+# Parameterisation.
+
+
+def random_bodies(seed: int, k: int) -> ident.InertialParameters:
+    rng = np.random.default_rng(seed)
+    mass = rng.uniform(0.5, 20.0, k)
+    centroid = rng.normal(scale=0.3, size=(k, 3))
+    inertia = np.stack([random_inertia(rng, m, 0.4) for m in mass])
+    return ident.InertialParameters.from_centroidal(mass, centroid, inertia)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_log_cholesky_round_trip(seed):
+    params = random_bodies(seed, 4)
+    theta = ident.to_log_cholesky(params)
+    back = ident.from_log_cholesky(theta)
+    # float64 Cholesky and exp/log: round-off relative to the largest entry.
+    np.testing.assert_allclose(back.vector(), params.vector(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ident.to_log_cholesky(back), theta, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_iterates_are_physical(seed, arm):
+    """Any real theta is a rigid body: positive mass, centroidal inertia positive definite and
+    satisfying the triangle inequality; the model with it passes Model validation."""
+    theta = jax.random.normal(jax.random.PRNGKey(seed), (3, 10), jnp.float64)
+    params = ident.from_log_cholesky(theta)
+    assert np.all(np.asarray(params.mass) > 0)
+    for inertia in np.asarray(params.centroidal_inertia):
+        eig = np.linalg.eigvalsh(inertia)
+        assert eig[0] > 0
+        assert eig[0] + eig[1] >= eig[2] * (1 - 1e-12)
+    validate(ident.apply_parameters(arm, (2, 5, 7), params))
+
+
+def test_vector_round_trip():
+    params = random_bodies(7, 3)
+    back = ident.InertialParameters.from_vector(params.vector())
+    np.testing.assert_allclose(back.inertia, params.inertia, rtol=0, atol=1e-14)
+
+
+def test_apply_parameters_keeps_joints_and_end_points(arm):
+    """A centroid shift moves the centroid only: joints and end points stay where they were."""
+    state = sdjax.make_state(arm, q=free_flying_arm_initial_q())
+    shift = np.array([[0.05, -0.02, 0.01], [0.1, 0.03, -0.02]])
+    params = ident.InertialParameters.from_centroidal(np.array([6.0, 9.0]), shift, np.asarray(arm.link_inertia[np.array([5, 6])]))
+    moved = ident.apply_parameters(arm, (6, 7), params)
+    before, after = sdjax.forward_kinematics(arm, state), sdjax.forward_kinematics(moved, state)
+    np.testing.assert_allclose(after.joint_position, before.joint_position, atol=1e-12)
+    np.testing.assert_allclose(after.end_point_position, before.end_point_position, atol=1e-12)
+    expected = before.centroid[6:] + jnp.einsum("kij,kj->ki", before.rotation[6:], shift)
+    np.testing.assert_allclose(after.centroid[6:], expected, atol=1e-12)
+    np.testing.assert_allclose(moved.link_mass[5:], [6.0, 9.0])
+
+
+def test_payload_merge_matches_composite_body(arm):
+    """Link + payload is the rigid union: mass adds, centroid is the mass-weighted mean."""
+    payload = true_payload()
+    loaded = ident.attach_payload(arm, PAYLOAD_LINK, payload)
+    m_link = float(arm.link_mass[PAYLOAD_LINK - 1])
+    total = m_link + 30.0
+    np.testing.assert_allclose(loaded.link_mass[PAYLOAD_LINK - 1], total)
+    shift = 30.0 * np.asarray(payload.centroid[0]) / total
+    np.testing.assert_allclose(loaded.centroid_to_joint[PAYLOAD_LINK - 1], arm.centroid_to_joint[PAYLOAD_LINK - 1] - shift, atol=1e-14)
+    validate(loaded)
+
+
+# ------------------------------------------------------------------------------------------
+# Residuals and gradients.
+
+
+@pytest.mark.parametrize("residual", ["momentum", "dynamics"])
+def test_loss_gradient_matches_finite_differences(residual, arm, payload_data):
+    data = payload_data.subsample(40)  # 11 samples: the check is about derivatives, not data
+    unknowns = ident.Unknowns(links=(6,), payload_link=PAYLOAD_LINK)
+    theta0 = ident.to_log_cholesky(ident.link_parameters(arm, (6, PAYLOAD_LINK)))
+
+    @jax.jit
+    def loss(theta):
+        r = ident.residuals(arm, data, unknowns, ident.from_log_cholesky(theta), residual=residual)
+        return 0.5 * jnp.sum(r**2)
+
+    # Central differences, step 1e-5 in log-Cholesky coordinates of order 1: truncation
+    # ~1e-10, round-off ~1e-11 relative; check_grads' default tolerance for float64 is 1e-5.
+    check_grads(loss, (theta0 + 0.1,), order=1, modes=("rev",), eps=1e-5)
+
+
+def test_residual_zero_at_truth(arm, payload_data):
+    unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
+    r = ident.residuals(arm, payload_data, unknowns, true_payload(), residual="momentum")
+    # RK4 (dt = 5 ms) conserves the momentum to ~1e-11 relative; weights are 1/total mass.
+    assert float(jnp.max(jnp.abs(r))) < 1e-9
+    r_dyn = ident.residuals(arm, payload_data, unknowns, true_payload(), residual="dynamics")
+    # Mid-point difference quotients: O(dt^2) truncation, dt = 5 ms.
+    assert float(jnp.sqrt(jnp.sum(r_dyn**2))) < 1e-3
+
+
+# ------------------------------------------------------------------------------------------
+# Recovery from noise-free data.
+
+
+def test_payload_recovery_momentum_noise_free(arm, payload_data):
+    """Captured payload from momentum conservation only (no torques): all 10 parameters."""
+    data = payload_data.subsample(4)  # 20 ms sampling, 101 samples
+    result = ident.identify(arm, data, ident.Unknowns(payload_link=PAYLOAD_LINK), residual="momentum", truth=true_payload())
+    # Limited by RK4's momentum drift (~1e-11): recovery to better than 1e-6.
+    assert result.errors["mass"][0] < 1e-7
+    assert result.errors["com"][0] < 1e-7
+    assert result.errors["inertia"][0] < 1e-6
+    assert result.identifiability.rank == 10
+    assert float(result.loss_history[-1]) < 1e-15
+    validate(result.model)
+
+
+@pytest.mark.slow
+def test_payload_recovery_dynamics_noise_free(arm, payload_data):
+    """Inverse-dynamics residual with difference-quotient accelerations (O(dt^2) bias)."""
+    data = payload_data.subsample(2)
+    result = ident.identify(arm, data, ident.Unknowns(payload_link=PAYLOAD_LINK), residual="dynamics", truth=true_payload())
+    # dt = 10 ms: the mid-point acceleration error ~ (dt w)^2 / 24 with w ~ 3 rad/s -> 1e-4.
+    assert result.errors["mass"][0] < 2e-3
+    assert result.errors["com"][0] < 2e-3
+    assert result.errors["inertia"][0] < 2e-2
+
+
+def test_link_recovery_in_observable_subspace(arm, payload_data):
+    """Three unknown links (forearm roll, wrist pitch, wrist roll with its payload), default
+    (least-squares) start: the estimate matches the truth in every observable direction."""
+    loaded = ident.attach_payload(arm, PAYLOAD_LINK, true_payload())
+    links = (5, 6, 7)
+    truth = ident.link_parameters(loaded, links)
+    data = payload_data.subsample(4)
+    unknowns = ident.Unknowns(links=links)
+    result = ident.identify(loaded, data, unknowns, truth=truth)
+    report = result.identifiability
+    # Error in column-equilibrated coordinates, with the unobservable directions projected out.
+    scale = np.where(report.column_norms > 0, report.column_norms, 1.0)
+    error = scale * np.asarray(result.parameters.vector() - truth.vector()).ravel()
+    if report.unobservable.shape[1]:
+        basis, _ = np.linalg.qr(scale[:, None] * report.unobservable)
+        error = error - basis @ (basis.T @ error)
+    reference = np.linalg.norm(scale * np.asarray(truth.vector()).ravel())
+    # RK4 momentum drift ~1e-11 and the smallest retained singular value (> 1e-8) bound this.
+    assert np.linalg.norm(error) < 1e-5 * reference
+    assert float(result.loss_history[-1]) < 1e-15
+    validate(result.model)
+
+
+@pytest.mark.slow
+def test_optax_optimizers_reduce_loss(arm, payload_data):
+    data = payload_data.subsample(20)
+    unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
+    for optimizer in (optax.adam(0.05), optax.lbfgs()):
+        # Started from the nominal guess (a payload equal to the wrist link), not the LS solution.
+        result = ident.identify(arm, data, unknowns, initial=ident.link_parameters(arm, (PAYLOAD_LINK,)), optimizer=optimizer, num_steps=30, truth=true_payload())
+        history = np.asarray(result.loss_history)
+        assert history[-1] < 0.1 * history[0], (optimizer, history[[0, -1]])
+
+
+# ------------------------------------------------------------------------------------------
+# Identifiability.
+
+
+def test_identifiability_planar_motion():
+    """Planar motion (all joint axes and the base rate along z): a link's Ixx, Iyy, Ixy (link
+    frame, z = joint axis) never enter the momentum; the other 7 parameters are observable."""
+    model = planar_four_link()
+    data = simulate(model, np.array([0.4, 0.6, -0.5, 0.7]), 2.0, 0.01, base_twist=(0.01, -0.02, 0.0, 0.0, 0.0, 0.02))
+    w = np.asarray(data.states.base_angular_velocity)
+    assert np.max(np.abs(w[:, :2])) < 1e-12  # the motion is planar
+    report = ident.identifiability(model, data.subsample(5), ident.Unknowns(links=(4,)))
+    assert report.rank == 7
+    names = report.parameter_names
+    unobservable = [names.index(f"link4.{p}") for p in ("Ixx", "Iyy", "Ixy")]
+    null = report.unobservable
+    # The null space is spanned by the three named coordinate directions (to round-off).
+    assert null.shape == (10, 3)
+    np.testing.assert_allclose(np.linalg.norm(null[unobservable], axis=0), 1.0, atol=1e-8)
+    text = report.describe()
+    assert "link4.Ixx" in text and "7 of 10" in text
+
+
+def test_identifiability_full_payload(arm, payload_data):
+    report = ident.identifiability(arm, payload_data.subsample(10), ident.Unknowns(payload_link=PAYLOAD_LINK), true_payload())
+    assert report.rank == 10
+    assert report.unobservable.shape == (10, 0)
+
+
+# ------------------------------------------------------------------------------------------
+# Errors.
+
+
+def test_dataset_errors(payload_data):
+    s = payload_data.states
+    one = jax.tree.map(lambda x: x[:1], s)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        ident.Dataset(time=payload_data.time[:1], states=one)
+    empty = jax.tree.map(lambda x: x[:0], s)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        ident.Dataset(time=payload_data.time[:0], states=empty)
+    with pytest.raises(ValueError, match="base_position"):
+        ident.Dataset(time=payload_data.time[:-1], states=s)
+    with pytest.raises(ValueError, match="q/qd"):
+        ident.Dataset(time=payload_data.time, states=eqx.tree_at(lambda st: st.q, s, s.q[:, :3]))
+    with pytest.raises(ValueError, match="torques"):
+        ident.Dataset(time=payload_data.time, states=s, torques=payload_data.torques[:, :3])
+    with pytest.raises(ValueError, match="torques"):
+        ident.Dataset(time=payload_data.time, states=s, torques=jnp.zeros((payload_data.num_samples, 7)))
+    with pytest.raises(ValueError, match="strictly increasing"):
+        ident.Dataset(time=payload_data.time[::-1], states=s)
+    with pytest.raises(ValueError, match="time"):
+        ident.Dataset(time=jnp.zeros((3, 2)), states=s)
+    with pytest.raises(ValueError, match="NaN"):
+        ident.Dataset(time=payload_data.time, states=s, torques=payload_data.torques.at[3, 2].set(jnp.nan))
+    with pytest.raises(ValueError, match="level"):
+        ident.add_noise(payload_data, -1.0)
+
+
+def test_problem_errors(arm, payload_data):
+    data = payload_data.subsample(50)
+    with pytest.raises(ValueError, match="does not exist"):
+        ident.identify(arm, data, ident.Unknowns(links=(8,)))
+    with pytest.raises(ValueError, match="does not exist"):
+        ident.identify(arm, data, ident.Unknowns(payload_link=0))
+    with pytest.raises(ValueError, match="both an unknown link and the payload"):
+        ident.identify(arm, data, ident.Unknowns(links=(7,), payload_link=7))
+    with pytest.raises(ValueError, match="repeated"):
+        ident.identify(arm, data, ident.Unknowns(links=(3, 3)))
+    with pytest.raises(ValueError, match="nothing to estimate"):
+        ident.identify(arm, data, ident.Unknowns())
+    with pytest.raises(ValueError, match="unknown residual"):
+        ident.identify(arm, data, ident.Unknowns(links=(2,)), residual="energy")
+    no_torque = ident.Dataset(time=data.time, states=data.states)
+    with pytest.raises(ValueError, match="needs measured torques"):
+        ident.identify(arm, no_torque, ident.Unknowns(links=(2,)), residual="dynamics")
+    with pytest.raises(ValueError, match="no gravity"):
+        ident.identify(_with_gravity(arm), data, ident.Unknowns(links=(2,)))
+    with pytest.raises(ValueError, match="data has 7 joints"):
+        ident.identify(planar_four_link(), data, ident.Unknowns(links=(2,)))
+    with pytest.raises(ValueError, match="must be a Dataset"):
+        ident.identify(arm, {"time": data.time}, ident.Unknowns(links=(2,)))
+    with pytest.raises(ValueError, match="num_steps"):
+        ident.identify(arm, data, ident.Unknowns(links=(2,)), num_steps=-1)
+    with pytest.raises(ValueError, match="initial has"):
+        ident.identify(arm, data, ident.Unknowns(links=(2,)), initial=ident.link_parameters(arm, (2, 3)))
+    with pytest.raises(ValueError, match="not physically consistent"):
+        ident.to_log_cholesky(ident.InertialParameters.from_vector(jnp.asarray([[1.0, 0, 0, 0, 1.0, 1.0, 3.0, 0, 0, 0]])))
+    with pytest.raises(ValueError, match="expected shape"):
+        ident.InertialParameters.from_vector(jnp.zeros((2, 9)))
+
+
+def _with_gravity(model):
+    return eqx.tree_at(lambda m: m.gravity, model, jnp.asarray([0.0, 0.0, -9.81]))

@@ -1,0 +1,400 @@
+"""Batch Monte-Carlo (sdjax.montecarlo): sampling, perturbed models, batched == looped,
+independence from chunking / devices / processes, reproducibility, files, errors.
+
+The sharded and multi-process checks run in subprocesses, because the number of CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count``) and ``jax.distributed`` must be set
+before JAX starts; the subprocesses set their own config (x64, strict promotion).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sdjax
+import sdjax.montecarlo as mc
+from sdjax.model import validate
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+#: Samples of the small study (odd, so chunks of 2 and device counts of 4 need padding).
+B = 7
+NUM_STEPS = 12
+
+
+def make_case(num_steps: int = NUM_STEPS, controller: str = "pd"):
+    """A small study on the SpaceDyn sample: mass/inertia scale, inertia axes, a payload on
+    the first arm's slider, initial joint angles, gains and disturbances all random."""
+    from sdjax.models import spacedyn_sample
+
+    model = spacedyn_sample()
+    n = model.num_joints
+    goal = np.array([0.3, 0.2, 0.1, 0.6, 0.5, 0.4])
+    uncertainty = mc.Uncertainty(
+        model={
+            "mass": mc.Scale("link_mass", mc.LogNormal(1.0, 0.1, shape=(n,))),
+            "inertia": mc.Scale("link_inertia", mc.Uniform(0.8, 1.2, shape=(n,))),
+            "axes": mc.InertiaRotation("link_inertia", mc.Normal(0.0, 0.05, shape=(n, 3))),
+            "geometry": mc.Offset("parent_centroid_to_joint", mc.Normal(0.0, 0.01, shape=(n, 3))),
+            "payload": mc.Payload(3, mass=mc.Uniform(0.0, 20.0), offset=mc.Normal(0.0, 0.1, shape=(3,)), radius_of_gyration=mc.Uniform(0.0, 0.2)),
+        },
+        parameters={
+            "q0": mc.Normal(0.0, 0.05, shape=(n,)),
+            "kp": mc.Uniform(8.0, 12.0),
+            "kd": mc.LogNormal(10.0, 0.1, shape=(n,)),
+            "base_torque": mc.Normal(0.0, 0.5, shape=(3,)),
+            "tau_noise": mc.Normal(0.0, 0.2, shape=(num_steps, n)),
+        },
+    )
+    scenario = mc.ControlScenario(model, q_goal=goal, kp=10.0, kd=10.0, dt=0.01, num_steps=num_steps, controller=controller)
+    metrics = {
+        "attitude_error": mc.final_attitude_error,
+        "peak_torque": mc.peak_joint_torque,
+        "joint_error": mc.final_joint_error(goal),
+        "base_drift": mc.final_base_drift,
+    }
+    return model, uncertainty, scenario, metrics
+
+
+@pytest.fixture(scope="module")
+def case():
+    return make_case()
+
+
+@pytest.fixture(scope="module")
+def reference_run(case):
+    model, uncertainty, scenario, metrics = case
+    return mc.run_monte_carlo(model, uncertainty, scenario, metrics, num_samples=B, seed=3, chunk_size=B, progress=False)
+
+
+# ------------------------------------------------------------------------------------------
+# Distributions and perturbed models.
+
+
+def test_distributions_shapes_support_and_moments():
+    key = jax.random.key(0)
+    n = 20000
+    draws = {
+        "normal": mc.Normal(1.0, 2.0, shape=(n,)),
+        "uniform": mc.Uniform(-1.0, 3.0, shape=(n,)),
+        "lognormal": mc.LogNormal(2.0, 0.1, shape=(n,)),
+        "truncated": mc.TruncatedNormal(0.0, 1.0, -0.5, 2.0, shape=(n,)),
+        "fixed": mc.Fixed([1.0, 2.0]),
+    }
+    x = {k: np.asarray(d.sample(key, jnp.float64)) for k, d in draws.items()}
+    # 20000 draws: standard errors of the mean ~ 1.4e-2 (normal), 8e-3 (uniform); 5 sigma margins.
+    assert abs(x["normal"].mean() - 1.0) < 0.07 and abs(x["normal"].std() - 2.0) < 0.07
+    assert x["uniform"].min() >= -1.0 and x["uniform"].max() < 3.0 and abs(x["uniform"].mean() - 1.0) < 0.05
+    assert x["lognormal"].min() > 0 and abs(np.median(x["lognormal"]) - 2.0) < 0.02
+    assert x["truncated"].min() >= -0.5 and x["truncated"].max() <= 2.0
+    np.testing.assert_array_equal(x["fixed"], [1.0, 2.0])
+    assert mc.Normal([0.0, 1.0], 1.0).shape == (2,)
+    assert mc.Uniform(0.0, 1.0, shape=(2, 3)).shape == (2, 3)
+    assert mc.LogNormal(1.0, 0.1).support() == (0.0, float("inf"))
+    assert x["normal"].dtype == np.float64
+    assert mc.Normal(0.0, 1.0, shape=(3,)).sample(key, jnp.float32).dtype == jnp.float32
+
+
+def test_sampled_models_are_valid_and_draws_recorded(case):
+    model, uncertainty, _, _ = case
+    key = jax.random.key(11)
+    for i in range(4):
+        model_i, params_i, draws_i = uncertainty.sample(model, key, i)
+        validate(model_i)  # positive masses, symmetric positive-definite inertias, triangle inequality
+        assert set(params_i) == {"q0", "kp", "kd", "base_torque", "tau_noise"}
+        assert "model/payload/mass" in draws_i and "param/kp" in draws_i
+        assert draws_i["model/mass/factor"].shape == (6,) and draws_i["param/tau_noise"].shape == (NUM_STEPS, 6)
+    # Independent items: adding a parameter leaves the others' draws unchanged (keys by name).
+    more = mc.Uncertainty(model=dict(zip(uncertainty.model_names, uncertainty.perturbations)), parameters={**uncertainty.parameters, "extra": mc.Normal()})
+    _, p1, _ = uncertainty.sample(model, key, 2)
+    _, p2, _ = more.sample(model, key, 2)
+    np.testing.assert_array_equal(p1["kd"], p2["kd"])
+
+
+def test_payload_parallel_axis_rule(sample_model):
+    """A payload (mass mp at r from the link centroid, gyration radius k) adds exactly
+    ``mp J_r^T J_r + mp k^2 J_w^T J_w`` to the system inertia matrix and moves no joint or end
+    point (J_r: linear Jacobian of the payload point, J_w: angular Jacobian of the link)."""
+    from helpers import assert_close, random_state
+
+    model = sample_model
+    mp, r, k = 7.0, np.array([0.1, -0.2, 0.3]), 0.15
+    link = 3  # carries an end point; link 2 is its parent
+    payload = mc.Payload(link, mass=mp, offset=r, radius_of_gyration=k)
+    payload.check(model)
+    loaded = payload.apply(model, payload.draw(jax.random.key(0), model, model.dtype))
+    validate(loaded)
+    state = random_state(model, 5)
+    jac = sdjax.point_jacobian(model, state, link, r)
+    expected = sdjax.inertia_matrix(model, state) + mp * jac[:3].T @ jac[:3] + mp * k**2 * jac[3:].T @ jac[3:]
+    assert_close(sdjax.inertia_matrix(loaded, state), expected, 1e-12, "H with payload")  # round-off of O(100) entries
+    k0, k1 = sdjax.forward_kinematics(model, state), sdjax.forward_kinematics(loaded, state)
+    assert_close(k1.end_point_position, k0.end_point_position, 1e-13, "end points unchanged")
+    assert_close(k1.joint_position, k0.joint_position, 1e-13, "joints unchanged")
+    # Payload on a link with a child (link 2, parent of link 3): children keep their joints.
+    mid = mc.Payload(2, mass=mp, offset=r)
+    loaded2 = mid.apply(model, mid.draw(jax.random.key(0), model, model.dtype))
+    assert_close(sdjax.forward_kinematics(loaded2, state).joint_position, k0.joint_position, 1e-13, "joints (mid link)")
+
+
+def test_inertia_rotation_keeps_principal_moments(sample_model):
+    rot = mc.InertiaRotation("link_inertia", mc.Normal(0.0, 0.5, shape=(6, 3)))
+    rotated = rot.apply(sample_model, rot.draw(jax.random.key(1), sample_model, sample_model.dtype))
+    validate(rotated)
+    np.testing.assert_allclose(np.linalg.eigvalsh(np.asarray(rotated.link_inertia)), np.linalg.eigvalsh(np.asarray(sample_model.link_inertia)), atol=1e-13)
+    assert not np.allclose(rotated.link_inertia, sample_model.link_inertia)
+
+
+# ------------------------------------------------------------------------------------------
+# The engine.
+
+
+def test_batched_equals_looped(case, reference_run):
+    model, uncertainty, scenario, metrics = case
+    res = reference_run
+    assert res.num_samples == B and all(v.shape == (B,) for v in res.metrics.values())
+    key = jax.random.key(3)
+    for i in range(B):
+        model_i, params_i, draws_i = uncertainty.sample(model, key, i)
+        traj = scenario(model_i, params_i)
+        for name, fn in metrics.items():
+            # vmapped vs unbatched kernels differ by float64 round-off only.
+            np.testing.assert_allclose(res.metrics[name][i], float(fn(traj, model_i, params_i)), rtol=1e-10, atol=1e-13, err_msg=name)
+        for name, value in draws_i.items():
+            np.testing.assert_allclose(res.draws[name][i], value, rtol=1e-14, atol=0, err_msg=name)
+    assert np.all(res.metrics["peak_torque"] > 0) and np.all(np.isfinite(res.metrics["attitude_error"]))
+    assert np.ptp(res.metrics["attitude_error"]) > 0  # the samples differ
+
+
+def test_chunking_and_seed_reproducibility(case, reference_run):
+    """Sample i depends only on (seed, i): chunks of 3 (padded) reproduce the first B samples of
+    a single-chunk run; another seed gives other samples."""
+    model, uncertainty, scenario, metrics = case
+    longer = mc.run_monte_carlo(model, uncertainty, scenario, metrics, num_samples=B + 2, seed=3, chunk_size=3, progress=False, keep_draws=["param/kp"])
+    assert longer.info["num_chunks"] == 3 and longer.info["chunk_size"] == 3
+    for name in metrics:
+        # Different chunk size = different vmap width: round-off only.
+        np.testing.assert_allclose(longer.metrics[name][:B], reference_run.metrics[name], rtol=1e-10, atol=1e-14, err_msg=name)
+    assert list(longer.draws) == ["param/kp"]
+    np.testing.assert_array_equal(longer.draws["param/kp"][:B], reference_run.draws["param/kp"])
+    _, _, draws_other = uncertainty.sample(model, jax.random.key(4), 0)
+    assert not np.allclose(draws_other["param/q0"], reference_run.draws["param/q0"][0])
+
+
+def test_computed_torque_scenario_with_torque_limit():
+    """The computed-torque variant (nominal model as the controller's estimate) with an
+    actuator limit: batched == direct, and the applied torque respects limit + disturbances."""
+    model, uncertainty, _, metrics = make_case(num_steps=4)
+    scenario = mc.ControlScenario(model, q_goal=np.full(6, 0.2), kp=4.0, kd=4.0, dt=0.01, num_steps=4, controller="computed_torque", torque_limit=3.0)
+    no_noise = mc.Uncertainty(model=dict(zip(uncertainty.model_names, uncertainty.perturbations)), parameters={"kp": mc.Uniform(3.0, 5.0)})
+    res = mc.run_monte_carlo(model, no_noise, scenario, metrics, num_samples=2, seed=0, progress=False)
+    model_1, params_1, _ = no_noise.sample(model, jax.random.key(0), 1)
+    traj = scenario(model_1, params_1)
+    np.testing.assert_allclose(res.metrics["peak_torque"][1], float(mc.peak_joint_torque(traj)), rtol=1e-10)
+    assert np.all(res.metrics["peak_torque"] <= 3.0 + 1e-12)  # saturated at the limit
+
+
+def test_summary_save_load_plot(reference_run, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    res = reference_run
+    summary = res.summary()
+    values = res.metrics["peak_torque"]
+    row = summary["peak_torque"]
+    assert row["mean"] == pytest.approx(values.mean()) and row["max"] == values.max() and row["min"] == values.min()
+    assert row["p50"] == pytest.approx(np.median(values)) and row["p5"] <= row["p50"] <= row["p95"]
+    assert row["nonfinite"] == 0
+    assert "peak_torque" in res.summary_table()
+    path = tmp_path / "mc.npz"
+    res.save(path)
+    back = mc.MonteCarloResults.load(path)
+    assert back.seed == res.seed and back.num_samples == res.num_samples and back.info == res.info
+    for name in res.metrics:
+        np.testing.assert_array_equal(back.metrics[name], res.metrics[name])
+    for name in res.draws:
+        np.testing.assert_array_equal(back.draws[name], res.draws[name])
+    with np.load(path, allow_pickle=False) as raw:  # the documented layout
+        assert "metric/peak_torque" in raw.files and "draw/param/kp" in raw.files and "meta" in raw.files
+    fig = res.plot()
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == len(res.metrics)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    with pytest.raises(ValueError, match="unknown metric"):
+        res.plot(["nope"])
+    with pytest.raises(ValueError, match="percentiles"):
+        res.summary((5, 150))
+    np.savez(tmp_path / "other.npz", x=np.zeros(2))
+    with pytest.raises(ValueError, match="not a sdjax Monte-Carlo file"):
+        mc.MonteCarloResults.load(tmp_path / "other.npz")
+
+
+# ------------------------------------------------------------------------------------------
+# Errors.
+
+
+def test_bad_configuration_errors(case):
+    model, uncertainty, scenario, metrics = case
+    run = lambda **kw: mc.run_monte_carlo(  # noqa: E731
+        kw.pop("model", model), kw.pop("uncertainty", uncertainty), kw.pop("simulate", scenario), kw.pop("metrics", metrics), progress=False, **{"num_samples": 2, **kw}
+    )
+    with pytest.raises(ValueError, match="empty batch"):
+        run(num_samples=0)
+    with pytest.raises(ValueError, match="num_samples must be an int"):
+        run(num_samples=2.5)
+    with pytest.raises(ValueError, match="chunk_size must be >= 1"):
+        run(chunk_size=0)
+    with pytest.raises(ValueError, match="at least one metric"):
+        run(metrics={})
+    with pytest.raises(ValueError, match="devices is empty"):
+        run(devices=[])
+    # Mismatched shapes.
+    with pytest.raises(ValueError, match="do not broadcast"):
+        mc.Normal(np.zeros(3), np.ones(2))
+    with pytest.raises(ValueError, match="requested shape"):
+        mc.Uniform(np.zeros(3), 1.0, shape=(2,))
+    bad_factor = mc.Uncertainty(model={"m": mc.Scale("link_mass", mc.LogNormal(1.0, 0.1, shape=(5,)))})
+    with pytest.raises(ValueError, match=r"factor shape \(5,\) does not match Model.link_mass"):
+        run(uncertainty=bad_factor)
+    with pytest.raises(ValueError, match="one per body"):
+        mc.Scale("link_inertia", mc.LogNormal(1.0, 0.1, shape=(6, 3, 3))).check(model)
+    bad_param = mc.Uncertainty(parameters={"q0": mc.Normal(0.0, 0.1, shape=(5,))})
+    with pytest.raises(ValueError, match="parameter 'q0' has shape"):
+        run(uncertainty=bad_param)
+    with pytest.raises(ValueError, match="must return a scalar"):
+        run(metrics={"q": lambda traj, m, p: traj.states.q[-1]})
+    with pytest.raises(ValueError, match="does not exist"):
+        mc.Payload(7, mass=1.0).check(model)
+    with pytest.raises(ValueError, match="cannot be perturbed"):
+        mc.Scale("base_quaternion", 1.0)
+    with pytest.raises(ValueError, match="use Scale"):
+        mc.Offset("link_mass", mc.Normal(0.0, 1.0))
+    with pytest.raises(ValueError, match="must be a Perturbation"):
+        mc.Uncertainty(model={"x": mc.Normal()})
+    # Impossible limits.
+    with pytest.raises(ValueError, match="low must not exceed high"):
+        mc.Uniform(2.0, 1.0)
+    with pytest.raises(ValueError, match="impossible limits"):
+        mc.TruncatedNormal(0.0, 1.0, 1.0, -1.0)
+    with pytest.raises(ValueError, match="impossible limits"):
+        mc.Scale("link_mass", mc.Normal(1.0, 0.1))  # a Gaussian factor can make a mass negative
+    with pytest.raises(ValueError, match="impossible limits"):
+        mc.Scale("link_inertia", mc.Uniform(-0.5, 1.5))
+    with pytest.raises(ValueError, match="impossible limits"):
+        mc.Payload(3, mass=mc.Uniform(-1.0, 1.0))
+    with pytest.raises(ValueError, match="std must be non-negative"):
+        mc.Normal(0.0, -1.0)
+    with pytest.raises(ValueError, match="median must be positive"):
+        mc.LogNormal(0.0, 0.1)
+    with pytest.raises(ValueError, match="can make joint_damping negative"):
+        mc.Offset("joint_damping", mc.Normal(0.0, 1.0)).check(model)
+    with pytest.raises(ValueError, match="impossible torque_limit"):
+        mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=3, torque_limit=0.0)
+    with pytest.raises(ValueError, match="num_steps must be a positive int"):
+        mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=0)
+    with pytest.raises(ValueError, match="unknown controller"):
+        mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=3, controller="lqr")
+    with pytest.raises(ValueError, match="q_goal: expected shape"):
+        mc.ControlScenario(model, q_goal=np.zeros(5), kp=1.0, kd=1.0, dt=0.01, num_steps=3)
+
+
+# ------------------------------------------------------------------------------------------
+# Scale-out: several devices (jax.sharding) and several processes (jax.distributed).
+
+WORKER = textwrap.dedent(
+    """
+    import os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=" + sys.argv[1]
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_numpy_dtype_promotion", "strict")
+    num_processes, process_id, port, out = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    if num_processes > 1:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(f"localhost:{{port}}", num_processes, process_id)
+    sys.path.insert(0, {tests!r})
+    import sdjax.montecarlo as mc
+    from test_montecarlo import B, make_case
+    model, uncertainty, scenario, metrics = make_case()
+    devices = jax.devices()
+    assert len(devices) == int(sys.argv[1]) * num_processes, devices
+    res = mc.run_monte_carlo(model, uncertainty, scenario, metrics, num_samples=B, seed=3, chunk_size=4, progress=False)
+    assert res.info["num_devices"] == len(devices) and res.info["num_processes"] == num_processes
+    if num_processes == 1:  # also one device only, in the same process
+        single = mc.run_monte_carlo(model, uncertainty, scenario, metrics, num_samples=B, seed=3, chunk_size=4, devices=devices[:1], progress=False)
+        single.save(out + ".single.npz")
+    res.save(out + f".{{process_id}}.npz")
+    print("done", process_id, len(devices))
+    """
+).format(tests=str(HERE))
+
+
+def _worker(tmp_path, devices: int, num_processes: int):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    out = str(tmp_path / "mc")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(devices), str(num_processes), str(i), str(port), out],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(num_processes)
+    ]
+    logs = []
+    for p in procs:
+        try:
+            log, _ = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        logs.append(log)
+        assert p.returncode == 0, f"worker failed:\n{log[-4000:]}"
+    return out, logs
+
+
+def _assert_same(a: mc.MonteCarloResults, b: mc.MonteCarloResults, what: str):
+    assert a.num_samples == b.num_samples
+    for name in a.metrics:
+        # Different vmap widths per device: float64 round-off only.
+        np.testing.assert_allclose(a.metrics[name], b.metrics[name], rtol=1e-10, atol=1e-14, err_msg=f"{what}: {name}")
+    for name in a.draws:
+        np.testing.assert_array_equal(a.draws[name], b.draws[name], err_msg=f"{what}: {name}")
+
+
+def test_sharded_over_four_cpu_devices_equals_unsharded(tmp_path, reference_run):
+    out, _ = _worker(tmp_path, devices=4, num_processes=1)
+    sharded = mc.MonteCarloResults.load(out + ".0.npz")
+    single = mc.MonteCarloResults.load(out + ".single.npz")
+    assert sharded.info["num_devices"] == 4 and single.info["num_devices"] == 1
+    _assert_same(sharded, single, "4 devices vs 1")
+    _assert_same(sharded, reference_run, "4 devices vs this process")
+
+
+def test_two_processes_with_jax_distributed_equal_one(tmp_path, reference_run):
+    out, _ = _worker(tmp_path, devices=2, num_processes=2)
+    first = mc.MonteCarloResults.load(out + ".0.npz")
+    second = mc.MonteCarloResults.load(out + ".1.npz")
+    assert first.info["num_processes"] == 2 and first.info["num_devices"] == 4
+    _assert_same(first, second, "process 0 vs process 1")
+    _assert_same(first, reference_run, "2 processes vs 1")

@@ -1,0 +1,258 @@
+"""Gradient-based motion planning (sdjax.planning): splines, loss gradients, multi-start
+batching, the straight-line baseline and input validation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sdjax
+from sdjax.models import spacedyn_sample
+from sdjax.models.builtin import free_flying_arm_initial_q
+from helpers import assert_close
+
+Q0 = free_flying_arm_initial_q()
+
+
+def make_problem(model, num_steps=20, duration=2.0, **kwargs):
+    state = sdjax.make_state(model, q=Q0)
+    kin = sdjax.forward_kinematics(model, state)
+    target = kin.end_point_position[0] + jnp.array([0.15, -0.1, 0.1])
+    kwargs.setdefault("num_coefficients", 3)
+    return sdjax.PlanningProblem(model, state, target, duration=duration, num_steps=num_steps, **kwargs)
+
+
+def line_guess(problem, num_starts=1, **kwargs):
+    goal = problem.initial_state.q + 0.1 * jnp.array([1.0, -0.5, 0.3, 0.8, -0.2, 0.4, 0.1])
+    return sdjax.initial_coefficients(problem, goal, num_starts, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------
+# Splines.
+
+
+@pytest.mark.parametrize("degree", [3, 5])
+def test_bspline_basis_partition_and_derivatives(degree):
+    num_points = 8
+    for s in np.linspace(0.0, 1.0, 23):
+        n0, n1, n2 = sdjax.bspline_basis(jnp.asarray(s), num_points, degree)
+        assert_close(jnp.sum(n0), 1.0, 1e-14, "partition of unity")
+        assert float(jnp.min(n0)) >= -1e-15
+    for s in np.linspace(0.013, 0.987, 17):  # inside knot spans (the end clip halves derivatives)
+        n0, n1, n2 = sdjax.bspline_basis(jnp.asarray(s), num_points, degree)
+        # forward-mode derivative of the value inside a knot span is exact (the span index is
+        # piecewise constant), so it checks the analytic derivative formulas to round-off
+        d1 = jax.jacfwd(lambda x: sdjax.bspline_basis(x, num_points, degree)[0])(jnp.asarray(s))
+        d2 = jax.jacfwd(lambda x: sdjax.bspline_basis(x, num_points, degree)[1])(jnp.asarray(s))
+        assert_close(n1, d1, 1e-11, f"dN/ds at s={s}")
+        assert_close(n2, d2, 1e-10, f"d2N/ds2 at s={s}")
+
+
+@pytest.mark.parametrize("degree", [3, 5])
+def test_spline_trajectory_rest_to_rest(degree):
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=4)
+    coefficients = rng.normal(size=(5, 4))
+    spline = sdjax.SplineTrajectory(start, coefficients, 3.0, degree)
+    q, qd, qdd = spline(0.0)
+    assert_close(q, start, 1e-14, "starts at start")
+    assert_close(qd, np.zeros(4), 1e-12, "starts at rest")
+    q, qd, qdd = spline(3.0 - 1e-12)
+    assert_close(q, coefficients[-1], 1e-9, "ends at goal")
+    assert_close(qd, np.zeros(4), 1e-9, "ends at rest")
+    if degree == 5:
+        assert_close(spline(0.0)[2], np.zeros(4), 1e-12, "quintic starts with zero acceleration")
+        assert_close(qdd, np.zeros(4), 1e-8, "quintic ends with zero acceleration")
+    q, qd, qdd = spline(5.0)  # held after the motion
+    assert_close(q, coefficients[-1], 1e-14, "holds the goal")
+    assert float(jnp.max(jnp.abs(qd))) == 0.0 and float(jnp.max(jnp.abs(qdd))) == 0.0
+    # time derivatives by central differences of the positions (tolerance: O(h^2) truncation)
+    h = 1e-5
+    for t in (0.4, 1.3, 2.2):
+        fd = (spline(t + h)[0] - spline(t - h)[0]) / (2 * h)
+        assert_close(spline(t)[1], fd, 1e-8, "qd")
+    # convex hull: every sample stays within the control points' box
+    samples = spline.sample(jnp.linspace(0.0, 3.0, 301))[0]
+    points = spline.control_points
+    assert np.all(np.asarray(samples) <= np.asarray(points.max(0)) + 1e-12)
+    assert np.all(np.asarray(samples) >= np.asarray(points.min(0)) - 1e-12)
+
+
+# ------------------------------------------------------------------------------------------
+# Evaluation and gradients.
+
+
+def test_evaluation_is_consistent(arm7_model):
+    problem = make_problem(arm7_model, joint_limits=(Q0 - 1.0, Q0 + 1.0), torque_limit=np.full(7, 50.0))
+    coefficients = line_guess(problem)[0]
+    ev = sdjax.simulate_plan(problem, coefficients)
+    final = jax.tree.map(lambda x: x[-1], ev.trajectory.states)
+    kin = sdjax.forward_kinematics(arm7_model, final)
+    assert_close(ev.end_point_position, kin.end_point_position[0], 1e-14, "end point")
+    assert_close(ev.position_error, jnp.linalg.norm(problem.target_position - kin.end_point_position[0]), 1e-14, "position error")
+    assert_close(ev.effort, jnp.sum(ev.tau**2) * problem.dt, 1e-14, "effort")
+    # zero momentum is kept by the free-floating rollout up to RK4 truncation (momentum is not
+    # a linear invariant of the state, so RK4 drifts O(dt^4): 5e-7 measured at dt = 0.1 s)
+    momentum = jax.vmap(lambda s: sdjax.system_momentum(arm7_model, s))(ev.trajectory.states)
+    assert float(jnp.max(jnp.abs(momentum))) < 1e-5
+    # the exact-model computed-torque executor tracks the spline closely: the zero-order hold
+    # error, corrected by the default (soft, dt-scaled) PD loop, measured 1.7e-3 rad at dt = 0.1 s
+    assert float(jnp.max(jnp.abs(ev.trajectory.states.q - ev.reference_q))) < 5e-3
+    # loss = sum of weighted terms (no limit is violated here: small motion, loose limits)
+    assert float(ev.joint_violation) == 0.0 and float(ev.torque_violation) == 0.0
+    expected = (
+        problem.position_weight * ev.position_error**2
+        + problem.attitude_weight * ev.base_attitude_change**2
+        + problem.effort_weight * ev.effort
+    )
+    assert_close(ev.loss, expected, 1e-12, "loss composition")
+    # the same loss from plan_loss and from a SplineTrajectory
+    assert_close(sdjax.plan_loss(problem, coefficients), ev.loss, 1e-14, "plan_loss")
+    assert_close(sdjax.simulate_plan(problem, problem.trajectory(coefficients)).loss, ev.loss, 1e-14, "spline plan")
+
+
+def test_loss_gradient_matches_finite_differences(arm7_model):
+    problem = make_problem(
+        arm7_model, num_steps=15, duration=1.5, joint_limits=(Q0 - 0.05, Q0 + 1.0), torque_limit=np.full(7, 2.0),
+        target_rotation=jnp.eye(3), project_limits=False,
+    )
+    coefficients = line_guess(problem)[0] + 0.02
+    loss, grad = jax.value_and_grad(lambda c: sdjax.plan_loss(problem, c))(coefficients)
+    ev = sdjax.simulate_plan(problem, coefficients)
+    assert float(ev.torque_violation) > 0  # the hinge penalties are active and checked too
+    rng = np.random.default_rng(1)
+    h = 1e-6
+    for _ in range(4):
+        direction = jnp.asarray(rng.normal(size=coefficients.shape))
+        plus = sdjax.plan_loss(problem, coefficients + h * direction)
+        minus = sdjax.plan_loss(problem, coefficients - h * direction)
+        fd = (plus - minus) / (2 * h)
+        # central differences: O(h^2) truncation plus ~eps*|loss|/h round-off
+        assert_close(jnp.vdot(grad, direction), fd, 1e-6 * max(1.0, float(jnp.abs(fd))), "directional derivative")
+
+
+def test_checkpoint_gives_the_same_gradient(arm7_model):
+    coefficients = None
+    grads = []
+    for checkpoint in (True, False):
+        problem = make_problem(arm7_model, num_steps=10, duration=1.0, checkpoint=checkpoint)
+        coefficients = line_guess(problem)[0] if coefficients is None else coefficients
+        grads.append(jax.grad(lambda c: sdjax.plan_loss(problem, c))(coefficients))
+    assert_close(grads[0], grads[1], 1e-12, "checkpointed gradient")
+
+
+# ------------------------------------------------------------------------------------------
+# Optimisation.
+
+
+def test_batched_multistart_equals_loop(arm7_model):
+    problem = make_problem(arm7_model, num_steps=10, duration=1.0, joint_limits=(Q0 - 0.3, Q0 + 0.3))
+    starts = line_guess(problem, 3, spread=0.05, seed=3)
+    batched = sdjax.optimize_plan(problem, starts, iterations=3, learning_rate=0.01)
+    for b in range(3):
+        single = sdjax.optimize_plan(problem, starts[b : b + 1], iterations=3, learning_rate=0.01)
+        # vmap batches the same operations; only summation order may differ
+        assert_close(batched.coefficients[b], single.coefficients[0], 1e-10, f"coefficients of start {b}")
+        assert_close(batched.loss_history[b], single.loss_history[0], 1e-10, f"loss history of start {b}")
+        assert_close(batched.final_loss[b], single.final_loss[0], 1e-10, f"final loss of start {b}")
+    best = int(batched.best)
+    assert bool(batched.feasible[best])
+    assert float(batched.final_loss[best]) == float(jnp.min(jnp.where(batched.feasible, batched.final_loss, jnp.inf)))
+    assert_close(batched.evaluation.loss, batched.final_loss[best], 1e-14, "chosen evaluation")
+    assert_close(batched.trajectory.coefficients, batched.coefficients[best], 0.0, "chosen trajectory")
+
+
+@pytest.mark.slow
+def test_optimisation_reaches_target_within_limits_and_beats_straight_line(arm7_model):
+    lower, upper = Q0 - 0.4, Q0 + 0.4
+    problem = make_problem(arm7_model, num_steps=20, duration=2.0, joint_limits=(lower, upper), torque_limit=np.full(7, 20.0))
+    baseline = sdjax.straight_line_plan(problem, refine_iterations=4)
+    # Gauss-Newton through the rollout puts the straight line on the target
+    assert float(baseline.evaluation.position_error) < 1e-6
+    starts = sdjax.initial_coefficients(problem, baseline.goal, 2, spread=0.05)
+    # small steps: 0.02 rad moves the end point of this 2.6 m arm by ~5 cm (stiff position term)
+    result = sdjax.optimize_plan(problem, starts, iterations=40, learning_rate=0.003)
+    history = np.asarray(result.loss_history)
+    assert np.all(history[:, -1] < history[:, 0])  # every start improves
+    ev = result.evaluation
+    assert bool(result.feasible[result.best])
+    # projection keeps the reference inside the limits; tracking error adds < 1e-3 rad
+    assert float(ev.joint_violation) <= 1e-3
+    assert np.all(np.asarray(result.trajectory.coefficients) <= np.asarray(upper) + 1e-12)
+    assert float(ev.position_error) < 0.02  # m, a penalty, not a constraint
+    assert float(sdjax.improvement_factor(baseline.evaluation, ev)) > 1.0
+
+
+# ------------------------------------------------------------------------------------------
+# Bad configuration.
+
+
+def test_bad_configuration_errors(arm7_model):
+    state = sdjax.make_state(arm7_model, q=Q0)
+    target = jnp.zeros(3)
+
+    def build(**kwargs):
+        args = dict(duration=1.0, num_steps=10)
+        args.update(kwargs)
+        return sdjax.PlanningProblem(arm7_model, state, target, **args)
+
+    with pytest.raises(ValueError, match="joint_limits lower > upper"):
+        build(joint_limits=(Q0 + 0.1, Q0 - 0.1))
+    with pytest.raises(ValueError, match="torque_limit must be positive"):
+        build(torque_limit=np.array([1.0, 1.0, -1.0, 1.0, 1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="torque_limit expected shape"):
+        build(torque_limit=np.ones(3))
+    with pytest.raises(ValueError, match="initial_state.q outside joint_limits"):
+        build(joint_limits=(Q0 + 0.1, Q0 + 0.2))
+    with pytest.raises(ValueError, match="joint_limits upper expected shape"):
+        build(joint_limits=(Q0 - 1.0, np.ones(3)))
+    with pytest.raises(ValueError, match="joint_limits must be"):
+        build(joint_limits=Q0)
+    with pytest.raises(ValueError, match="duration must be positive"):
+        build(duration=0.0)
+    with pytest.raises(ValueError, match="num_steps"):
+        build(num_steps=0)
+    with pytest.raises(ValueError, match="num_coefficients"):
+        build(num_coefficients=0)
+    with pytest.raises(ValueError, match="degree"):
+        build(degree=4)
+    with pytest.raises(ValueError, match="end_point"):
+        build(end_point=1)
+    with pytest.raises(ValueError, match="attitude_weight must be non-negative"):
+        build(attitude_weight=-1.0)
+    with pytest.raises(ValueError, match="target_rotation expected shape"):
+        build(target_rotation=np.eye(2))
+    with pytest.raises(ValueError, match="target_position must be finite"):
+        sdjax.PlanningProblem(arm7_model, state, jnp.array([0.0, jnp.nan, 0.0]), duration=1.0, num_steps=10)
+    with pytest.raises(ValueError, match="kp and kd must be positive"):
+        build(kp=0.0)
+    with pytest.raises(ValueError, match="State.q"):
+        sdjax.PlanningProblem(arm7_model, sdjax.make_state(spacedyn_sample()), target, duration=1.0, num_steps=10)
+
+    problem = build(num_coefficients=3)
+    with pytest.raises(ValueError, match="empty batch"):
+        sdjax.optimize_plan(problem, jnp.zeros((0, 3, 7)))
+    with pytest.raises(ValueError, match=r"initial_coefficients: expected shape \(num_starts, 3, 7\)"):
+        sdjax.optimize_plan(problem, jnp.zeros((2, 4, 7)))
+    with pytest.raises(ValueError, match="initial_coefficients: expected shape"):
+        sdjax.optimize_plan(problem, jnp.zeros((3, 7)))
+    with pytest.raises(ValueError, match="iterations"):
+        sdjax.optimize_plan(problem, jnp.zeros((1, 3, 7)), iterations=0)
+    with pytest.raises(ValueError, match="learning_rate"):
+        sdjax.optimize_plan(problem, jnp.zeros((1, 3, 7)), learning_rate=-0.1)
+    with pytest.raises(ValueError, match="coefficients: expected shape"):
+        sdjax.plan_loss(problem, jnp.zeros((3, 6)))
+    with pytest.raises(ValueError, match="goal expected shape"):
+        sdjax.initial_coefficients(problem, jnp.zeros(6))
+    with pytest.raises(ValueError, match="num_starts"):
+        sdjax.initial_coefficients(problem, jnp.zeros(7), 0)
+    with pytest.raises(ValueError, match="goal expected shape"):
+        sdjax.straight_line_plan(problem, jnp.zeros(5))
+    with pytest.raises(ValueError, match="degree"):
+        sdjax.SplineTrajectory(np.zeros(2), np.zeros((2, 2)), 1.0, degree=2)
+    with pytest.raises(ValueError, match="coefficients expected shape"):
+        sdjax.SplineTrajectory(np.zeros(2), np.zeros((2, 3)), 1.0)
+    with pytest.raises(ValueError, match="duration must be positive"):
+        sdjax.SplineTrajectory(np.zeros(2), np.zeros((2, 2)), -1.0)
