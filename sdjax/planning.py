@@ -28,8 +28,9 @@ the whole reference inside it.
 - :func:`optimize_plan`: batched multi-start Adam (``jax.vmap`` over starts, ``lax.scan``
   over iterations) returning a :class:`PlanResult` with the best feasible start.
 - :func:`straight_line_plan`: the naive baseline, a rest-to-rest quintic straight line in
-  joint space to a goal that reaches the target (floating inverse kinematics refined by
-  Gauss-Newton through the same rollout, so both plans reach the target equally well).
+  joint space to a goal that reaches the target (inverse kinematics, fixed-base by default,
+  refined by Gauss-Newton through the same free-floating rollout, so the baseline ends on
+  the target; compare plans at equal end-point accuracy, see :func:`improvement_factor`).
 
 Frames inertial, units SI, angles rad.
 """
@@ -752,5 +753,8 @@ def optimize_plan(
 
 def improvement_factor(baseline: PlanEvaluation, optimized: PlanEvaluation) -> Array:
     """``()`` base attitude change of the baseline divided by that of the optimised plan
-    (> 1 when the optimised plan disturbs the base less)."""
+    (> 1 when the optimised plan disturbs the base less).
+
+    Meaningful only when both plans reach the target about equally well: compare their
+    ``position_error`` too (a plan that stops short of the target can turn the base less)."""
     return baseline.base_attitude_change / optimized.base_attitude_change
