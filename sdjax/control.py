@@ -51,7 +51,7 @@ from sdjax.gjm import Manipulability, _momentum_about_base, manipulability
 from sdjax.jacobians import _jacobians_at
 from sdjax.kinematics import body_masses, center_of_mass, joint_motion_axes, relative_frames
 from sdjax.model import Model
-from sdjax.rotation import matrix_to_quat, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix
+from sdjax.rotation import matrix_to_quat, quat_normalize, quat_rate, quat_to_matrix, quat_to_rotation_vector, rpy_to_matrix
 from sdjax.state import State, check_state, check_vector
 
 #: Base modes of the model-based functions (see the module docstring).
@@ -654,13 +654,7 @@ def _task_kinematics(model: Model, state: State, spec: tuple[Any, Any, Any], bas
 
 def _rotation_vector(rotation: Array) -> Array:
     """Rotation vector ``phi`` (axis times angle in [0, pi]) with ``exp(skew(phi)) = rotation``."""
-    quat = matrix_to_quat(rotation)  # w >= 0
-    v, w = quat[:3], quat[3]
-    norm_sq = jnp.sum(v * v)
-    small = norm_sq < 1e-12
-    norm = jnp.sqrt(jnp.where(small, 1.0, norm_sq))
-    scale = jnp.where(small, 2.0 / jnp.maximum(w, 0.5), 2.0 * jnp.arctan2(norm, w) / norm)
-    return scale * v
+    return quat_to_rotation_vector(matrix_to_quat(rotation))
 
 
 def _task_error(task: str, position: Array, rotation: Array, target_position: Array | None, target_rotation: Array | None) -> Array:

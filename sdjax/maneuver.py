@@ -47,7 +47,7 @@ from jax import Array
 
 from sdjax.dynamics import Controls
 from sdjax.model import Model
-from sdjax.rotation import quat_conjugate, quat_multiply, rpy_to_matrix
+from sdjax.rotation import quat_conjugate, quat_multiply, quat_to_rotation_vector, rpy_to_matrix
 from sdjax.state import State
 
 #: The five maneuvering modes of seed 003, Table 1.
@@ -404,9 +404,8 @@ def realised_base_wrench(thrusters: Thrusters, base_rotation: Array, force: Arra
 def quat_error_vector(target: Array, quat: Array) -> Array:
     """Rotation vector (inertial frame, rad) of the shortest rotation from ``quat`` to ``target``.
 
-    ``q_e = target * conj(quat)`` (so ``R(q_e) R(quat) = R(target)``), sign-flipped to
-    ``w >= 0`` (shortest path), then ``phi = 2 atan2(|v|, w) v / |v|``, with a series at
-    ``|v| -> 0`` so values and gradients stay finite at zero error.
+    ``q_e = target * conj(quat)`` (so ``R(q_e) R(quat) = R(target)``) and
+    ``phi = quat_to_rotation_vector(q_e)`` (shortest path; finite gradients at zero error).
 
     Arguments:
         target, quat: ``(..., 4)`` scalar-last unit quaternions (base to inertial).
@@ -414,16 +413,7 @@ def quat_error_vector(target: Array, quat: Array) -> Array:
     Returns:
         ``(..., 3)`` rotation vector, |phi| <= pi.
     """
-    err = quat_multiply(target, quat_conjugate(quat))
-    err = jnp.where(err[..., 3:4] < 0, -err, err)
-    v, w = err[..., :3], err[..., 3]
-    s2 = jnp.sum(v * v, axis=-1)
-    small = s2 < 1e-12
-    s = jnp.sqrt(jnp.where(small, 1.0, s2))
-    w_safe = jnp.where(small, jnp.maximum(w, 0.5), w)
-    # atan2(s, w) / s = (1 - s^2 / (3 w^2)) / w + O(s^4) for small s (w ~ 1).
-    ratio = jnp.where(small, (1.0 - s2 / (3.0 * w_safe**2)) / w_safe, jnp.arctan2(s, w) / s)
-    return 2.0 * ratio[..., None] * v
+    return quat_to_rotation_vector(quat_multiply(target, quat_conjugate(quat)))
 
 
 class AttitudePD(eqx.Module):

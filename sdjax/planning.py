@@ -50,7 +50,7 @@ from sdjax.control import ComputedTorque, QuinticJointReference, _rotation_vecto
 from sdjax.integrate import Trajectory, rollout
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model
-from sdjax.rotation import quat_conjugate, quat_multiply
+from sdjax.rotation import quat_conjugate, quat_multiply, quat_to_rotation_vector
 from sdjax.state import State, check_state
 
 #: Supported spline degrees: cubic (zero rate at both ends) and quintic (zero rate and
@@ -417,12 +417,7 @@ def _safe_norm(x: Array) -> Array:
 
 def _quat_angle_squared(quat: Array) -> Array:
     """Squared rotation angle of a unit quaternion (x, y, z, w), smooth at the identity."""
-    quat = jnp.where(quat[3] < 0, -quat, quat)
-    v_sq = jnp.sum(quat[:3] ** 2)
-    small = v_sq < 1e-12
-    v_norm = jnp.sqrt(jnp.where(small, 1.0, v_sq))
-    angle = 2.0 * jnp.arctan2(v_norm, quat[3])
-    return jnp.where(small, 4.0 * v_sq / jnp.maximum(quat[3], 0.5) ** 2, angle**2)
+    return jnp.sum(quat_to_rotation_vector(quat) ** 2)
 
 
 def _executor(problem: PlanningProblem, reference: Any) -> ComputedTorque:

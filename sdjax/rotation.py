@@ -259,6 +259,30 @@ def quat_rate(quat: Array, angular_velocity: Array) -> Array:
     return 0.5 * quat_multiply(omega, quat)
 
 
+def quat_to_rotation_vector(quat: Array) -> Array:
+    """Rotation vector (axis times angle, rad) of a unit quaternion, the shortest one.
+
+    The inverse of :func:`rotation_vector_to_quat`: the quaternion is sign-flipped to
+    ``w >= 0`` (so ``|phi| <= pi``), then ``phi = 2 atan2(|v|, w) v / |v|``; for ``|v| < 1e-6``
+    the series ``atan2(s, w) / s = (1 - s^2 / (3 w^2)) / w + O(s^4)`` keeps values and
+    gradients finite at the identity.
+
+    Arguments:
+        quat: ``(..., 4)`` scalar-last unit quaternion.
+
+    Returns:
+        ``(..., 3)`` rotation vector in the frame the quaternion's axis is expressed in.
+    """
+    quat = jnp.where(quat[..., 3:4] < 0, -quat, quat)
+    v, w = quat[..., :3], quat[..., 3]
+    s2 = jnp.sum(v * v, axis=-1)
+    small = s2 < 1e-12
+    s = jnp.sqrt(jnp.where(small, 1.0, s2))
+    w_safe = jnp.where(small, jnp.maximum(w, 0.5), w)
+    ratio = jnp.where(small, (1.0 - s2 / (3.0 * w_safe**2)) / w_safe, jnp.arctan2(s, w) / s)
+    return 2.0 * ratio[..., None] * v
+
+
 def _rotation_coefficients(theta_sq: Array) -> tuple[Array, Array]:
     """``sin(t)/t`` and ``(1 - cos t)/t^2`` for ``t^2 = theta_sq``, safe (and smooth) at 0."""
     small = theta_sq < 1e-8

@@ -74,3 +74,20 @@ def test_skew_unskew():
     a = jnp.array([0.5, 0.1, -0.7])
     assert_close(rot.skew(v) @ a, jnp.cross(v, a), RTOL, "skew")
     assert_close(rot.unskew(rot.skew(v)), v, RTOL, "unskew")
+
+
+def test_quat_to_rotation_vector_inverts_rotation_vector_to_quat():
+    rng = np.random.default_rng(5)
+    axes = rng.normal(size=(20, 3))
+    axes /= np.linalg.norm(axes, axis=1, keepdims=True)
+    # Angles over (0, pi), including tiny ones on the series branch.
+    angles = np.concatenate([rng.uniform(0.0, np.pi - 1e-3, size=17), [1e-9, 1e-7, 3e-6]])
+    phi = jnp.asarray(axes * angles[:, None])
+    quat = rot.rotation_vector_to_quat(phi)
+    # Round-off of atan2 and the norms: ~1e-15; the series branch is exact to O(|phi|^5).
+    np.testing.assert_allclose(rot.quat_to_rotation_vector(quat), phi, rtol=1e-12, atol=1e-15)
+    # -q is the same rotation: the shortest vector comes back.
+    np.testing.assert_allclose(rot.quat_to_rotation_vector(-quat), phi, rtol=1e-12, atol=1e-15)
+    # Finite derivative at the identity (d phi / d v = 2 E there).
+    jac = jax.jacfwd(rot.quat_to_rotation_vector)(jnp.array([0.0, 0.0, 0.0, 1.0]))
+    np.testing.assert_allclose(jac[:, :3], 2.0 * np.eye(3), atol=1e-15)
