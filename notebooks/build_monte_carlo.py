@@ -15,32 +15,20 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from build_notebooks import SETUP as BASE_SETUP  # noqa: E402
+
 PATH = HERE / "monte_carlo.ipynb"
 
-SETUP = '''import os
+SETUP = BASE_SETUP.format(models="free_flying_arm_7dof") + """
 import tempfile
-import time
 
-import jax
-
-jax.config.update("jax_enable_x64", True)
-import jax.numpy as jnp
-import matplotlib
-
-if os.environ.get("MPLBACKEND") is None:
-    matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-import numpy as np
 from IPython.display import Markdown, display
 
-import sdjax
 import sdjax.montecarlo as mc
-from sdjax.models import free_flying_arm_7dof
 from sdjax.models.builtin import free_flying_arm_initial_q
 
-QUICK = os.environ.get("SDJAX_NOTEBOOK_QUICK") == "1"
-plt.rcParams["figure.dpi"] = 80
-print("quick mode" if QUICK else "full run", "| devices:", jax.devices())'''
+print("devices:", jax.devices())"""
 
 
 def notebook() -> nbformat.NotebookNode:

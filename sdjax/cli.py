@@ -1,4 +1,18 @@
-"""Command line: ``python -m sdjax demo`` (also installed as the ``sdjax`` console script).
+"""Command line: ``sdjax {demo,info,simulate,plot}`` (also ``python -m sdjax ...``).
+
+::
+
+    sdjax demo [--model NAME]                     simulate a built-in robot, print a summary
+    sdjax info MODEL                              topology, masses, end points, checks
+    sdjax simulate MODEL --duration 10 --dt 0.01 --controller pd --target 0.3 0.2 0.1 0.6 0.5 0.4 \\
+                   --out run.npz                  chunked simulation with a progress bar
+    sdjax plot run.npz --out plots/ --animate run.gif
+
+``MODEL`` is a built-in name (``sdjax.models.BUILTIN_MODELS``) or a model file read by
+``sdjax.io.loader.load_model`` (chosen by suffix, e.g. ``.json``). Bad input (a missing or
+malformed file, an impossible number, a vector of the wrong length) ends the command with one
+line ``sdjax: error: ...`` on stderr and exit status 2 (usage) or 1 (input files, run time);
+never with a traceback (``SDJAX_DEBUG=1`` shows one for unexpected failures).
 
 The command line is an application, so unlike the library it enables JAX's float64 mode
 (``--float32`` keeps single precision).
@@ -7,11 +21,118 @@ The command line is an application, so unlike the library it enables JAX's float
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit status 2)."""
+
+
+class CommandError(Exception):
+    """A command failed on its input (exit status 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors by raising :class:`UsageError` (printed as one line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# ------------------------------------------------------------------------------------------
+# Argument types.
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _numbers(text: str) -> list[float]:
+    """One command-line word of numbers: ``0.1`` or ``0.1,0.2,-0.3``."""
+    return [_number(part) for part in text.split(",") if part.strip()] or [_number(text)]
+
+
+def _vector(name: str, words: list[list[float]] | None, size: int, *, allow_scalar: bool = False) -> np.ndarray | None:
+    if words is None:
+        return None
+    values = np.asarray([v for word in words for v in word], np.float64)
+    if allow_scalar and values.size == 1:
+        return np.full(size, values[0])
+    if values.size != size:
+        expected = f"1 or {size}" if allow_scalar else f"{size}"
+        raise UsageError(f"{name}: expected {expected} values (the model has {size} joints), got {values.size}")
+    return values
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+# ------------------------------------------------------------------------------------------
+# Shared set-up.
+
+
+def _setup_jax(float32: bool):
+    import jax
+
+    if not float32:
+        jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def _load_model(spec: str, float32: bool = False):
+    """A built-in model by name, or a model file (``sdjax.io.loader.load_model``)."""
+    import jax.numpy as jnp
+
+    from sdjax.models import BUILTIN_MODELS
+
+    if spec in BUILTIN_MODELS:
+        model = BUILTIN_MODELS[spec]()
+    elif os.path.isfile(spec):
+        try:
+            from sdjax.io.loader import load_model
+        except ImportError:  # pragma: no cover - the loader ships with sdjax; JSON as a fallback
+            from sdjax.io.json_model import load_json_model as load_model
+        model = load_model(spec)
+    elif os.path.exists(spec):
+        raise CommandError(f"{spec}: not a model file")
+    else:
+        raise CommandError(f"{spec}: no such model file, and not a built-in model ({', '.join(sorted(BUILTIN_MODELS))})")
+    return model.astype(jnp.float32) if float32 else model
+
+
+# ------------------------------------------------------------------------------------------
+# demo
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -75,23 +196,295 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m sdjax`` and the ``sdjax`` console script."""
+# ------------------------------------------------------------------------------------------
+# info
+
+
+def _tree_lines(model) -> list[str]:
+    masses = np.asarray(model.link_mass, np.float64)
+    end_of = {link: e for e, link in enumerate(model.end_point_link)}
+    kinds = {"R": "revolute", "P": "prismatic"}
+    children: dict[int, list[int]] = {}
+    for k, p in enumerate(model.parent):
+        children.setdefault(p, []).append(k + 1)
+    lines = [f"  base  ({float(model.base_mass):g} kg)"]
+
+    def walk(body: int, prefix: str) -> None:
+        kids = children.get(body, [])
+        for idx, link in enumerate(kids):
+            last = idx == len(kids) - 1
+            k = link - 1
+            end = f"  [end point {end_of[link] + 1}]" if link in end_of else ""
+            lines.append(f"  {prefix}{'`-- ' if last else '|-- '}{link} {model.link_names[k]}  {kinds[model.joint_type[k]]}, {masses[k]:g} kg{end}")
+            walk(link, prefix + ("    " if last else "|   "))
+
+    walk(0, "")
+    return lines
+
+
+def _info(args: argparse.Namespace) -> int:
+    _setup_jax(False)
+    import jax.numpy as jnp
+
+    import sdjax
+
+    model = _load_model(args.model)
+    n, ne = model.num_joints, model.num_end_points
+    revolute = sum(t == "R" for t in model.joint_type)
+    link_mass = float(jnp.sum(model.link_mass))
+    source = "built-in" if not os.path.isfile(args.model) else os.path.abspath(args.model)
+    moments = np.linalg.eigvalsh(np.asarray(model.base_inertia, np.float64))
+    lines = [
+        f"model {model.name}  ({source})",
+        f"  bodies {n + 1} (base + {n} links), joints {n} ({revolute} revolute, {n - revolute} prismatic), "
+        f"DOF {model.num_velocities} (6 base + {n} joints), end points {ne}",
+        f"  mass: base {float(model.base_mass):g} kg, links {link_mass:g} kg, total {float(model.total_mass):g} kg",
+        f"  base principal moments of inertia [kg m^2]: {np.array2string(moments, precision=4)}",
+        f"  gravity [m/s^2]: {np.array2string(np.asarray(model.gravity), precision=4)}",
+        "tree:",
+        *_tree_lines(model),
+    ]
+    if ne:
+        lines.append("end points:")
+        for e, (link, path) in enumerate(zip(model.end_point_link, model.end_point_paths)):
+            lines.append(f"  {e + 1}: on link {link} ({model.link_names[link - 1]}), joints from the base: {'-'.join(map(str, path))}")
+    passive = [k for k in range(n) if float(model.joint_stiffness[k]) != 0 or float(model.joint_damping[k]) != 0]
+    if passive:
+        lines.append("passive joints (stiffness K, damping D):")
+        for k in passive:
+            lines.append(f"  {k + 1} {model.link_names[k]}: K = {float(model.joint_stiffness[k]):g}, D = {float(model.joint_damping[k]):g}")
+    # Checks: the model passed validation when it was built; then its inertia matrix at q = 0
+    # (positive definite and well conditioned, or forward dynamics will fail or lose digits).
+    lines.append("checks:")
+    lines.append("  ok    validation: shapes, parent < link numbering, joint types, positive masses, symmetric positive-definite")
+    lines.append("        inertia tensors obeying the triangle inequality, non-negative stiffness/damping, finite values")
+    state = sdjax.make_state(model)
+    h = np.asarray(sdjax.inertia_matrix(model, state), np.float64)
+    eig = np.linalg.eigvalsh(0.5 * (h + h.T))
+    condition = eig[-1] / eig[0] if eig[0] > 0 else math.inf
+    good = eig[0] > 0 and condition < 1e12
+    lines.append(
+        f"  {'ok  ' if good else 'WARN'}  inertia matrix H ({h.shape[0]}x{h.shape[1]}) at q = 0: eigenvalues {eig[0]:.3g} .. {eig[-1]:.3g}, "
+        f"condition number {condition:.3g}" + ("" if good else " (singular or ill-conditioned)")
+    )
+    print("\n".join(lines))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# simulate
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    jax = _setup_jax(args.float32)
+    import jax.numpy as jnp
+
+    import sdjax
+    from sdjax.simulation import SimulationRun, simulate
+
+    if args.dt > args.duration:
+        raise UsageError(f"need dt <= duration, got dt={args.dt}, duration={args.duration}")
+    if args.controller == "none" and (args.target is not None or args.move_time is not None):
+        raise UsageError("--target and --move-time need --controller pd or computed-torque")
+    if args.controller != "none" and args.target is None:
+        raise UsageError(f"--controller {args.controller} needs --target (one value per joint)")
+    if args.controller != "pd" and (args.kp is not None or args.kd is not None):
+        raise UsageError("--kp and --kd are torque gains of --controller pd (computed torque uses --bandwidth)")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise CommandError(f"{args.out}: directory {out_dir} does not exist")
+    model = _load_model(args.model, args.float32)
+    n, dtype = model.num_joints, model.dtype
+    q0 = _vector("--initial-q", args.initial_q, n)
+    qd0 = _vector("--initial-qd", args.initial_qd, n)
+    target = _vector("--target", args.target, n)
+    kp = _vector("--kp", args.kp, n, allow_scalar=True)
+    kd = _vector("--kd", args.kd, n, allow_scalar=True)
+    base_rpy = _vector("--base-rpy", args.base_rpy, 3) if args.base_rpy is not None else None
+    if (kp is not None and np.any(kp < 0)) or (kd is not None and np.any(kd < 0)):
+        raise UsageError("--kp and --kd must be non-negative")
+    state = sdjax.make_state(model, q=q0, qd=qd0, base_rpy=base_rpy)
+    start = np.asarray(state.q, np.float64)
+
+    control = None
+    info: dict[str, Any] = {"controller": args.controller}
+    if args.controller != "none":
+        if args.move_time is not None:
+            reference = sdjax.QuinticJointReference(jnp.asarray(start, dtype), jnp.asarray(target, dtype), args.move_time)
+        else:
+            reference = sdjax.JointReference(jnp.asarray(target, dtype))
+        w = args.bandwidth
+        if args.controller == "pd":
+            # Default gains: a critically damped response of natural frequency w per joint,
+            # scaled by the joint's effective inertia (diagonal of the generalized inertia H*).
+            inertia = np.asarray(sdjax.generalized_inertia_matrix(model, state), np.float64).diagonal()
+            kp = inertia * w**2 if kp is None else kp
+            kd = 2.0 * inertia * w if kd is None else kd
+            control = sdjax.JointPD(jnp.asarray(kp, dtype), jnp.asarray(kd, dtype), reference)
+            info.update(kp=kp.tolist(), kd=kd.tolist())
+        else:
+            control = sdjax.ComputedTorque(model, jnp.asarray(w**2, dtype), jnp.asarray(2.0 * w, dtype), reference)
+            info.update(kp=w**2, kd=2.0 * w)
+        info.update(target=target.tolist(), move_time=args.move_time, bandwidth=w)
+
+    steps = int(round(args.duration / args.dt))
+    chunk = args.chunk_steps
+    from sdjax.simulation import DEFAULT_CHUNK_STEPS
+
+    progress = not args.no_progress and steps > (chunk or DEFAULT_CHUNK_STEPS)
+    t_start = time.perf_counter()
+    trajectory = simulate(model, state, args.dt, steps, control, chunk_steps=chunk, progress=progress, integrator=args.integrator)
+    jax.block_until_ready(trajectory)
+    wall = time.perf_counter() - t_start
+    info.update(
+        dt=args.dt,
+        duration=steps * args.dt,
+        num_steps=steps,
+        integrator=args.integrator,
+        initial_q=start.tolist(),
+        wall_s=wall,
+        sdjax_version=sdjax.__version__,
+        command=["sdjax", *args.argv],
+    )
+    run = SimulationRun(model, trajectory, info=info)
+    run.save(args.out)
+
+    q = np.asarray(trajectory.states.q)
+    finite = bool(np.all(np.isfinite(q)))
+    values = run.quantities
+    p, am = values["linear_momentum"], values["angular_momentum"]
+    energy = values["kinetic_energy"] + values["potential_energy"]
+    base_position = np.asarray(trajectory.states.base_position)
+    lines = [
+        f"simulated {model.name} ({n} joints, {jnp.dtype(dtype).name}): {steps} {args.integrator} steps of {args.dt} s "
+        f"({steps * args.dt:g} s), controller {args.controller}",
+        f"  wall time {wall:.2f} s (compilation included)",
+        f"  final q [rad|m]: {np.array2string(q[-1], precision=4)}",
+    ]
+    if target is not None:
+        lines.append(f"  target  [rad|m]: {np.array2string(target, precision=4)}  (largest error {np.max(np.abs(q[-1] - target)):.3g})")
+    lines += [
+        f"  base moved {np.linalg.norm(base_position[-1] - base_position[0]):.4g} m; momentum change: linear {np.linalg.norm(p[-1] - p[0]):.2e} kg m/s, "
+        f"angular {np.linalg.norm(am[-1] - am[0]):.2e} kg m^2/s; energy {energy[0]:.4g} -> {energy[-1]:.4g} J",
+        f"  wrote {args.out}" + ("" if finite else "  (WARNING: the state became non-finite: diverged; try a smaller --dt)"),
+    ]
+    print("\n".join(lines))
+    return 0 if finite else 1
+
+
+# ------------------------------------------------------------------------------------------
+# plot
+
+
+def _plot(args: argparse.Namespace) -> int:
+    if args.animate is not None and os.path.splitext(args.animate)[1].lower() not in (".gif", ".mp4"):
+        raise UsageError(f"--animate {args.animate}: the file must end in .gif or .mp4")
+    try:
+        import matplotlib
+    except ImportError:
+        raise CommandError("plotting needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    _setup_jax(False)
+    from sdjax import plotting
+    from sdjax.simulation import load_run
+
+    run = load_run(args.run)
+    out = args.out if args.out is not None else os.path.splitext(args.run)[0] + "_plots"
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise CommandError(f"--out {out}: exists and is not a directory")
+    paths = plotting.save_time_histories(run.model, run.trajectory, out, run.quantities, dpi=args.dpi)
+    if args.animate is not None:
+        paths.append(plotting.animate(run.model, run.trajectory, args.animate, fps=args.fps, speed=args.speed, max_frames=args.max_frames))
+    print(f"{run.model.name}: {run.num_steps} steps; wrote")
+    print("\n".join(f"  {p}" for p in paths))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# The parser.
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``sdjax`` argument parser (errors raise :class:`UsageError`)."""
     from sdjax.models import BUILTIN_MODELS
 
-    parser = argparse.ArgumentParser(prog="sdjax", description="Differentiable dynamics of space and mobile robots.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    builtin = ", ".join(sorted(BUILTIN_MODELS))
+    parser = _Parser(prog="sdjax", description="Differentiable dynamics of space and mobile robots.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,info,simulate,plot}")
     demo = commands.add_parser("demo", help="simulate a built-in free-floating robot and print a summary")
     demo.add_argument("--model", choices=sorted(BUILTIN_MODELS), default="spacedyn_sample")
     demo.add_argument("--duration", type=float, default=20.0, help="simulated time, s (default 20)")
     demo.add_argument("--dt", type=float, default=0.01, help="RK4 step, s (default 0.01)")
     demo.add_argument("--float32", action="store_true", help="single precision (default float64)")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        if not (args.duration > 0 and args.dt > 0 and args.dt <= args.duration):
-            parser.error(f"need 0 < dt <= duration, got dt={args.dt}, duration={args.duration}")
-        return _demo(args)
-    return 2  # pragma: no cover - argparse enforces a command
+
+    model_help = f"a built-in model ({builtin}) or a model file (.json, ...)"
+    info = commands.add_parser("info", help="describe a model: tree, masses, end points, checks")
+    info.add_argument("model", metavar="MODEL", help=model_help)
+
+    sim = commands.add_parser(
+        "simulate",
+        help="simulate a model and write a run file (.npz)",
+        description="Simulate MODEL from rest (or the given initial state), free floating, and write a run file "
+        "that 'sdjax plot' draws. Vectors are given as separate numbers or comma-separated.",
+    )
+    sim.add_argument("model", metavar="MODEL", help=model_help)
+    sim.add_argument("--duration", type=_positive, default=10.0, help="simulated time, s (default 10)")
+    sim.add_argument("--dt", type=_positive, default=0.01, help="integration step, s (default 0.01)")
+    sim.add_argument("--integrator", choices=("rk4", "euler"), default="rk4")
+    sim.add_argument("--controller", choices=("none", "pd", "computed-torque"), default="none",
+                     help="none (free motion), pd (joint PD, torque gains) or computed-torque (exact model, floating base)")
+    sim.add_argument("--target", type=_numbers, nargs="+", metavar="Q", help="joint targets, rad or m (n values)")
+    sim.add_argument("--move-time", type=_positive, metavar="T",
+                     help="reach the target along a quintic rest-to-rest path of T s (default: a step)")
+    sim.add_argument("--bandwidth", type=_positive, default=1.0, metavar="W",
+                     help="natural frequency of the default gains, rad/s (critical damping; default 1)")
+    sim.add_argument("--kp", type=_numbers, nargs="+", help="pd stiffness, N m/rad or N/m (1 or n values; default from --bandwidth)")
+    sim.add_argument("--kd", type=_numbers, nargs="+", help="pd damping, N m s/rad or N s/m (1 or n values)")
+    sim.add_argument("--initial-q", type=_numbers, nargs="+", metavar="Q", help="initial joint positions (n values; default 0)")
+    sim.add_argument("--initial-qd", type=_numbers, nargs="+", metavar="QD", help="initial joint rates (n values; default 0)")
+    sim.add_argument("--base-rpy", type=_numbers, nargs="+", metavar="A", help="initial base attitude, SpaceDyn RPY angles, rad (3 values)")
+    sim.add_argument("--out", default="run.npz", help="run file to write (default run.npz)")
+    sim.add_argument("--chunk-steps", type=_positive_int, help="steps per compiled chunk (default: equal chunks of at most 1000)")
+    sim.add_argument("--no-progress", action="store_true", help="no progress bar (shown when the run has several chunks)")
+    sim.add_argument("--float32", action="store_true", help="single precision (default float64)")
+
+    plot = commands.add_parser("plot", help="draw a run file: time histories (PNG) and an optional animation")
+    plot.add_argument("run", metavar="RUN", help="run file written by 'sdjax simulate' (.npz)")
+    plot.add_argument("--out", help="directory for the PNG files (default: RUN without .npz + '_plots')")
+    plot.add_argument("--animate", metavar="FILE", help="also write a 3-D stick-figure animation (.gif, or .mp4 with ffmpeg)")
+    plot.add_argument("--fps", type=_positive, default=20.0, help="animation frames per second (default 20)")
+    plot.add_argument("--speed", type=_positive, default=1.0, help="simulated seconds per second of animation (default 1)")
+    plot.add_argument("--max-frames", type=_positive_int, default=200, help="most animation frames (default 200)")
+    plot.add_argument("--dpi", type=_positive_int, default=100, help="PNG resolution (default 100)")
+    return parser
+
+
+_COMMANDS = {"demo": _demo, "info": _info, "simulate": _simulate, "plot": _plot}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m sdjax`` and the ``sdjax`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        args.argv = argv
+        if args.command == "demo" and not (args.duration > 0 and args.dt > 0 and args.dt <= args.duration):
+            raise UsageError(f"need 0 < dt <= duration, got dt={args.dt}, duration={args.duration}")
+        return _COMMANDS[args.command](args)
+    except UsageError as err:
+        print(f"sdjax: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except (CommandError, ValueError, OSError) as err:
+        print(f"sdjax: error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("sdjax: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a CLI reports, it does not dump a traceback
+        if os.environ.get("SDJAX_DEBUG"):
+            raise
+        print(f"sdjax: error: unexpected {type(err).__name__}: {_one_line(err)} (SDJAX_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -46,13 +46,13 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
 
-from sdjax.dynamics import _inertia_matrix, bias_forces, inverse_dynamics, passive_joint_torques
-from sdjax.gjm import Manipulability, _momentum_about_base, manipulability
-from sdjax.jacobians import _jacobians_at
+from sdjax.dynamics import inertia_matrix_from_frames, bias_forces, inverse_dynamics, passive_joint_torques
+from sdjax.gjm import Manipulability, momentum_about_base, manipulability
+from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import body_masses, center_of_mass, joint_motion_axes, relative_frames
 from sdjax.model import Model
-from sdjax.rotation import matrix_to_quat, quat_normalize, quat_rate, quat_to_matrix, quat_to_rotation_vector, rpy_to_matrix
-from sdjax.state import State, check_state, check_vector
+from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix
+from sdjax.state import State, check_state, check_vector, is_traced
 
 #: Base modes of the model-based functions (see the module docstring).
 BASE_MODES = ("floating", "fixed")
@@ -72,10 +72,6 @@ DEFAULT_MAX_DAMPING = 0.05
 Reference = Callable[[Array], Any]
 
 
-def _is_traced(*values: Any) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values))
-
-
 def _check_choice(name: str, value: Any, choices) -> str:
     if value not in choices:
         raise ValueError(f"{name}: unknown value {value!r}; choose one of {sorted(choices)}")
@@ -91,7 +87,7 @@ def _gain(name: str, value: Any, n: int | None, *, rows: str = "joints") -> Arra
     if arr.ndim not in (0, 1) or (arr.ndim == 1 and n is not None and arr.shape != (n,)):
         expected = "(n,)" if n is None else f"({n},)"
         raise ValueError(f"{name}: expected a scalar or shape {expected} (one per {rows}), got {arr.shape}")
-    if not _is_traced(value):
+    if not is_traced(value):
         values = np.asarray(value, np.float64)
         if not np.all(np.isfinite(values)) or np.any(values < 0):
             raise ValueError(f"{name}: gains must be finite and non-negative, got {values.tolist()}")
@@ -163,7 +159,7 @@ class QuinticJointReference(eqx.Module):
             raise ValueError(
                 f"QuinticJointReference: start and goal expected two (n,) vectors, got {self.start.shape} and {self.goal.shape}"
             )
-        if not _is_traced(duration) and not float(np.asarray(duration)) > 0:
+        if not is_traced(duration) and not float(np.asarray(duration)) > 0:
             raise ValueError(f"QuinticJointReference: duration must be positive, got {duration!r}")
         self.duration = jnp.asarray(duration)
         self.start_time = jnp.asarray(start_time)
@@ -228,7 +224,7 @@ def torque_limited_gains(tau_max: Any, max_error: Any, *, inertia: Any = None, d
         ``(kp, kd)``, broadcast shape of the inputs.
     """
     for name, value in (("tau_max", tau_max), ("max_error", max_error), ("inertia", inertia), ("damping_ratio", damping_ratio)):
-        if value is not None and not _is_traced(value) and not np.all(np.asarray(value, np.float64) > 0):
+        if value is not None and not is_traced(value) and not np.all(np.asarray(value, np.float64) > 0):
             raise ValueError(f"torque_limited_gains: {name} must be positive, got {np.asarray(value).tolist()}")
     kp = jnp.asarray(tau_max) / jnp.asarray(max_error)
     stiffness = kp if inertia is None else kp * jnp.asarray(inertia)
@@ -289,11 +285,11 @@ def _floating_terms(model: Model, state: State, momentum: Any, measured: bool) -
     """``(H*, C*)`` of the generalized equation ``H* qdd + C* = tau`` (passive torques not
     included), with the base twist from eq 109 for ``momentum`` or the measured one."""
     frames = relative_frames(model, state.base_rotation, state.q)
-    h = _inertia_matrix(model, frames, joint_motion_axes(model, frames))
+    h = inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
     h_bm = h[:6, 6:]
     factor = jsl.cho_factor(h[:6, :6], lower=True)
     if not measured:
-        momentum = _momentum_about_base(model, state, momentum)
+        momentum = momentum_about_base(model, state, momentum)
         twist = jsl.cho_solve(factor, momentum - h_bm @ state.qd)
         state = eqx.tree_at(lambda s: (s.base_linear_velocity, s.base_angular_velocity), state, (twist[:3], twist[3:]))
     bias = bias_forces(model, state)
@@ -344,7 +340,7 @@ def computed_torque_terms(model: Model, state: State, *, mode: str = "floating",
         return h_star, c_star - passive
     rest = _at_rest(state)
     frames = relative_frames(model, state.base_rotation, state.q)
-    h = _inertia_matrix(model, frames, joint_motion_axes(model, frames))
+    h = inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
     return h[6:, 6:], bias_forces(model, rest)[6:] - passive
 
 
@@ -562,21 +558,21 @@ def damped_least_squares(
     _check_damping("damped_least_squares", singular_threshold, max_damping)
     if weights is not None:
         weights = check_vector("damped_least_squares: weights", weights, (m,), jac.dtype)
-        if not _is_traced(weights) and not np.all(np.asarray(weights, np.float64) > 0):
+        if not is_traced(weights) and not np.all(np.asarray(weights, np.float64) > 0):
             raise ValueError(f"damped_least_squares: weights must be positive, got {np.asarray(weights).tolist()}")
-    return _damped_least_squares(jac, b, singular_threshold, max_damping, weights)
+    return solve_damped_least_squares(jac, b, singular_threshold, max_damping, weights)
 
 
 def _check_damping(name: str, singular_threshold: Any, max_damping: Any) -> None:
     for label, value in (("singular_threshold", singular_threshold), ("max_damping", max_damping)):
-        if not _is_traced(value):
+        if not is_traced(value):
             arr = np.asarray(value, np.float64)
             if arr.shape != () or not arr >= 0 or not np.isfinite(arr):
                 raise ValueError(f"{name}: {label} must be a finite non-negative scalar, got {value!r}")
 
 
 @eqx.filter_jit
-def _damped_least_squares(jac: Array, b: Array, singular_threshold: Any, max_damping: Any, weights: Array | None) -> DampedLeastSquares:
+def solve_damped_least_squares(jac: Array, b: Array, singular_threshold: Any, max_damping: Any, weights: Array | None) -> DampedLeastSquares:
     m, n = jac.shape
     if weights is not None:
         root = jnp.sqrt(weights)
@@ -641,30 +637,25 @@ def _task_kinematics(model: Model, state: State, spec: tuple[Any, Any, Any], bas
     axes = joint_motion_axes(model, frames)
     rotation = frames.rotation[link]
     x = frames.centroid[link] + rotation @ point
-    full = _jacobians_at(model, axes, np.array([link]), x[None])[0]
-    h = _inertia_matrix(model, frames, axes)
+    full = jacobians_at_points(model, axes, np.array([link]), x[None])[0]
+    h = inertia_matrix_from_frames(model, frames, axes)
     if base == "floating":
         factor = jsl.cho_factor(h[:6, :6], lower=True)
         jacobian = full[:, 6:] - full[:, :6] @ jsl.cho_solve(factor, h[:6, 6:])  # eq 110
-        offset = full[:, :6] @ jsl.cho_solve(factor, _momentum_about_base(model, state, momentum))
+        offset = full[:, :6] @ jsl.cho_solve(factor, momentum_about_base(model, state, momentum))
     else:
         jacobian, offset = full[:, 6:], jnp.zeros((6,), dtype)
     return _Task(state.base_position + x, rotation @ offset_rotation, jacobian, offset, h)
 
 
-def _rotation_vector(rotation: Array) -> Array:
-    """Rotation vector ``phi`` (axis times angle in [0, pi]) with ``exp(skew(phi)) = rotation``."""
-    return quat_to_rotation_vector(matrix_to_quat(rotation))
-
-
-def _task_error(task: str, position: Array, rotation: Array, target_position: Array | None, target_rotation: Array | None) -> Array:
+def task_error(task: str, position: Array, rotation: Array, target_position: Array | None, target_rotation: Array | None) -> Array:
     """Task error ``[x_d - x; phi]`` (rows of ``task``), ``phi`` the inertial rotation vector
     of ``R_d R^T`` (the rotation that takes the current frame onto the target)."""
     parts = []
     if task in ("pose", "position"):
         parts.append(target_position - position)
     if task in ("pose", "orientation"):
-        parts.append(_rotation_vector(target_rotation @ rotation.T))
+        parts.append(matrix_to_rotation_vector(target_rotation @ rotation.T))
     return jnp.concatenate(parts)
 
 
@@ -785,7 +776,7 @@ def resolved_motion_rates(
     _check_damping("resolved_motion_rates", singular_threshold, max_damping)
     if weights is not None:
         weights = check_vector("resolved_motion_rates: weights", weights, (m,), state.q.dtype)
-        if not _is_traced(weights) and not np.all(np.asarray(weights, np.float64) > 0):
+        if not is_traced(weights) and not np.all(np.asarray(weights, np.float64) > 0):
             raise ValueError(f"resolved_motion_rates: weights must be positive, got {np.asarray(weights).tolist()}")
     spec = (end_point, link, point)
     return _resolved_motion_rates(model, state, velocity, spec, task, base, momentum, weights, singular_threshold, max_damping)
@@ -796,7 +787,7 @@ def _resolved_motion_rates(model, state, velocity, spec, task, base, momentum, w
     rows = TASKS[task]
     kin = _task_kinematics(model, state, spec, base, momentum)
     jac, offset = kin.jacobian[rows], kin.offset[rows]
-    dls = _damped_least_squares(jac, velocity - offset, singular_threshold, max_damping, weights)
+    dls = solve_damped_least_squares(jac, velocity - offset, singular_threshold, max_damping, weights)
     weighted = jac if weights is None else jnp.sqrt(weights)[:, None] * jac
     return ResolvedRates(
         joint_rates=dls.solution,
@@ -828,7 +819,7 @@ class LinePath(eqx.Module):
         self.start, self.goal = jnp.asarray(start), jnp.asarray(goal)
         if self.start.shape != (3,) or self.goal.shape != (3,):
             raise ValueError(f"LinePath: start and goal expected shape (3,), got {self.start.shape} and {self.goal.shape}")
-        if not _is_traced(duration) and not float(np.asarray(duration)) > 0:
+        if not is_traced(duration) and not float(np.asarray(duration)) > 0:
             raise ValueError(f"LinePath: duration must be positive, got {duration!r}")
         self.duration, self.start_time = jnp.asarray(duration), jnp.asarray(start_time)
         self.rotation = None if rotation is None else jnp.asarray(rotation)
@@ -845,7 +836,7 @@ class LinePath(eqx.Module):
         return (x, self.rotation.astype(dtype)), jnp.concatenate([v, jnp.zeros((3,), dtype)])
 
 
-def _split_target(task: str, target: Any, dtype: Any, name: str) -> tuple[Array | None, Array | None]:
+def split_task_target(task: str, target: Any, dtype: Any, name: str) -> tuple[Array | None, Array | None]:
     if task == "pose":
         if not isinstance(target, (tuple, list)) or len(target) != 2:
             raise ValueError(f"{name}: for task='pose' the target must be a (position (3,), rotation (3, 3)) pair")
@@ -952,13 +943,13 @@ class ResolvedRateLaw(eqx.Module):
         rows = TASKS[self.task]
         kin = _task_kinematics(model, state, (self.end_point, self.link, self.point), self.base, self.momentum)
         target, velocity = self.path(jnp.asarray(t, dtype))
-        target_position, target_rotation = _split_target(self.task, target, dtype, "ResolvedRateLaw: path")
+        target_position, target_rotation = split_task_target(self.task, target, dtype, "ResolvedRateLaw: path")
         m = rows.stop - rows.start
         velocity = check_vector("ResolvedRateLaw: path velocity", velocity, (m,), dtype)
-        error = _task_error(self.task, kin.position, kin.rotation, target_position, target_rotation)
+        error = task_error(self.task, kin.position, kin.rotation, target_position, target_rotation)
         command = velocity + self.position_gain.astype(dtype) * error
         weights = None if self.weights is None else self.weights.astype(dtype)
-        dls = _damped_least_squares(kin.jacobian[rows], command - kin.offset[rows], self.singular_threshold, self.max_damping, weights)
+        dls = solve_damped_least_squares(kin.jacobian[rows], command - kin.offset[rows], self.singular_threshold, self.max_damping, weights)
         return dls.solution
 
     def __call__(self, t: Array, state: State) -> Array:
@@ -1002,7 +993,7 @@ class InverseKinematicsResult(eqx.Module):
 
 
 def _check_tolerance(name: str, value: Any) -> None:
-    if not _is_traced(value) and not float(np.asarray(value)) > 0:
+    if not is_traced(value) and not float(np.asarray(value)) > 0:
         raise ValueError(f"inverse_kinematics: {name} must be positive, got {value!r}")
 
 
@@ -1014,7 +1005,7 @@ def _base_attitude_along(model: Model, q: Array, dq: Array, quat: Array, substep
 
     def rate(s, quat):
         frames = relative_frames(model, quat_to_matrix(quat), q + s * dq)
-        h = _inertia_matrix(model, frames, joint_motion_axes(model, frames))
+        h = inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
         twist = -jsl.cho_solve(jsl.cho_factor(h[:6, :6], lower=True), h[:6, 6:] @ dq)
         return quat_rate(quat, twist[3:])
 
@@ -1133,7 +1124,7 @@ def inverse_kinematics(
             raise ValueError("inverse_kinematics: joint_limits must be a (lower, upper) pair of (n,) arrays")
         lower = check_vector("inverse_kinematics: joint_limits lower", joint_limits[0], (n,), dtype)
         upper = check_vector("inverse_kinematics: joint_limits upper", joint_limits[1], (n,), dtype)
-        if not _is_traced(joint_limits) and np.any(np.asarray(lower) > np.asarray(upper)):
+        if not is_traced(joint_limits) and np.any(np.asarray(lower) > np.asarray(upper)):
             raise ValueError("inverse_kinematics: joint_limits lower must be <= upper for every joint")
     else:
         lower = upper = None
@@ -1164,7 +1155,7 @@ def _inverse_kinematics(
 
     def evaluate(q, quat, r0):
         kin = _task_kinematics(model, configure(q, quat, r0), spec, base, None)
-        error = _task_error(task, kin.position, kin.rotation, target_position, target_rotation)
+        error = task_error(task, kin.position, kin.rotation, target_position, target_rotation)
         return kin.jacobian[rows], error
 
     def norms(error):
@@ -1182,7 +1173,7 @@ def _inverse_kinematics(
 
     def body(carry):
         i, q, quat, r0, jac, error, waypoints = carry
-        dq = _damped_least_squares(jac, error, singular_threshold, max_damping, None).solution
+        dq = solve_damped_least_squares(jac, error, singular_threshold, max_damping, None).solution
         biggest = jnp.max(jnp.abs(dq))
         dq = dq * jnp.minimum(1.0, step_limit / jnp.where(biggest > 0, biggest, 1.0))
         q_new = q + dq
@@ -1225,7 +1216,7 @@ def _inverse_kinematics(
 def _base_angular_coupling(model: Model, state: State) -> Array:
     """``(3, n)`` map ``qd -> w0`` under zero momentum: rows 3:6 of ``-H_b^-1 H_bm`` (eq 109)."""
     frames = relative_frames(model, state.base_rotation, state.q)
-    h = _inertia_matrix(model, frames, joint_motion_axes(model, frames))
+    h = inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
     return -jsl.cho_solve(jsl.cho_factor(h[:6, :6], lower=True), h[:6, 6:])[3:]
 
 

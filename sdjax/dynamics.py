@@ -13,14 +13,17 @@ The bias ``c`` contains Coriolis, centrifugal and gravity terms.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import numpy as np
 from jax import Array
 
+from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import (
     Frames,
     base_spatial_acceleration,
@@ -79,6 +82,45 @@ def make_controls(
         base_torque=check_vector("base_torque", base_torque, (3,), dtype),
         end_point_force=check_vector("end_point_force", end_point_force, (ne, 3), dtype),
         end_point_torque=check_vector("end_point_torque", end_point_torque, (ne, 3), dtype),
+    )
+
+
+def point_loads(
+    model: Model, state: State, bodies: Sequence[int], points: Any, forces: Any, torques: Any = None
+) -> Controls:
+    """Generalized forces of loads applied at points of given bodies, as :class:`Controls`.
+
+    The principle of virtual power: a force ``f`` at point ``p`` of a body and a couple ``n``
+    on it do the power ``f . v_p + n . w`` = ``(J_p^T [f; n]) . [v0; w0; qd]``, so they enter
+    the dynamics exactly as the base force ``sum f``, the base torque about the base centroid
+    ``sum (p - r0) x f + n`` and the joint torques ``J_q^T [f; n]``. This is how environment
+    loads (contact, gravity gradient, virtual springs) reach any body, not only end points.
+
+    Arguments:
+        model: the system.
+        state: its state.
+        bodies: ``m`` static body indices (0 = base, 1..n = links), one per load.
+        points: ``(m, 3)`` points of application, inertial frame, absolute positions, m.
+        forces: ``(m, 3)`` forces on the bodies, inertial frame, N.
+        torques: ``(m, 3)`` couples on the bodies, inertial frame, N m (default zero).
+
+    Returns:
+        :class:`Controls` with ``tau``, ``base_force`` and ``base_torque`` set (end-point loads
+        zero); add it to other controls with ``jax.tree.map(jnp.add, a, b)``.
+    """
+    check_state(model, state)
+    bodies = np.asarray(bodies, dtype=np.int64).reshape(-1)
+    if not np.all((bodies >= 0) & (bodies <= model.num_joints)):
+        raise ValueError(f"point_loads: bodies must be static indices 0..{model.num_joints} (0 = base), got {bodies.tolist()}")
+    m, dtype = len(bodies), state.q.dtype
+    points = check_vector("points", points, (m, 3), dtype)
+    forces = check_vector("forces", forces, (m, 3), dtype)
+    torques = check_vector("torques", torques, (m, 3), dtype)
+    frames = relative_frames(model, state.base_rotation, state.q)
+    jacobians = jacobians_at_points(model, joint_motion_axes(model, frames), bodies, points - state.base_position)
+    generalized = jnp.einsum("kij,ki->j", jacobians, jnp.concatenate([forces, torques], axis=-1))
+    return make_controls(
+        model, tau=generalized[6:], base_force=generalized[:3], base_torque=generalized[3:6], dtype=dtype
     )
 
 
@@ -203,7 +245,7 @@ def bias_forces(model: Model, state: State) -> Array:
 # Inertia matrix by composite rigid bodies (eqs 3.18-3.28).
 
 
-def _inertia_matrix(model: Model, frames: Frames, axes: Array) -> Array:
+def inertia_matrix_from_frames(model: Model, frames: Frames, axes: Array) -> Array:
     """``(6 + n, 6 + n)`` inertia matrix from subtree (composite) mass moments.
 
     For joint ``i`` moving alone at unit rate, the subtree it carries has linear momentum
@@ -212,7 +254,8 @@ def _inertia_matrix(model: Model, frames: Frames, axes: Array) -> Array:
     motion axis). Then ``H_m[j, i] = s_j . (L_i, h_i)`` for ``j`` on the path to ``i``,
     ``H_bm[:, i] = [h_i; L_i]``, and ``H_b = [[w E, -skew(s_0)], [skew(s_0), J_0]]`` for the whole
     system (eqs 3.19-3.21; ``s_0 = w r_0g``). O(n^2) work instead of the O(n^3) Jacobian
-    products of eqs 3.22-3.23.
+    products of eqs 3.22-3.23. Internal building block shared with :mod:`sdjax.control`
+    (callers that already hold the frames and axes); the public entry is :func:`inertia_matrix`.
     """
     mass, first_moment, inertia = subtree_mass_moments(model, frames)
     w, v = axes[:, :3], axes[:, 3:]
@@ -245,7 +288,7 @@ def inertia_matrix(model: Model, state: State) -> Array:
     """
     check_state(model, state)
     frames = relative_frames(model, state.base_rotation, state.q)
-    return _inertia_matrix(model, frames, joint_motion_axes(model, frames))
+    return inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
 
 
 def inertia_matrix_blocks(model: Model, state: State) -> tuple[Array, Array, Array]:
@@ -333,7 +376,7 @@ def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> t
     n = model.num_joints
     zero = jnp.zeros(6 + n, state.q.dtype)
     frames, axes, twists, accelerations = _motion(model, state, zero[:6], zero[6:])
-    h = _inertia_matrix(model, frames, axes)
+    h = inertia_matrix_from_frames(model, frames, axes)
     external = _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
     bias = _newton_euler(model, frames, axes, twists, accelerations, external)
     applied = jnp.concatenate([controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)])

@@ -43,8 +43,11 @@ def _base_solve(h: Array, rhs: Array) -> Array:
     return jsl.cho_solve(jsl.cho_factor(h[:6, :6], lower=True), rhs)
 
 
-def _momentum_about_base(model: Model, state: State, momentum: Any) -> Array:
-    """``[P; L_r0]`` (6,) from the conserved ``[P; L_O]`` (see the module docstring)."""
+def momentum_about_base(model: Model, state: State, momentum: Any) -> Array:
+    """``[P; L_r0]`` (6,) from the conserved ``[P; L_O]`` (see the module docstring).
+
+    Internal building block shared with :mod:`sdjax.control` (not exported at the top level).
+    """
     value = check_vector("momentum", momentum, (6,), state.q.dtype)
     linear, angular = value[:3], value[3:]
     return jnp.concatenate([linear, angular - jnp.cross(state.base_position, linear)])
@@ -90,7 +93,7 @@ def base_twist_from_joint_rates(model: Model, state: State, qd: Any = None, mome
     check_state(model, state)
     qd = state.qd if qd is None else check_vector("qd", qd, (model.num_joints,), state.q.dtype)
     h = inertia_matrix(model, state)
-    return _base_solve(h, _momentum_about_base(model, state, momentum) - h[:6, 6:] @ qd)
+    return _base_solve(h, momentum_about_base(model, state, momentum) - h[:6, 6:] @ qd)
 
 
 @eqx.filter_jit
@@ -202,7 +205,7 @@ def _generalized(h: Array, jacobian: Array) -> Array:
 
 def _offset(model: Model, state: State, h: Array, jacobian: Array, momentum: Any) -> Array:
     """``J_b H_b^-1 M_r0`` for Jacobians ``(..., 6, 6 + n)``: the velocity due to momentum."""
-    return jacobian[..., :6] @ _base_solve(h, _momentum_about_base(model, state, momentum))
+    return jacobian[..., :6] @ _base_solve(h, momentum_about_base(model, state, momentum))
 
 
 @eqx.filter_jit

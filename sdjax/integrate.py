@@ -1,8 +1,15 @@
 """Time integration: classical RK4, the Rodrigues-update Euler step (eq 3.4), rollouts.
 
-Applied forces are held constant over each step (zero-order hold, as a digital controller
-and SpaceDyn's integrators do). The base attitude is integrated as a quaternion and
-normalised after every step, so it stays on the unit sphere.
+Two kinds of applied loads enter a step:
+
+- *controls* (joint torques, base and end-point loads) are held constant over each step
+  (zero-order hold, as a digital controller and SpaceDyn's integrators do);
+- *environment loads* (contact, gravity gradient, virtual springs: any function
+  ``(t, state) -> Controls`` of the state) are evaluated afresh at every integrator stage,
+  as the physics requires; holding a stiff contact force over a step would be unstable.
+
+The base attitude is integrated as a quaternion and normalised after every step, so it stays
+on the unit sphere.
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_ve
 from sdjax.state import State, check_state
 
 ControlLaw = Callable[[Array, State], Any]
+
+#: State-dependent applied loads ``(t, state) -> Controls``, evaluated at every integrator
+#: stage (time ``t`` in s, the stage state) and added to the held controls.
+EnvironmentLoads = Callable[[Array, State], Controls]
 
 
 def state_derivative(model: Model, state: State, controls: Controls) -> State:
@@ -51,18 +62,19 @@ _RK4_WEIGHTS = (1.0 / 6.0, 2.0 / 6.0, 2.0 / 6.0, 1.0 / 6.0)
 
 
 def runge_kutta4(
-    rate: Callable[[State], State],
+    rate: Callable[[State, Array], State],
     state: State,
     dt: Any,
     prepare_stage: Callable[[State, Array], State] | None = None,
 ) -> State:
-    """One classical RK4 step ``y + dt sum_k b_k k_k`` with ``k_k = rate(y + c_k dt k_{k-1})``.
+    """One classical RK4 step ``y + dt sum_k b_k k_k`` with ``k_k = rate(y + c_k dt k_{k-1}, c_k dt)``.
 
     The four stages run as one ``lax.scan``, so the rate function (forward dynamics) is
     compiled once, not four times.
 
     Arguments:
-        rate: state -> time derivative (a :class:`State` of rates).
+        rate: ``(stage state, stage time offset c_k dt) -> time derivative`` (a :class:`State`
+            of rates).
         state: state at ``t``.
         dt: step, s.
         prepare_stage: optional ``(stage_state, is_first) -> stage_state`` applied to each
@@ -71,7 +83,7 @@ def runge_kutta4(
     Returns:
         ``y + dt sum_k b_k k_k`` (not normalised).
     """
-    dtype = state.q.dtype
+    dtype = jax.tree.leaves(state)[0].dtype  # any pytree of float arrays (e.g. two systems' states)
     zero = jax.tree.map(jnp.zeros_like, state)
 
     def stage(carry, tableau):
@@ -80,7 +92,7 @@ def runge_kutta4(
         stage_state = _axpy(offset * dt, previous, state)
         if prepare_stage is not None:
             stage_state = prepare_stage(stage_state, offset == 0.0)
-        k = rate(stage_state)
+        k = rate(stage_state, offset * dt)
         return (_axpy(weight, k, total), k), None
 
     tableau = (jnp.asarray(_RK4_OFFSETS, dtype), jnp.asarray(_RK4_WEIGHTS, dtype))
@@ -88,8 +100,29 @@ def runge_kutta4(
     return _axpy(dt, total, state)
 
 
+def _with_environment(
+    model: Model, controls: Controls, environment: EnvironmentLoads | None, t: Array, state: State
+) -> Controls:
+    """``controls`` plus the environment loads at ``(t, state)`` (shapes checked)."""
+    if environment is None:
+        return controls
+    loads = environment(t, state)
+    if not isinstance(loads, Controls):
+        raise TypeError(f"environment: expected a function (t, state) -> sdjax.Controls, got {type(loads).__name__}")
+    loads = as_controls(model, loads, state.q.dtype)
+    return jax.tree.map(jnp.add, controls, loads)
+
+
 @eqx.filter_jit
-def rk4_step(model: Model, state: State, dt: Any, controls: Controls | None = None) -> State:
+def rk4_step(
+    model: Model,
+    state: State,
+    dt: Any,
+    controls: Controls | None = None,
+    *,
+    environment: EnvironmentLoads | None = None,
+    t: Any = 0.0,
+) -> State:
     """One classical fourth-order Runge-Kutta step on ``(r0, quat, v0, w0, q, qd)``.
 
     Intermediate stages use the un-normalised quaternion (its rotation matrix is exact for
@@ -100,19 +133,36 @@ def rk4_step(model: Model, state: State, dt: Any, controls: Controls | None = No
         state: state at ``t``.
         dt: step, s.
         controls: applied forces, held over the step (default none).
+        environment: optional state-dependent loads ``(t, state) -> Controls``, evaluated at
+            each of the four stages (times ``t``, ``t + dt/2``, ``t + dt/2``, ``t + dt``) and
+            added to ``controls``.
+        t: time at the start of the step, s (only seen by ``environment``).
 
     Returns:
         State at ``t + dt``.
     """
     check_state(model, state)
-    controls = make_controls(model, dtype=state.q.dtype) if controls is None else controls
-    new = runge_kutta4(lambda s: state_derivative(model, s, controls), state, jnp.asarray(dt, state.q.dtype))
+    dtype = state.q.dtype
+    controls = make_controls(model, dtype=dtype) if controls is None else controls
+    t = jnp.asarray(t, dtype)
+
+    def rate(stage: State, offset: Array) -> State:
+        return state_derivative(model, stage, _with_environment(model, controls, environment, t + offset, stage))
+
+    new = runge_kutta4(rate, state, jnp.asarray(dt, dtype))
     return eqx.tree_at(lambda s: s.base_quaternion, new, quat_normalize(new.base_quaternion))
 
 
 @eqx.filter_jit
 def euler_step(
-    model: Model, state: State, dt: Any, controls: Controls | None = None, *, semi_implicit: bool = False
+    model: Model,
+    state: State,
+    dt: Any,
+    controls: Controls | None = None,
+    *,
+    semi_implicit: bool = False,
+    environment: EnvironmentLoads | None = None,
+    t: Any = 0.0,
 ) -> State:
     """One Euler step with the base attitude updated by Rodrigues' formula (eq 3.4).
 
@@ -128,12 +178,16 @@ def euler_step(
         dt: step, s.
         controls: applied forces, held over the step.
         semi_implicit: see above.
+        environment: optional state-dependent loads ``(t, state) -> Controls``, evaluated at
+            ``(t, state)`` and added to ``controls``.
+        t: time at the start of the step, s (only seen by ``environment``).
 
     Returns:
         State at ``t + dt``.
     """
     check_state(model, state)
     controls = make_controls(model, dtype=state.q.dtype) if controls is None else controls
+    controls = _with_environment(model, controls, environment, jnp.asarray(t, state.q.dtype), state)
     acceleration = generalized_acceleration(model, state, controls)
     v0 = state.base_linear_velocity + dt * acceleration[:3]
     w0 = state.base_angular_velocity + dt * acceleration[3:6]
@@ -171,7 +225,7 @@ class Trajectory(eqx.Module):
     controls: Controls
 
 
-def _as_controls(model: Model, value: Any, dtype: Any) -> Controls:
+def as_controls(model: Model, value: Any, dtype: Any) -> Controls:
     if isinstance(value, Controls):
         return make_controls(
             model, value.tau, value.base_force, value.base_torque, value.end_point_force, value.end_point_torque, dtype
@@ -191,6 +245,7 @@ def rollout(
     t0: Any = 0.0,
     checkpoint: bool = False,
     check: bool = False,
+    environment: EnvironmentLoads | None = None,
 ) -> Trajectory:
     """Simulate ``num_steps`` fixed steps with ``lax.scan``.
 
@@ -210,6 +265,9 @@ def rollout(
         checkpoint: rematerialise each step in reverse-mode differentiation
             (``jax.checkpoint``): memory O(N) states instead of O(N) stage intermediates.
         check: fail (``equinox.error_if``) if a state becomes non-finite.
+        environment: optional state-dependent loads ``(t, state) -> Controls`` (contact,
+            gravity gradient, virtual springs), evaluated at every integrator stage and added
+            to the held controls. They are not recorded in ``Trajectory.controls``.
 
     Returns:
         :class:`Trajectory` with ``N + 1`` states.
@@ -245,8 +303,8 @@ def rollout(
         t = t0 + k.astype(dtype) * dt_array
         if law is not None:
             applied = law(t, state)
-        controls = _as_controls(model, applied, dtype)
-        new = step_fn(model, state, dt, controls)
+        controls = as_controls(model, applied, dtype)
+        new = step_fn(model, state, dt, controls, environment=environment, t=t)
         if check:
             new = eqx.error_if(
                 new,

@@ -44,8 +44,18 @@ def _supports(model: Model, bodies: np.ndarray) -> np.ndarray:
     return rows
 
 
-def _jacobians_at(model: Model, axes: Array, bodies: np.ndarray, points: Array) -> Array:
-    """``(k, 6, 6 + n)`` Jacobians of points (relative to r0) fixed on the given bodies."""
+def jacobians_at_points(model: Model, axes: Array, bodies: np.ndarray, points: Array) -> Array:
+    """``(k, 6, 6 + n)`` Jacobians of points fixed on the given bodies.
+
+    Internal building block shared by the Jacobian, control and load functions (not
+    exported at the top level).
+
+    Arguments:
+        model: the system.
+        axes: ``(n, 6)`` joint motion axes (:func:`sdjax.kinematics.joint_motion_axes`).
+        bodies: ``(k,)`` static body indices (0 = base).
+        points: ``(k, 3)`` point positions relative to the base centroid ``r0``, inertial frame, m.
+    """
     k = len(bodies)
     mask = jnp.asarray(_supports(model, bodies), points.dtype)[:, :, None]  # (k, n, 1)
     angular = axes[None, :, :3] * mask  # (k, n, 3)
@@ -62,7 +72,7 @@ def _jacobians_at(model: Model, axes: Array, bodies: np.ndarray, points: Array) 
 def _jacobian_derivatives_at(
     model: Model, axes: Array, twists: Array, bodies: np.ndarray, points: Array
 ) -> Array:
-    """``(k, 6, 6 + n)`` time derivatives of :func:`_jacobians_at`."""
+    """``(k, 6, 6 + n)`` time derivatives of :func:`jacobians_at_points`."""
     k = len(bodies)
     body_index = jnp.asarray(bodies, dtype=jnp.int32)
     point_rate = point_velocity(twists[body_index], points)  # (k, 3)
@@ -120,7 +130,7 @@ def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> 
     frames, axes = _kinematic_inputs(model, state)
     point = check_vector("point", point, (3,), frames.centroid.dtype)
     x = _point_on_body(model, frames, link, point)
-    return _jacobians_at(model, axes, np.array([link]), x[None])[0]
+    return jacobians_at_points(model, axes, np.array([link]), x[None])[0]
 
 
 @eqx.filter_jit
@@ -141,7 +151,7 @@ def link_jacobians(model: Model, state: State) -> Array:
     ``[i, :3, 6:]`` and ``[i, 3:, 6:]`` are SpaceDyn's ``J_Ti`` and ``J_Ri`` (eqs 3.25-3.26).
     """
     frames, axes = _kinematic_inputs(model, state)
-    return _jacobians_at(model, axes, np.arange(model.num_bodies), frames.centroid)
+    return jacobians_at_points(model, axes, np.arange(model.num_bodies), frames.centroid)
 
 
 @eqx.filter_jit
@@ -157,7 +167,7 @@ def end_point_jacobians(model: Model, state: State) -> Array:
     """Jacobians of every end point (eq 3.16: ``[J_b | J_m]``); ``(ne, 6, 6 + n)``."""
     frames, axes = _kinematic_inputs(model, state)
     position, _ = end_point_frames(model, frames)
-    return _jacobians_at(model, axes, np.asarray(model.end_point_link, dtype=np.int64), position)
+    return jacobians_at_points(model, axes, np.asarray(model.end_point_link, dtype=np.int64), position)
 
 
 @eqx.filter_jit

@@ -48,7 +48,7 @@ from jax import Array
 from sdjax.dynamics import Controls
 from sdjax.model import Model
 from sdjax.rotation import quat_conjugate, quat_multiply, quat_to_rotation_vector, rpy_to_matrix
-from sdjax.state import State
+from sdjax.state import State, is_traced
 
 #: The five maneuvering modes of seed 003, Table 1.
 MODES = ("floating", "rotation-floating", "rotation-flying", "translation-flying", "flying")
@@ -62,10 +62,6 @@ REACTION_WHEEL_PREFIX = "reaction_wheel_"
 
 #: Tolerance on ``| |axis| - 1 |`` for wheel axes (loose enough for float32 input).
 AXIS_NORM_TOL = 1e-6
-
-
-def _is_traced(*values: Any) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values))
 
 
 # ------------------------------------------------------------------------------------------
@@ -165,7 +161,7 @@ def add_reaction_wheels(
         if pos.shape != (k, 3):
             raise ValueError(f"add_reaction_wheels: positions expected shape ({k}, 3) for {k} wheels, got {pos.shape}")
         pos = pos.astype(dtype)
-    if not _is_traced(axes, spin_inertia, transverse_inertia, mass, positions):
+    if not is_traced(axes, spin_inertia, transverse_inertia, mass, positions):
         _check_wheel_values(
             np.asarray(axes, np.float64),
             *(np.broadcast_to(np.asarray(x, np.float64), (k,)) for x in (spin_inertia, transverse_inertia, mass)),
@@ -315,7 +311,7 @@ def _limit_array(name: str, value: Any, dtype: Any) -> Array:
         arr = jnp.broadcast_to(arr, (3,))
     if arr.shape != (3,):
         raise ValueError(f"Thrusters.{name}: expected a scalar or shape (3,) (base x, y, z), got {arr.shape}")
-    if not _is_traced(value):
+    if not is_traced(value):
         values = np.broadcast_to(np.asarray(value, np.float64), (3,))
         for i, v in enumerate(values):
             if np.isnan(v) or not v > 0:
@@ -439,7 +435,7 @@ class AttitudePD(eqx.Module):
         quat = jnp.asarray(target_quaternion)
         if quat.shape != (4,):
             raise ValueError(f"AttitudePD: target_quaternion expected shape (4,), got {quat.shape}")
-        if not _is_traced(target_quaternion) and not float(np.sum(np.asarray(target_quaternion, np.float64) ** 2)) > 0:
+        if not is_traced(target_quaternion) and not float(np.sum(np.asarray(target_quaternion, np.float64) ** 2)) > 0:
             raise ValueError("AttitudePD: target_quaternion must be non-zero")
         self.target_quaternion = quat / jnp.sqrt(jnp.sum(quat**2))
         self.kp = jnp.asarray(kp)
@@ -667,7 +663,7 @@ def maneuver_law(
                 f"maneuver_law: mode {mode!r} with attitude_law holds the attitude by reaction wheels, but the "
                 f"model has none (add them with add_reaction_wheels, or pass wheel_joints)"
             )
-        if not _is_traced(model.joint_rpy):
+        if not is_traced(model.joint_rpy):
             # Third column of Rx(a) Ry(b) Rz(c): (sin b, -sin a cos b, cos a cos b), in NumPy so
             # the check also runs while maneuver_law is traced (e.g. under jax.grad).
             rpy = np.asarray(model.joint_rpy, np.float64)[np.asarray(joints) - 1]

@@ -352,20 +352,20 @@ def validate(model: Model) -> None:
             raise ValueError(f"Model.{field}{list(where)}{label}: value is not finite ({value[where]})")
     if not float(model.base_mass) > 0:
         raise ValueError(f"Model.base_mass: mass must be positive, got {float(model.base_mass)}")
-    _check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64))
+    check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64))
     masses = np.asarray(model.link_mass, np.float64)
     inertias = np.asarray(model.link_inertia, np.float64)
     for k in range(n):
         if not masses[k] > 0:
             raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be positive, got {masses[k]}")
-        _check_inertia(f"link_inertia[{k}]", _link_label(model, k), inertias[k])
+        check_inertia(f"link_inertia[{k}]", _link_label(model, k), inertias[k])
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)
         for k in np.flatnonzero(values < 0):
             raise ValueError(f"Model.{field}[{k}]: {_link_label(model, int(k))} must be non-negative, got {values[k]}")
 
 
-def _check_inertia(field: str, body: str, inertia: np.ndarray) -> None:
+def check_inertia(field: str, body: str, inertia: np.ndarray) -> None:
     """Symmetric, positive definite and satisfying the triangle inequality."""
     scale = float(np.max(np.abs(inertia)))
     asym = float(np.max(np.abs(inertia - inertia.T)))

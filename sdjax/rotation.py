@@ -283,6 +283,12 @@ def quat_to_rotation_vector(quat: Array) -> Array:
     return 2.0 * ratio[..., None] * v
 
 
+def matrix_to_rotation_vector(rotation: Array) -> Array:
+    """Rotation vector ``phi`` (axis times angle in [0, pi]) with ``exp(skew(phi)) = rotation``;
+    ``(3, 3) -> (3,)`` (the matrix logarithm, through :func:`quat_to_rotation_vector`)."""
+    return quat_to_rotation_vector(matrix_to_quat(rotation))
+
+
 def _rotation_coefficients(theta_sq: Array) -> tuple[Array, Array]:
     """``sin(t)/t`` and ``(1 - cos t)/t^2`` for ``t^2 = theta_sq``, safe (and smooth) at 0."""
     small = theta_sq < 1e-8

@@ -347,7 +347,7 @@ def _rk4_with_normalised_stages(model: Model, start: State, controls: Controls, 
         quat = jnp.where(is_first, stage.base_quaternion, quat_normalize(stage.base_quaternion))
         return eqx.tree_at(lambda s: s.base_quaternion, stage, quat)
 
-    return runge_kutta4(lambda s: state_derivative(model, s, controls), start, dt, normalise_later_stages)
+    return runge_kutta4(lambda s, _offset: state_derivative(model, s, controls), start, dt, normalise_later_stages)
 
 
 def f_dyn_rk2(model: Model | Mapping[str, Any], SV: Mapping[str, Any], *, d_time: Any, gravity: Any = None) -> SV:

@@ -154,3 +154,12 @@ def check_vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> A
     if arr.shape != shape:
         raise ValueError(f"{name}: expected shape {shape}, got {arr.shape} (batch inputs with jax.vmap)")
     return arr
+
+
+def is_traced(*values: Any) -> bool:
+    """Whether any leaf of ``values`` is a JAX tracer (inside ``jit``/``vmap``/``grad``).
+
+    Input checks that need concrete numbers (signs, finiteness) run only when this is false;
+    under tracing, shapes are still checked and values cannot be.
+    """
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(values))

@@ -1,12 +1,24 @@
-"""The command line, end to end in a subprocess."""
+"""The command line: end to end in a subprocess, bad input as one error line (in process)."""
 
+import json
+import os
 import re
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "sdjax", *args], capture_output=True, text=True, timeout=300)
+import sdjax
+from sdjax.cli import main
+from sdjax.simulation import load_run
+
+SAMPLE_TARGET = ["0.3", "0.2", "0.1", "0.6", "0.5", "0.4"]
+
+
+def run(*args, cwd=None):
+    env = dict(os.environ, MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, "-m", "sdjax", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
 
 
 def test_demo_prints_a_summary():
@@ -26,3 +38,105 @@ def test_demo_bad_option_is_one_line_error():
     assert "Traceback" not in result.stderr
     result = run("demo", "--model", "nonexistent")
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_simulate_then_plot_end_to_end(tmp_path):
+    out = tmp_path / "run.npz"
+    result = run(
+        "simulate", "spacedyn_sample", "--duration", "0.4", "--dt", "0.02", "--controller", "pd",
+        "--target", *SAMPLE_TARGET, "--chunk-steps", "8", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {out}" in result.stdout and "20 rk4 steps" in result.stdout
+    assert "20/20" in result.stderr  # several chunks: a progress bar
+    saved = load_run(out)
+    assert saved.num_steps == 20 and saved.model.name == "spacedyn_sample"
+    assert saved.info["controller"] == "pd" and saved.info["target"] == [float(v) for v in SAMPLE_TARGET]
+    q = np.asarray(saved.trajectory.states.q)
+    assert np.all(np.abs(q[-1]) > 0)  # the joints moved towards the target
+    plots, gif = tmp_path / "plots", tmp_path / "run.gif"
+    result = run("plot", str(out), "--out", str(plots), "--animate", str(gif), "--max-frames", "3", "--dpi", "40")
+    assert result.returncode == 0, result.stderr
+    for name in ("joints", "base", "momentum", "energy"):
+        assert (plots / f"{name}.png").stat().st_size > 1000
+    assert gif.stat().st_size > 1000
+    # A bad input in a real process: one line on stderr, no traceback.
+    result = run("simulate", str(tmp_path / "missing.json"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("sdjax: error: ")
+
+
+def test_info(capsys, tmp_path, sample_model):
+    assert main(["info", "spacedyn_sample"]) == 0
+    out = capsys.readouterr().out
+    assert "joints 6 (4 revolute, 2 prismatic), DOF 12 (6 base + 6 joints), end points 2" in out
+    assert "total 160 kg" in out  # 100 kg base + 6 x 10 kg links
+    assert "`-- 3 arm1_slider  prismatic, 10 kg  [end point 1]" in out  # link 3 hangs on link 2
+    assert "joints from the base: 4-5-6" in out
+    assert "WARN" not in out and out.count("  ok  ") == 2
+    path = tmp_path / "robot.json"
+    sdjax.save_json_model(sample_model, path)
+    assert main(["info", str(path)]) == 0
+    from_file = capsys.readouterr().out
+    assert from_file.split("\n", 1)[1] == out.split("\n", 1)[1]  # same description, other source line
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def _bad_mass_model(tmp_path, sample_model):
+    data = sdjax.model_to_dict(sample_model)
+    data["links"][1]["mass"] = -1.0
+    return _write(tmp_path / "negative.json", json.dumps(data))
+
+
+# Each case: argv (with {tmp}/{model} placeholders) and a piece of the expected message.
+BAD_INPUTS = [
+    (["info", "{tmp}/missing.json"], "no such model file, and not a built-in model"),
+    (["info", "{tmp}"], "not a model file"),
+    (["info", "{malformed}"], "not valid JSON"),
+    (["info", "{negative}"], "link_mass[1]"),
+    (["info", "{unknown_suffix}"], "robot.xyz"),  # the loader refuses an unknown suffix
+    (["simulate", "spacedyn_sample", "--dt", "abc"], "argument --dt: expected a number, got 'abc'"),
+    (["simulate", "spacedyn_sample", "--dt", "-0.1"], "expected a positive number"),
+    (["simulate", "spacedyn_sample", "--duration", "nan"], "expected a finite number"),
+    (["simulate", "spacedyn_sample", "--duration", "0.1", "--dt", "0.5"], "need dt <= duration"),
+    (["simulate", "spacedyn_sample", "--initial-q", "0.1", "0.2"], "--initial-q: expected 6 values (the model has 6 joints), got 2"),
+    (["simulate", "spacedyn_sample", "--initial-q", "0.1,0.2,0.3,0.4,0.5,0.6,0.7"], "expected 6 values"),
+    (["simulate", "spacedyn_sample", "--controller", "pd"], "needs --target"),
+    (["simulate", "spacedyn_sample", "--controller", "pd", "--target", "1", "2"], "--target: expected 6 values"),
+    (["simulate", "spacedyn_sample", "--controller", "pd", "--target", *SAMPLE_TARGET, "--kp", "1", "2"], "--kp: expected 1 or 6 values"),
+    (["simulate", "spacedyn_sample", "--controller", "pd", "--target", *SAMPLE_TARGET, "--kd", "-1"], "must be non-negative"),
+    (["simulate", "spacedyn_sample", "--target", *SAMPLE_TARGET], "need --controller pd or computed-torque"),
+    (["simulate", "spacedyn_sample", "--controller", "computed-torque", "--target", *SAMPLE_TARGET, "--kp", "3"], "torque gains of --controller pd"),
+    (["simulate", "spacedyn_sample", "--controller", "magic"], "invalid choice: 'magic'"),
+    (["simulate", "spacedyn_sample", "--chunk-steps", "0"], "expected a positive integer"),
+    (["simulate", "spacedyn_sample", "--base-rpy", "0.1"], "--base-rpy: expected 3 values"),
+    (["simulate", "spacedyn_sample", "--out", "{tmp}/no/such/dir/run.npz"], "does not exist"),
+    (["plot", "{tmp}/missing.npz"], "no such run file"),
+    (["plot", "{malformed}"], "not a sdjax run file"),
+    (["plot", "{tmp}/x.npz", "--animate", "run.avi"], "must end in .gif or .mp4"),
+    (["plot", "{tmp}/x.npz", "--fps", "0"], "expected a positive number"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ([], "required: {demo,info,simulate,plot}"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD_INPUTS, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_input_is_one_error_line(argv, message, tmp_path, sample_model, capsys):
+    files = {
+        "tmp": str(tmp_path),
+        "malformed": _write(tmp_path / "malformed.json", '{"format": "sdjax-model", '),
+        "negative": _bad_mass_model(tmp_path, sample_model),
+        "unknown_suffix": _write(tmp_path / "robot.xyz", "robot"),
+    }
+    argv = [arg.format(**files) for arg in argv]
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status in (1, 2)  # 2: usage, 1: input files
+    lines = err.strip().split("\n")
+    assert len(lines) == 1 and lines[0].startswith("sdjax: error: "), err
+    assert message in lines[0]
+    assert "Traceback" not in err

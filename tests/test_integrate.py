@@ -175,3 +175,85 @@ def test_quaternion_stays_normalised(sample_model):
     traj = sdjax.rollout(sample_model, state, 0.01, 100, integrator="rk4")
     norms = jnp.linalg.norm(traj.states.base_quaternion, axis=1)
     assert_close(norms, jnp.ones_like(norms), 1e-15, "unit quaternion")  # normalised every step
+
+
+# ------------------------------------------------------------------------------------------
+# Environment loads (evaluated at every stage) and point loads.
+
+
+def test_point_loads_at_end_points_equal_end_point_loads(free_tree):
+    """A load at an end point through point_loads (Jacobian transpose) gives the same motion as
+    the same load through the Newton-Euler end-point path."""
+    model = free_tree
+    state = random_state(model, 3, scale=0.5)
+    rng = np.random.default_rng(3)
+    force, torque = rng.normal(size=(model.num_end_points, 3)), rng.normal(size=(model.num_end_points, 3))
+    position = sdjax.forward_kinematics(model, state).end_point_position
+    loads = sdjax.point_loads(model, state, model.end_point_link, position, force, torque)
+    via_points = sdjax.generalized_acceleration(model, state, loads)
+    via_end_points = sdjax.generalized_acceleration(
+        model, state, sdjax.make_controls(model, end_point_force=force, end_point_torque=torque)
+    )
+    # Two exact routes to the same generalized force; agreement to round-off of H^-1.
+    assert_close(via_points, via_end_points, 1e-10, "point loads vs end-point loads")
+
+
+def test_point_loads_do_the_virtual_power_of_the_load(free_tree):
+    """Q . [v0; w0; qd] = sum f . v_p + n . w_body for loads anywhere on the tree."""
+    model = free_tree
+    state = random_state(model, 4, scale=0.5)
+    rng = np.random.default_rng(4)
+    bodies = (0, 2, 5, model.num_joints)
+    offsets = rng.normal(size=(len(bodies), 3)) * 0.3  # body frame, from each centroid
+    force, torque = rng.normal(size=(len(bodies), 3)), rng.normal(size=(len(bodies), 3))
+    kin = sdjax.forward_kinematics(model, state)
+    index = np.asarray(bodies)
+    points = kin.centroid[index] + jnp.einsum("kij,kj->ki", kin.rotation[index], offsets)
+    loads = sdjax.point_loads(model, state, bodies, points, force, torque)
+    velocity = jnp.concatenate([state.base_linear_velocity, state.base_angular_velocity, state.qd])
+    power = loads.base_force @ velocity[:3] + loads.base_torque @ velocity[3:6] + loads.tau @ velocity[6:]
+    # Independent point velocities: each point's Jacobian from the public point_jacobian.
+    expected = 0.0
+    for k, body in enumerate(bodies):
+        twist = sdjax.point_jacobian(model, state, body, offsets[k]) @ velocity
+        expected = expected + force[k] @ twist[:3] + torque[k] @ twist[3:]
+    # Sums of a dozen O(1) products: round-off.
+    assert abs(float(power - expected)) < 1e-11 * max(1.0, abs(float(expected)))
+    with pytest.raises(ValueError, match="bodies must be static indices"):
+        sdjax.point_loads(model, state, (model.num_joints + 1,), points[:1], force[:1])
+    with pytest.raises(ValueError, match="forces"):
+        sdjax.point_loads(model, state, bodies, points, force[:2])
+
+
+def test_environment_loads_are_evaluated_at_every_stage(sample_model):
+    """A spring on the centre of mass, F = -k x_com applied at the base centroid, makes the
+    centre of mass a harmonic oscillator (momentum theorem: M x_com'' = F). Evaluated at every
+    RK4 stage it converges at fourth order; a zero-order-hold control law only at first."""
+    model = eqx.tree_at(lambda m: m.gravity, sample_model, jnp.zeros(3))
+    mass = float(model.total_mass)
+    stiffness = mass * (2 * np.pi / 4.0) ** 2  # 4 s period
+    state = sdjax.make_state(model, q=np.full(model.num_joints, 0.2), base_position=[0.3, -0.2, 0.1])
+    x0 = np.asarray(sdjax.center_of_mass(model, state))
+    omega, duration = np.sqrt(stiffness / mass), 2.0
+
+    def spring(t, s):
+        return sdjax.make_controls(model, base_force=-stiffness * sdjax.center_of_mass(model, s))
+
+    errors, held_errors = [], []
+    for steps in (20, 40):
+        dt = duration / steps
+        traj = sdjax.rollout(model, state, dt, steps, environment=spring)
+        held = sdjax.rollout(model, state, dt, steps, control=spring)
+        exact = x0 * np.cos(omega * duration)
+        errors.append(np.linalg.norm(np.asarray(sdjax.center_of_mass(model, final(traj))) - exact))
+        held_errors.append(np.linalg.norm(np.asarray(sdjax.center_of_mass(model, final(held))) - exact))
+    # Halving dt divides an RK4 error by ~16 (order 4; 10 allows for the pre-asymptotic
+    # range) and the zero-order-hold error by ~2 (order 1).
+    assert errors[0] / errors[1] > 10.0, errors
+    assert 1.5 < held_errors[0] / held_errors[1] < 2.5, held_errors
+    assert errors[1] < 1e-3 * held_errors[1]
+    # Euler steps see the environment too: order one, but the same oscillator.
+    euler = sdjax.rollout(model, state, 0.001, 2000, environment=spring, integrator="euler")
+    assert np.linalg.norm(np.asarray(sdjax.center_of_mass(model, final(euler))) - x0 * np.cos(omega * duration)) < 5e-3
+    with pytest.raises(TypeError, match="environment"):
+        sdjax.rollout(model, state, 0.01, 2, environment=lambda t, s: s.q)

@@ -9,7 +9,6 @@ a full-size run. Figures are drawn with matplotlib's non-interactive backend.
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import pytest

@@ -22,6 +22,9 @@ With ``A(beta, u, gamma, w) = Rz(beta) Tz(u) Tx(w) Rx(gamma)`` (eq 2):
 
 and the end effector is the virtual joint frame ``J_{N+1}`` (``J_EE``).
 
+The same table can be read from a ``.dh`` text file by :func:`model_from_dh_file` (format in
+its docstring).
+
 Conversion to sdjax (SpaceDyn) conventions. sdjax's frame of link ``i`` is the joint frame
 rotated by the joint angle: ``F_i = J_i Rz(theta_i)`` (origin on joint ``i``), so
 
@@ -40,11 +43,13 @@ rotated by the joint angle: ``F_i = J_i Rz(theta_i)`` (origin on joint ``i``), s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from sdjax.io.arrays import numeric_array
 from sdjax.model import JOINT_TYPES, Model
 from sdjax.rotation import matrix_to_rpy_numpy
 
@@ -113,15 +118,7 @@ def _vector(name: str, value: Any, n: int) -> np.ndarray:
 
 
 def _array(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"model_from_dh: {name} must be real numbers ({err})") from None
-    if arr.shape != shape:
-        raise ValueError(f"model_from_dh: {name} expected shape {shape}, got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"model_from_dh: {name} has non-finite entries ({arr.tolist()})")
-    return arr
+    return numeric_array("model_from_dh: ", name, value, shape)
 
 
 def model_from_dh(
@@ -235,5 +232,143 @@ def model_from_dh(
         gravity=gravity,
         link_names=link_names,
         name=name,
+        dtype=dtype,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# DH table files (``.dh``).
+
+#: Column names of a ``.dh`` joint table, in order; the last two are optional (together).
+DH_COLUMNS = ("type", "d", "theta_offset", "alpha", "a", "b", "mass", "ixx", "iyy", "izz", "ixy", "ixz", "iyz")
+DH_PASSIVE_COLUMNS = ("stiffness", "damping")
+_DH_SETTINGS = {
+    "name": 1,
+    "angle_unit": 1,
+    "base_mass": 1,
+    "base_inertia": 6,
+    "mount_position": 3,
+    "mount_euler": 3,
+    "gravity": 3,
+}
+#: Largest ``.dh`` file accepted (bytes).
+MAX_DH_FILE_BYTES = 16 * 1024 * 1024
+
+
+def _tensor(ixx: float, iyy: float, izz: float, ixy: float, ixz: float, iyz: float) -> np.ndarray:
+    return np.array([[ixx, ixy, ixz], [ixy, iyy, iyz], [ixz, iyz, izz]])
+
+
+def model_from_dh_file(path: str | os.PathLike, dtype: Any = None) -> Model:
+    """Read a ``.dh`` table file into :func:`model_from_dh`.
+
+    Format (plain text, ``#`` starts a comment, blank lines ignored)::
+
+        sdjax-dh 1                               # first line: format and version
+        name            demo_arm                 # optional (default: the file stem)
+        angle_unit      deg                      # optional: rad (default) or deg, for every angle
+        base_mass       200                      # kg
+        base_inertia    20 22 18 0.5 0 0         # ixx iyy izz ixy ixz iyz, kg m^2, base frame
+        mount_position  0.5 0 0.3                # optional, 0b0, m, base frame (default 0)
+        mount_euler     0 90 0                   # optional, (epsilon, zeta, eta) of eq 8 (default 0)
+        gravity         0 0 0                    # optional, m/s^2, inertial frame
+        joints
+        type d    theta_offset alpha a    b   mass ixx  iyy  izz  ixy ixz iyz  [stiffness damping]
+        R    0.1  0            90    0.05 0.2 5    0.1  0.1  0.02 0   0   0
+        P    0.0  0            0     0.0  0.3 3    0.05 0.05 0.01 0   0   0
+
+    After the ``joints`` line comes the column header, exactly :data:`DH_COLUMNS` optionally
+    followed by ``stiffness damping``, then one row per joint ``i = 1..N`` (seed 003 Table 2;
+    meanings as in :func:`model_from_dh`): ``type`` ``R``/``P``; ``d``, ``a``, ``b`` in m;
+    ``theta_offset``, ``alpha`` in ``angle_unit``; ``mass`` in kg; the inertia of link ``i``
+    about its centroid in ``L_i`` (``ixy`` etc. are tensor entries), kg m^2. The model has
+    one end point, the end effector ``J_{N+1}``.
+
+    Raises:
+        ValueError: naming the line and the problem (unknown setting, wrong count, bad
+            header, non-number, unknown joint type, missing ``base_mass``/``base_inertia``/
+            ``joints``), plus the checks of :func:`model_from_dh`.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such DH table file")
+    size = os.path.getsize(path)
+    if size > MAX_DH_FILE_BYTES:
+        raise ValueError(f"{path}: {size} bytes exceeds the DH file size limit of {MAX_DH_FILE_BYTES}")
+    with open(path, encoding="utf-8") as f:
+        lines = [(k + 1, line.split("#", 1)[0].split()) for k, line in enumerate(f)]
+    lines = [(k, tokens) for k, tokens in lines if tokens]
+    where = lambda k: f"{path}, line {k}"  # noqa: E731
+    if not lines or lines[0][1] != ["sdjax-dh", "1"]:
+        first = lines[0][0] if lines else 1
+        raise ValueError(f"{where(first)}: the first line must be 'sdjax-dh 1'")
+    settings: dict[str, tuple[int, list[str]]] = {}
+    k = 1
+    while k < len(lines) and lines[k][1] != ["joints"]:
+        number, tokens = lines[k]
+        key, values = tokens[0], tokens[1:]
+        if key not in _DH_SETTINGS:
+            raise ValueError(f"{where(number)}: unknown setting {key!r}; known: {sorted(_DH_SETTINGS)} (then 'joints')")
+        if key in settings:
+            raise ValueError(f"{where(number)}: {key} given twice (first on line {settings[key][0]})")
+        if len(values) != _DH_SETTINGS[key]:
+            raise ValueError(f"{where(number)}: {key} expects {_DH_SETTINGS[key]} value(s), got {len(values)}")
+        settings[key] = (number, values)
+        k += 1
+    if k >= len(lines):
+        raise ValueError(f"{path}: missing the 'joints' line and joint table")
+    for key in ("base_mass", "base_inertia"):
+        if key not in settings:
+            raise ValueError(f"{path}: missing setting {key!r}")
+
+    def numbers(number: int, what: str, tokens: list[str]) -> list[float]:
+        try:
+            return [float(t) for t in tokens]
+        except ValueError:
+            raise ValueError(f"{where(number)}: {what} must be numbers, got {' '.join(tokens)!r}") from None
+
+    unit_line, unit = settings.get("angle_unit", (0, ["rad"]))
+    if unit[0] not in ("rad", "deg"):
+        raise ValueError(f"{where(unit_line)}: angle_unit must be 'rad' or 'deg', got {unit[0]!r}")
+    scale = np.pi / 180.0 if unit[0] == "deg" else 1.0
+    if k + 1 >= len(lines):
+        raise ValueError(f"{where(lines[k][0])}: 'joints' must be followed by the column header and at least one row")
+    header_line, header = lines[k + 1]
+    if tuple(header) not in (DH_COLUMNS, DH_COLUMNS + DH_PASSIVE_COLUMNS):
+        raise ValueError(f"{where(header_line)}: the column header must be {' '.join(DH_COLUMNS)} [stiffness damping], got {' '.join(header)!r}")
+    rows = lines[k + 2 :]
+    if not rows:
+        raise ValueError(f"{where(header_line)}: the joint table has no rows")
+    if len(rows) > MAX_LINKS:
+        raise ValueError(f"{path}: {len(rows)} joints exceeds the limit of {MAX_LINKS}")
+    types, table = [], []
+    for number, tokens in rows:
+        if len(tokens) != len(header):
+            raise ValueError(f"{where(number)}: expected {len(header)} columns ({' '.join(header)}), got {len(tokens)}")
+        if tokens[0] not in JOINT_TYPES:
+            raise ValueError(f"{where(number)}: joint type {tokens[0]!r}; expected 'R' or 'P'")
+        types.append(tokens[0])
+        table.append(numbers(number, "the row values after the type", tokens[1:]))
+    t = np.array(table)
+    col = {c: t[:, j - 1] for j, c in enumerate(header) if j > 0}
+    setting = {key: numbers(number, key, values) for key, (number, values) in settings.items() if key not in ("name", "angle_unit")}
+    passive = len(header) > len(DH_COLUMNS)
+    return model_from_dh(
+        d=col["d"],
+        theta_offset=col["theta_offset"] * scale,
+        alpha=col["alpha"] * scale,
+        a=col["a"],
+        b=col["b"],
+        link_mass=col["mass"],
+        link_inertia=np.stack([_tensor(*(col[c][i] for c in DH_COLUMNS[7:])) for i in range(len(rows))]),
+        base_mass=setting["base_mass"][0],
+        base_inertia=_tensor(*setting["base_inertia"]),
+        joint_type="".join(types),
+        mount_position=setting.get("mount_position", [0.0, 0.0, 0.0]),
+        mount_euler=np.asarray(setting.get("mount_euler", [0.0, 0.0, 0.0])) * scale,
+        joint_stiffness=col["stiffness"] if passive else None,
+        joint_damping=col["damping"] if passive else None,
+        gravity=setting.get("gravity"),
+        name=settings["name"][1][0] if "name" in settings else os.path.splitext(os.path.basename(path))[0],
         dtype=dtype,
     )

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.io.arrays import numeric_array
 from sdjax.model import Model
 
 #: Largest number of links accepted from array data (refused before allocating).
@@ -38,17 +39,7 @@ MAX_LINKS = 10_000
 
 
 def _array(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"SpaceDyn {name}: cannot convert to a numeric array ({err})") from None
-    if arr.shape != shape:
-        # MATLAB row/column vectors arrive as (1, n) or (n, 1).
-        if len(shape) == 1 and arr.size == shape[0] and arr.ndim == 2 and 1 in arr.shape:
-            arr = arr.reshape(shape)
-        else:
-            raise ValueError(f"SpaceDyn {name}: expected shape {shape} (MATLAB layout), got {arr.shape}")
-    return arr
+    return numeric_array("SpaceDyn ", name, value, shape, matlab_vectors=True)
 
 
 def _require_zero(name: str, values: np.ndarray, columns: np.ndarray, rule: str) -> None:

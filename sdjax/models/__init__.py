@@ -1,18 +1,35 @@
 """Ready-made models: the SpaceDyn v1.2 sample, a 7-joint free-flying arm, random trees, seed 003's
-planar four-link and spatial six-link systems, an ETS-VII-like robot."""
+planar four-link and spatial six-link systems, an ETS-VII-like robot, a Shuttle-RMS-like
+orbiter-arm-payload system (seed 004), a small-body lander, a rover, a tumbling capture target
+and a satellite with flexible solar paddles."""
 
 from sdjax.models.builtin import free_flying_arm_7dof, spacedyn_sample
+from sdjax.models.flexible_satellite import flexible_satellite, paddle_beam
+from sdjax.models.lander import lander, point_mass_probe
 from sdjax.models.random import random_model
+from sdjax.models.rover import rover
 from sdjax.models.seed003 import ets7_like, planar_four_link, spatial_six_link
+from sdjax.models.srms import srms_arm, srms_flexibility, srms_system
+from sdjax.models.target import TARGET_HANDLE_OFFSET, tumbling_target
 
 __all__ = [
+    "BUILTIN_MODELS",
+    "TARGET_HANDLE_OFFSET",
     "ets7_like",
+    "flexible_satellite",
     "free_flying_arm_7dof",
+    "lander",
+    "paddle_beam",
     "planar_four_link",
+    "point_mass_probe",
     "random_model",
+    "rover",
     "spacedyn_sample",
     "spatial_six_link",
-    "BUILTIN_MODELS",
+    "srms_arm",
+    "srms_flexibility",
+    "srms_system",
+    "tumbling_target",
 ]
 
 #: Built-in models by name (used by the command line).

@@ -1,0 +1,72 @@
+"""One entry point for model files: :func:`load_model` and :func:`save_model` choose the
+reader or writer from the file suffix.
+
+======== ============================================ ==========================================
+suffix   reader                                       writer
+======== ============================================ ==========================================
+.json    :func:`sdjax.io.json_model.load_json_model`  :func:`sdjax.io.json_model.save_json_model`
+.urdf    :func:`sdjax.io.urdf.model_from_urdf`        :func:`sdjax.io.urdf.save_urdf`
+.def     :func:`sdjax.io.spacedyn_def.model_from_def` :func:`sdjax.io.spacedyn_def.save_def`
+.dh      :func:`sdjax.io.dh.model_from_dh_file`       none (not every model is a DH arm)
+======== ============================================ ==========================================
+
+Suffixes are matched case-insensitively. Readers take their defaults (a URDF's end points are
+its leaf links, gravity zero); call the format's own reader for its options.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from sdjax.io.dh import model_from_dh_file
+from sdjax.io.json_model import load_json_model, save_json_model
+from sdjax.io.spacedyn_def import model_from_def, save_def
+from sdjax.io.urdf import model_from_urdf, save_urdf
+from sdjax.model import Model
+
+_READERS: dict[str, Callable[..., Model]] = {
+    ".json": lambda path, dtype: load_json_model(path, dtype=dtype),
+    ".urdf": lambda path, dtype: model_from_urdf(path, dtype=dtype),
+    ".def": lambda path, dtype: model_from_def(path, dtype=dtype),
+    ".dh": lambda path, dtype: model_from_dh_file(path, dtype=dtype),
+}
+_WRITERS: dict[str, Callable[[Model, str], None]] = {
+    ".json": save_json_model,
+    ".urdf": save_urdf,
+    ".def": save_def,
+}
+
+
+def load_model(path: str | os.PathLike, dtype: Any = None) -> Model:
+    """Read a model file, choosing the reader from its suffix (table in the module docstring).
+
+    Arguments:
+        path: the file.
+        dtype: floating dtype of the model arrays (default float64 data as read).
+
+    Raises:
+        ValueError: missing file, unknown suffix, or the reader's own message.
+    """
+    path = os.fspath(path)
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in _READERS:
+        raise ValueError(f"{path}: unknown model-file suffix {suffix!r}; known: {sorted(_READERS)}")
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such model file")
+    return _READERS[suffix](path, dtype)
+
+
+def save_model(model: Model, path: str | os.PathLike) -> None:
+    """Write a model file, choosing the writer from its suffix (table in the module docstring).
+
+    Raises:
+        ValueError: a suffix without a writer, or the writer's own refusal (e.g. joint
+            stiffness in URDF or ``.def``).
+    """
+    path = os.fspath(path)
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in _WRITERS:
+        raise ValueError(f"{path}: no model writer for suffix {suffix!r}; writers exist for {sorted(_WRITERS)}")
+    _WRITERS[suffix](model, path)

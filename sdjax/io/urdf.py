@@ -1,0 +1,682 @@
+"""URDF robot descriptions: import as a free-floating sdjax model, and export.
+
+Import (:func:`model_from_urdf`, :func:`import_urdf`)
+-----------------------------------------------------
+The URDF tree's single root link becomes the sdjax base (body 0), joined to the inertial frame
+by a free flyer (a space robot floats). Every ``revolute``, ``continuous`` or ``prismatic``
+joint becomes one sdjax joint; every ``fixed`` joint is merged away.
+
+- **Fixed joints** (chains and leaves included) weld the child link onto the nearest ancestor
+  body whose own joint moves (or the root). Masses add; the centroid is the mass-weighted mean;
+  inertias are rotated into the body frame (``R I R^T``) and moved to the merged centroid by the
+  parallel-axis theorem ``I + m (|d|^2 E - d d^T)``.
+- **Inertial origins** may carry ``xyz`` and ``rpy``: the ``<inertia>`` tensor is given in the
+  inertial frame, rotated by ``R = Rz(yaw) Ry(pitch) Rx(roll)`` (URDF's fixed-axis rpy,
+  :func:`sdjax.io.dh.euler123_to_matrix`) from the link frame. ``ixy``, ``ixz``, ``iyz`` are the
+  tensor's off-diagonal entries (URDF convention).
+- **Joint frames.** sdjax wants the joint axis on z (:mod:`sdjax.model`). URDF's child link
+  frame sits on the joint and turns about (slides along) ``<axis>`` in that frame (default
+  ``1 0 0``). The sdjax frame of the link is the URDF child frame times a constant rotation
+  ``S`` taking ``e_z`` to the unit axis by the shortest arc (``S = diag(1, -1, -1)`` for an
+  axis ``-z``). Since ``Rot(axis, q) S = S Rz(q)``, the joint coordinate is the same number in
+  both descriptions: URDF ``q`` = sdjax ``q`` (no offset, no sign change).
+- **Base frame.** sdjax's base frame has its origin on the base centroid (the merged root body's
+  centre of mass); its axes are those of the URDF root-link frame. The fixed transform from the
+  root-link frame to the sdjax base frame is the pure translation
+  ``UrdfImport.root_to_base`` (the base centroid in root-link coordinates, m; rotation identity).
+  With the root link at position ``p`` and orientation ``R`` (inertial frame),
+  ``r0 = p + R c``, ``A0 = R``; with a root-link-local twist ``(v, w)`` (Pinocchio's free-flyer
+  velocity), ``v0 = R (v + w x c)`` and ``w0 = R w``. :func:`state_from_pinocchio` and
+  :func:`pinocchio_from_state` convert whole configurations.
+- **Link names** are the URDF child-link names of the moving joints; ``UrdfImport.joint_names``
+  keeps the URDF joint names. Links are numbered depth-first (children in document order), so
+  ``parent < child`` holds.
+- **End points.** With ``end_points=None`` every *leaf* link (a link without child joints) that
+  does not belong to the base body gives an end point: a frame at the leaf's origin, with its
+  axes — typically a ``tool0``/``ee_link`` frame fixed to the last moving link, or the last
+  moving link itself. Leaves welded to the base (antennas, sensors) carry no end point (the base
+  cannot hold one). Two leaves on one body are ambiguous (sdjax allows one end point per link):
+  they are refused with a message asking for ``end_points=``. ``end_points=[names]`` picks any
+  links (fixed or moving, not on the base body) explicitly; ``end_points=()`` gives none.
+- **Joint ``<dynamics>``.** ``damping`` is the viscous coefficient of the joint (N m s/rad or
+  N s/m), exactly sdjax's ``joint_damping`` (passive force ``-D qd``), so it is kept.
+  ``friction`` (dry friction) has no sdjax counterpart and is ignored, as are ``<limit>``
+  (position, velocity and effort bounds), ``<safety_controller>`` and ``<calibration>``:
+  the Model holds no limits. Stiffness is zero (URDF has none).
+- **Ignored:** ``<visual>``, ``<collision>``, materials, ``<transmission>``, ``<gazebo>`` and
+  any other element outside ``link``/``joint`` dynamics. Gravity is not part of URDF: the
+  model's gravity is the ``gravity`` argument (default zero: a space robot).
+
+Refused with a ``ValueError`` naming the link or joint: joint types ``floating`` and
+``planar`` (and unknown ones), ``<mimic>``, several roots, a link that is the child of two
+joints or a loop, joints naming undefined links, duplicate names, a zero axis, a moving body
+(after merging its fixed children) or a base without mass — sdjax, like SpaceDyn, needs a
+positive mass and a positive-definite inertia on every body, so massless intermediate links are
+not allowed — malformed numbers, DOCTYPE/entity declarations (no entity expansion), and files
+over :data:`MAX_FILE_BYTES` or :data:`MAX_ELEMENTS`.
+
+Export (:func:`model_to_urdf`, :func:`save_urdf`)
+-------------------------------------------------
+URDF link frames are the sdjax link frames (base: the sdjax base frame, centred on its
+centroid), so every joint axis is ``0 0 1``. Revolute joints become ``continuous`` (sdjax has
+no limits); prismatic joints get the ``<limit>`` URDF requires with bounds of
+:data:`EXPORT_PRISMATIC_LIMIT` (nominal, not a model property). Each end point becomes a
+massless leaf link ``<link>_end_point`` on a fixed joint, so a re-import finds it as a leaf.
+Joint damping is written as ``<dynamics damping>``. Joint stiffness has no URDF counterpart:
+a model with non-zero stiffness is refused. Gravity is not written. Numbers use Python's
+shortest round-trip representation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sdjax.io.dh import euler123_to_matrix
+from sdjax.model import Model
+from sdjax.rotation import matrix_to_rpy_numpy, quat_to_matrix, rpy_to_matrix
+from sdjax.state import State, make_state
+
+#: Largest accepted URDF text (bytes) and number of XML elements, checked before building.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_ELEMENTS = 1_000_000
+#: Bounds (m) written into the ``<limit>`` of exported prismatic joints.
+EXPORT_PRISMATIC_LIMIT = 1.0e6
+
+_MOVING = {"revolute": "R", "continuous": "R", "prismatic": "P"}
+_REFUSED = {
+    "floating": "a floating joint inside the tree (only the root floats in sdjax)",
+    "planar": "a planar joint (sdjax joints are revolute or prismatic)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class UrdfImport:
+    """A URDF import: the model and how it maps to the URDF description.
+
+    Attributes:
+        model: the sdjax :class:`~sdjax.Model`.
+        root_link: name of the URDF root link (the base).
+        root_to_base: ``(3,)`` origin of the sdjax base frame (the base centroid) in the
+            root-link frame, m. The rotation between the two frames is the identity.
+        joint_names: ``(n,)`` URDF joint name of each sdjax joint.
+        continuous: ``(n,)`` True where the URDF joint is ``continuous`` (Pinocchio stores
+            such a joint's position as ``(cos q, sin q)``).
+        end_point_names: ``(ne,)`` URDF link whose frame is each end point.
+    """
+
+    model: Model
+    root_link: str
+    root_to_base: np.ndarray
+    joint_names: tuple[str, ...]
+    continuous: tuple[bool, ...]
+    end_point_names: tuple[str, ...]
+
+
+# ------------------------------------------------------------------------------------------
+# XML reading.
+
+
+def _read_xml(source: str | os.PathLike) -> tuple[ET.Element, str]:
+    """Parse URDF text or a file; returns the ``<robot>`` element and a label for messages."""
+    if isinstance(source, str) and source.lstrip().startswith("<"):
+        text, label = source, "URDF string"
+    else:
+        label = os.fspath(source)
+        if not os.path.isfile(label):
+            raise ValueError(f"{label}: no such URDF file")
+        size = os.path.getsize(label)
+        if size > MAX_FILE_BYTES:
+            raise ValueError(f"{label}: {size} bytes exceeds the URDF size limit of {MAX_FILE_BYTES}")
+        with open(label, encoding="utf-8") as f:
+            text = f.read()
+    if len(text) > MAX_FILE_BYTES:
+        raise ValueError(f"{label}: {len(text)} characters exceeds the URDF size limit of {MAX_FILE_BYTES}")
+    if re.search(r"<!\s*(DOCTYPE|ENTITY)", text, re.IGNORECASE):
+        raise ValueError(f"{label}: DOCTYPE/ENTITY declarations are not accepted (no entity expansion)")
+    if text.count("<") > MAX_ELEMENTS:
+        raise ValueError(f"{label}: more than {MAX_ELEMENTS} XML elements")
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise ValueError(f"{label}: not well-formed XML ({err})") from None
+    if root.tag != "robot":
+        raise ValueError(f"{label}: the root element must be <robot>, got <{root.tag}>")
+    return root, label
+
+
+def _numbers(where: str, text: str | None, size: int, default: Sequence[float] | None = None) -> np.ndarray:
+    if text is None:
+        if default is None:
+            raise ValueError(f"{where}: missing")
+        return np.asarray(default, dtype=np.float64)
+    try:
+        values = np.array([float(v) for v in text.split()], dtype=np.float64)
+    except ValueError:
+        raise ValueError(f"{where}: expected {size} number(s), got {text!r}") from None
+    if values.shape != (size,):
+        raise ValueError(f"{where}: expected {size} number(s), got {text!r}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{where}: values must be finite, got {text!r}")
+    return values
+
+
+def _origin(where: str, element: ET.Element | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(R, p)`` of an ``<origin xyz rpy>`` (identity when absent)."""
+    if element is None:
+        return np.eye(3), np.zeros(3)
+    xyz = _numbers(f"{where} <origin xyz>", element.get("xyz"), 3, (0.0, 0.0, 0.0))
+    rpy = _numbers(f"{where} <origin rpy>", element.get("rpy"), 3, (0.0, 0.0, 0.0))
+    return euler123_to_matrix(rpy), xyz
+
+
+@dataclasses.dataclass
+class _Link:
+    name: str
+    mass: float = 0.0
+    centroid: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(3))  # link frame
+    inertia: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((3, 3)))  # about centroid, link axes
+
+
+@dataclasses.dataclass
+class _Joint:
+    name: str
+    kind: str
+    parent: str
+    child: str
+    rotation: np.ndarray  # joint frame in parent link frame
+    position: np.ndarray
+    axis: np.ndarray
+    damping: float
+
+
+def _parse_link(element: ET.Element) -> _Link:
+    name = element.get("name")
+    if not name:
+        raise ValueError("URDF <link> without a name attribute")
+    link = _Link(name)
+    inertial = element.find("inertial")
+    if inertial is None:
+        return link
+    where = f"link {name!r} <inertial>"
+    mass_el = inertial.find("mass")
+    if mass_el is None:
+        raise ValueError(f"{where}: missing <mass>")
+    mass = float(_numbers(f"{where} <mass value>", mass_el.get("value"), 1)[0])
+    if mass < 0:
+        raise ValueError(f"{where}: mass must be non-negative, got {mass}")
+    inertia_el = inertial.find("inertia")
+    if inertia_el is None:
+        raise ValueError(f"{where}: missing <inertia>")
+    entries = {}
+    for key in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz"):
+        entries[key] = float(_numbers(f"{where} <inertia {key}>", inertia_el.get(key), 1)[0])
+    local = np.array(
+        [
+            [entries["ixx"], entries["ixy"], entries["ixz"]],
+            [entries["ixy"], entries["iyy"], entries["iyz"]],
+            [entries["ixz"], entries["iyz"], entries["izz"]],
+        ]
+    )
+    rot, pos = _origin(where, inertial.find("origin"))
+    link.mass, link.centroid, link.inertia = mass, pos, rot @ local @ rot.T
+    return link
+
+
+def _parse_joint(element: ET.Element) -> _Joint:
+    name = element.get("name")
+    if not name:
+        raise ValueError("URDF <joint> without a name attribute")
+    where = f"joint {name!r}"
+    kind = element.get("type")
+    if kind is None:
+        raise ValueError(f"{where}: missing type attribute")
+    if kind in _REFUSED:
+        raise ValueError(f"{where}: type {kind!r} is not supported: {_REFUSED[kind]}")
+    if kind not in _MOVING and kind != "fixed":
+        raise ValueError(f"{where}: unknown joint type {kind!r}; expected revolute, continuous, prismatic or fixed")
+    if element.find("mimic") is not None:
+        raise ValueError(f"{where}: <mimic> joints are not supported (every sdjax joint is an independent coordinate)")
+    ends = {}
+    for tag in ("parent", "child"):
+        sub = element.find(tag)
+        if sub is None or not sub.get("link"):
+            raise ValueError(f"{where}: missing <{tag} link=...>")
+        ends[tag] = sub.get("link")
+    rot, pos = _origin(where, element.find("origin"))
+    axis_el = element.find("axis")
+    axis = _numbers(f"{where} <axis xyz>", None if axis_el is None else axis_el.get("xyz"), 3, (1.0, 0.0, 0.0))
+    damping = 0.0
+    dyn = element.find("dynamics")
+    if dyn is not None and dyn.get("damping") is not None:
+        damping = float(_numbers(f"{where} <dynamics damping>", dyn.get("damping"), 1)[0])
+        if damping < 0:
+            raise ValueError(f"{where} <dynamics damping>: must be non-negative, got {damping}")
+    if kind in _MOVING:
+        norm = float(np.linalg.norm(axis))
+        if not norm > 0:
+            raise ValueError(f"{where} <axis xyz>: the joint axis must be non-zero, got {axis.tolist()}")
+        axis = axis / norm
+    return _Joint(name, kind, ends["parent"], ends["child"], rot, pos, axis, damping)
+
+
+# ------------------------------------------------------------------------------------------
+# Geometry helpers.
+
+
+def _z_to_axis(axis: np.ndarray) -> np.ndarray:
+    """Rotation ``S`` (columns: sdjax link axes in the URDF joint frame) with ``S e_z = axis``,
+    the shortest-arc rotation (Rodrigues); ``diag(1, -1, -1)`` (pi about x) for ``axis = -z``."""
+    ez = np.array([0.0, 0.0, 1.0])
+    v = np.cross(ez, axis)
+    s2 = float(v @ v)
+    c = float(axis @ ez)
+    if s2 < 1e-24:
+        return np.eye(3) if c > 0 else np.diag([1.0, -1.0, -1.0])
+    vx = np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+    return np.eye(3) + vx + vx @ vx * ((1.0 - c) / s2)
+
+
+def _combine(parts: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[float, np.ndarray, np.ndarray]:
+    """Mass, centroid and inertia about it of rigidly joined parts ``(m, c, I_c)`` (one frame):
+    parallel-axis theorem ``I = sum I_k + m_k (|d_k|^2 E - d_k d_k^T)``, ``d_k = c_k - c``."""
+    mass = sum(m for m, _, _ in parts)
+    if not mass > 0:
+        return 0.0, np.zeros(3), np.zeros((3, 3))
+    centroid = sum(m * c for m, c, _ in parts) / mass
+    inertia = np.zeros((3, 3))
+    for m, c, i in parts:
+        d = c - centroid
+        inertia += i + m * (float(d @ d) * np.eye(3) - np.outer(d, d))
+    return mass, centroid, inertia
+
+
+# ------------------------------------------------------------------------------------------
+# Import.
+
+
+def import_urdf(
+    source: str | os.PathLike,
+    *,
+    base_link: str | None = None,
+    name: str | None = None,
+    end_points: Sequence[str] | None = None,
+    gravity: Any = None,
+    dtype: Any = None,
+) -> UrdfImport:
+    """Read a URDF description into a free-floating sdjax model (see the module docstring).
+
+    Arguments:
+        source: a file path, or the URDF text itself (a string starting with ``<``).
+        base_link: if given, the name the root link must have (a check).
+        name: model name (default: the ``<robot name>``).
+        end_points: links whose frames become end points (default: the leaves off the base).
+        gravity: ``(3,)`` gravity, inertial frame, m/s^2 (default zero).
+        dtype: floating dtype of the model arrays.
+
+    Returns:
+        An :class:`UrdfImport` (model, root link, root-to-base offset, joint names, ...).
+
+    Raises:
+        ValueError: naming the link or joint and the problem (see the module docstring).
+    """
+    robot, label = _read_xml(source)
+    links: dict[str, _Link] = {}
+    for element in robot.findall("link"):
+        link = _parse_link(element)
+        if link.name in links:
+            raise ValueError(f"{label}: duplicate link name {link.name!r}")
+        links[link.name] = link
+    joints: list[_Joint] = []
+    parent_joint: dict[str, _Joint] = {}
+    joint_names: set[str] = set()
+    for element in robot.findall("joint"):
+        joint = _parse_joint(element)
+        if joint.name in joint_names:
+            raise ValueError(f"{label}: duplicate joint name {joint.name!r}")
+        joint_names.add(joint.name)
+        for end in (joint.parent, joint.child):
+            if end not in links:
+                raise ValueError(f"joint {joint.name!r}: link {end!r} is not defined")
+        if joint.child in parent_joint:
+            raise ValueError(
+                f"link {joint.child!r} is the child of joints {parent_joint[joint.child].name!r} and {joint.name!r}: "
+                "closed loops and links with two parents are not supported (a URDF is a tree)"
+            )
+        parent_joint[joint.child] = joint
+        joints.append(joint)
+    if not links:
+        raise ValueError(f"{label}: no <link> elements")
+    roots = [n for n in links if n not in parent_joint]
+    if len(roots) != 1:
+        if not roots:
+            raise ValueError(f"{label}: no root link (every link has a parent joint): the joints form a loop")
+        raise ValueError(f"{label}: several root links {roots}; a URDF model must be one tree with one root (the base)")
+    root = roots[0]
+    if base_link is not None and base_link != root:
+        raise ValueError(f"base_link {base_link!r}: the root link of the URDF tree is {root!r} (sdjax's base is the root)")
+    children: dict[str, list[_Joint]] = {n: [] for n in links}
+    for joint in joints:
+        children[joint.parent].append(joint)
+
+    # Depth-first pre-order walk (children in document order): the body of each link (a new
+    # body at each moving joint, so parent < child and every subtree is contiguous) and the
+    # pose (R, p) of each link frame in its body's URDF frame.
+    body_of: dict[str, int] = {}
+    pose: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    moving: list[_Joint] = []  # sdjax joint k + 1 = moving[k]
+    body_parent: list[int] = []
+    stack = [root]
+    while stack:
+        link_name = stack.pop()
+        joint = parent_joint.get(link_name)
+        if joint is None:
+            body_of[link_name], pose[link_name] = 0, (np.eye(3), np.zeros(3))
+        elif joint.kind == "fixed":
+            rot_p, pos_p = pose[joint.parent]
+            body_of[link_name] = body_of[joint.parent]
+            pose[link_name] = (rot_p @ joint.rotation, rot_p @ joint.position + pos_p)
+        else:
+            moving.append(joint)
+            body_parent.append(body_of[joint.parent])
+            body_of[link_name], pose[link_name] = len(moving), (np.eye(3), np.zeros(3))
+        stack.extend(j.child for j in reversed(children[link_name]))
+    unreached = sorted(set(links) - set(body_of))
+    if unreached:
+        raise ValueError(f"links {unreached} are not connected to the root {root!r}: their joints form a loop")
+    n = len(moving)
+    body_links: list[list[str]] = [[] for _ in range(n + 1)]
+    for link_name, b in body_of.items():
+        body_links[b].append(link_name)
+
+    # Inertial properties of each body in its URDF frame (the moving child link's frame).
+    mass = np.zeros(n + 1)
+    centroid = np.zeros((n + 1, 3))
+    inertia = np.zeros((n + 1, 3, 3))
+    for b in range(n + 1):
+        parts = []
+        for link_name in body_links[b]:
+            link = links[link_name]
+            if link.mass > 0 or np.any(link.inertia):
+                rot, pos = pose[link_name]
+                parts.append((link.mass, rot @ link.centroid + pos, rot @ link.inertia @ rot.T))
+        mass[b], centroid[b], inertia[b] = _combine(parts)
+        if not mass[b] > 0:
+            owner = root if b == 0 else moving[b - 1].child
+            what = "the base (root link)" if b == 0 else f"link {owner!r} (moved by joint {moving[b - 1].name!r})"
+            welded = sorted(set(body_links[b]) - {owner})
+            extra = f" with its fixed children {welded}" if welded else ""
+            raise ValueError(
+                f"{what}{extra} has no mass: sdjax needs a positive mass and a positive-definite inertia on "
+                "every body (massless intermediate links are not supported); add an <inertial>"
+            )
+
+    # sdjax link frames: F_b = URDF body frame * S_b (S_0 = identity, base origin moved to its centroid).
+    frame = [np.eye(3)] + [_z_to_axis(j.axis) for j in moving]
+    link_inertia = np.stack([frame[b].T @ inertia[b] @ frame[b] for b in range(1, n + 1)]) if n else np.zeros((0, 3, 3))
+    centroid_to_joint = np.stack([-(frame[b].T @ centroid[b]) for b in range(1, n + 1)]) if n else np.zeros((0, 3))
+    pcj, rpy = np.zeros((n, 3)), np.zeros((n, 3))
+    for k, joint in enumerate(moving):
+        p = body_parent[k]
+        rot_p, pos_p = pose[joint.parent]
+        joint_rot, joint_pos = rot_p @ joint.rotation, rot_p @ joint.position + pos_p  # in body p's URDF frame
+        pcj[k] = frame[p].T @ (joint_pos - centroid[p])
+        rpy[k] = matrix_to_rpy_numpy(frame[p].T @ joint_rot @ frame[k + 1])
+
+    # End points.
+    if end_points is None:
+        candidates = [ln for ln in links if not children[ln] and body_of[ln] != 0]
+        per_body: dict[int, list[str]] = {}
+        for ln in candidates:
+            per_body.setdefault(body_of[ln], []).append(ln)
+        for b, names in per_body.items():
+            if len(names) > 1:
+                raise ValueError(
+                    f"leaf links {names} all belong to link {moving[b - 1].child!r}; sdjax allows one end point per "
+                    "link: choose with end_points=[...]"
+                )
+        chosen = candidates
+    else:
+        chosen = list(end_points)
+        seen: dict[int, str] = {}
+        for ln in chosen:
+            if ln not in links:
+                raise ValueError(f"end_points: link {ln!r} is not defined")
+            b = body_of[ln]
+            if b == 0:
+                raise ValueError(f"end_points: link {ln!r} belongs to the base; the base cannot carry an end point")
+            if b in seen:
+                raise ValueError(f"end_points: links {seen[b]!r} and {ln!r} both belong to link {moving[b - 1].child!r}; one end point per link")
+            seen[b] = ln
+    chosen.sort(key=lambda ln: body_of[ln])
+    end_link = tuple(body_of[ln] for ln in chosen)
+    cte = np.zeros((len(chosen), 3))
+    erpy = np.zeros((len(chosen), 3))
+    for e, ln in enumerate(chosen):
+        b = body_of[ln]
+        rot, pos = pose[ln]
+        cte[e] = frame[b].T @ (pos - centroid[b])
+        erpy[e] = matrix_to_rpy_numpy(frame[b].T @ rot)
+
+    model = Model(
+        parent=tuple(body_parent),
+        joint_type=tuple(_MOVING[j.kind] for j in moving),
+        base_mass=mass[0],
+        base_inertia=inertia[0],
+        link_mass=mass[1:],
+        link_inertia=link_inertia,
+        parent_centroid_to_joint=pcj,
+        centroid_to_joint=centroid_to_joint,
+        joint_rpy=rpy,
+        end_point_link=end_link,
+        centroid_to_end_point=cte,
+        end_point_rpy=erpy,
+        joint_damping=np.array([j.damping for j in moving]),
+        gravity=gravity,
+        link_names=tuple(j.child for j in moving),
+        name=name if name is not None else robot.get("name", "urdf_model"),
+        dtype=dtype,
+    )
+    return UrdfImport(
+        model=model,
+        root_link=root,
+        root_to_base=centroid[0].copy(),
+        joint_names=tuple(j.name for j in moving),
+        continuous=tuple(j.kind == "continuous" for j in moving),
+        end_point_names=tuple(chosen),
+    )
+
+
+def model_from_urdf(
+    source: str | os.PathLike,
+    *,
+    base_link: str | None = None,
+    name: str | None = None,
+    end_points: Sequence[str] | None = None,
+    gravity: Any = None,
+    dtype: Any = None,
+) -> Model:
+    """The sdjax model of a URDF file or string (see :func:`import_urdf` and the module docstring)."""
+    return import_urdf(source, base_link=base_link, name=name, end_points=end_points, gravity=gravity, dtype=dtype).model
+
+
+# ------------------------------------------------------------------------------------------
+# Free-flyer coordinates (Pinocchio layout) <-> sdjax State.
+
+
+def _joint_slots(info: UrdfImport, pin_model: Any) -> list[tuple[int, int, int]]:
+    """``(idx_q, nq, idx_v)`` of each sdjax joint in a Pinocchio model built from the URDF."""
+    slots = []
+    for joint_name in info.joint_names:
+        jid = pin_model.getJointId(joint_name)
+        if jid >= pin_model.njoints:
+            raise ValueError(f"joint {joint_name!r} is not in the Pinocchio model")
+        slots.append((pin_model.idx_qs[jid], pin_model.nqs[jid], pin_model.idx_vs[jid]))
+    return slots
+
+
+def state_from_pinocchio(info: UrdfImport, pin_model: Any, q: Any, v: Any) -> State:
+    """sdjax state of a Pinocchio free-flyer configuration of the same URDF.
+
+    Arguments:
+        info: the :func:`import_urdf` result.
+        pin_model: ``pin.buildModelFromUrdf(path, pin.JointModelFreeFlyer())`` (duck-typed:
+            ``getJointId``, ``idx_qs``, ``nqs``, ``idx_vs``, ``njoints``).
+        q: ``(nq,)`` ``[p, quat (x, y, z, w), joints]``: root-link position and orientation
+            (inertial frame), joint positions (continuous joints as ``(cos, sin)``).
+        v: ``(nv,)`` ``[v, w, qd]``: root-link origin velocity and angular velocity in the
+            root-link frame, joint rates.
+
+    Returns:
+        The :class:`~sdjax.State` (base centroid position and velocity, inertial frame).
+    """
+    q, v = np.asarray(q, np.float64), np.asarray(v, np.float64)
+    quat = q[3:7] / np.linalg.norm(q[3:7])
+    rot = np.asarray(quat_to_matrix(quat), np.float64)
+    c = info.root_to_base
+    joint_q, joint_qd = [], []
+    for iq, nq, iv in _joint_slots(info, pin_model):
+        joint_q.append(np.arctan2(q[iq + 1], q[iq]) if nq == 2 else q[iq])
+        joint_qd.append(v[iv])
+    return make_state(
+        info.model,
+        base_position=q[:3] + rot @ c,
+        base_quaternion=quat,
+        base_linear_velocity=rot @ (v[:3] + np.cross(v[3:6], c)),
+        base_angular_velocity=rot @ v[3:6],
+        q=np.array(joint_q),
+        qd=np.array(joint_qd),
+    )
+
+
+def pinocchio_from_state(info: UrdfImport, pin_model: Any, state: State) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`state_from_pinocchio`: ``(q (nq,), v (nv,))`` of an sdjax state."""
+    rot = np.asarray(state.base_rotation, np.float64)
+    c = info.root_to_base
+    w_local = rot.T @ np.asarray(state.base_angular_velocity, np.float64)
+    q = np.zeros(pin_model.nq)
+    v = np.zeros(pin_model.nv)
+    q[:3] = np.asarray(state.base_position, np.float64) - rot @ c
+    q[3:7] = np.asarray(state.base_quaternion, np.float64)
+    v[:3] = rot.T @ np.asarray(state.base_linear_velocity, np.float64) - np.cross(w_local, c)
+    v[3:6] = w_local
+    joint_q, joint_qd = np.asarray(state.q, np.float64), np.asarray(state.qd, np.float64)
+    for k, (iq, nq, iv) in enumerate(_joint_slots(info, pin_model)):
+        if nq == 2:
+            q[iq : iq + 2] = np.cos(joint_q[k]), np.sin(joint_q[k])
+        else:
+            q[iq] = joint_q[k]
+        v[iv] = joint_qd[k]
+    return q, v
+
+
+# ------------------------------------------------------------------------------------------
+# Export.
+
+
+def _fmt(values: Any) -> str:
+    return " ".join(repr(float(x)) for x in np.ravel(np.asarray(values, np.float64)))
+
+
+def _urdf_rpy(rotation: np.ndarray) -> np.ndarray:
+    """URDF rpy ``(r, p, y)`` with ``R = Rz(y) Ry(p) Rx(r)``: from ``R^T = Rx(-r) Ry(-p) Rz(-y)``."""
+    return -matrix_to_rpy_numpy(np.asarray(rotation).T)
+
+
+def _inertial(parent: ET.Element, mass: float, centroid: np.ndarray, inertia: np.ndarray) -> None:
+    el = ET.SubElement(parent, "inertial")
+    ET.SubElement(el, "origin", xyz=_fmt(centroid), rpy="0.0 0.0 0.0")
+    ET.SubElement(el, "mass", value=repr(float(mass)))
+    i = np.asarray(inertia, np.float64)
+    ET.SubElement(
+        el,
+        "inertia",
+        ixx=repr(float(i[0, 0])),
+        ixy=repr(float(i[0, 1])),
+        ixz=repr(float(i[0, 2])),
+        iyy=repr(float(i[1, 1])),
+        iyz=repr(float(i[1, 2])),
+        izz=repr(float(i[2, 2])),
+    )
+
+
+def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
+    """URDF text of a model (see the module docstring, "Export").
+
+    Arguments:
+        model: the model; its joint stiffness must be zero (URDF cannot hold it).
+        base_name: name of the root link (made unique against the link names).
+
+    Returns:
+        The URDF document as a string.
+    """
+    stiffness = np.asarray(model.joint_stiffness, np.float64)
+    for k in np.flatnonzero(stiffness != 0):
+        raise ValueError(
+            f"model_to_urdf: link {k + 1} ({model.link_names[k]!r}) has joint stiffness {stiffness[k]}; URDF has no joint stiffness"
+        )
+    names = set(model.link_names)
+    while base_name in names:
+        base_name += "_"
+    n = model.num_joints
+    pcj = np.asarray(model.parent_centroid_to_joint, np.float64)
+    cj = np.asarray(model.centroid_to_joint, np.float64)
+    rot = np.asarray(rpy_to_matrix(np.asarray(model.joint_rpy, np.float64)), np.float64).reshape(n, 3, 3)
+    damping = np.asarray(model.joint_damping, np.float64)
+    robot = ET.Element("robot", name=model.name)
+    base = ET.SubElement(robot, "link", name=base_name)
+    _inertial(base, float(model.base_mass), np.zeros(3), np.asarray(model.base_inertia, np.float64))
+    link_name = [base_name, *model.link_names]
+    for k in range(n):
+        link = ET.SubElement(robot, "link", name=model.link_names[k])
+        _inertial(link, float(model.link_mass[k]), -cj[k], np.asarray(model.link_inertia[k], np.float64))
+    joint_names = set()
+
+    def unique(candidate: str) -> str:
+        while candidate in joint_names:
+            candidate += "_"
+        joint_names.add(candidate)
+        return candidate
+
+    for k in range(n):
+        p = model.parent[k]
+        kind = "continuous" if model.joint_type[k] == "R" else "prismatic"
+        joint = ET.SubElement(robot, "joint", name=unique(f"{model.link_names[k]}_joint"), type=kind)
+        offset = pcj[k] - (cj[p - 1] if p > 0 else 0.0)
+        ET.SubElement(joint, "origin", xyz=_fmt(offset), rpy=_fmt(_urdf_rpy(rot[k])))
+        ET.SubElement(joint, "parent", link=link_name[p])
+        ET.SubElement(joint, "child", link=model.link_names[k])
+        ET.SubElement(joint, "axis", xyz="0.0 0.0 1.0")
+        if kind == "prismatic":
+            bound = repr(EXPORT_PRISMATIC_LIMIT)
+            ET.SubElement(joint, "limit", lower="-" + bound, upper=bound, effort=bound, velocity=bound)
+        if damping[k] != 0:
+            ET.SubElement(joint, "dynamics", damping=repr(float(damping[k])), friction="0.0")
+    end_rot = np.asarray(rpy_to_matrix(np.asarray(model.end_point_rpy, np.float64)), np.float64).reshape(-1, 3, 3)
+    cte = np.asarray(model.centroid_to_end_point, np.float64)
+    all_links = set(link_name)
+    for e, link in enumerate(model.end_point_link):
+        end_name = f"{model.link_names[link - 1]}_end_point"
+        while end_name in all_links:
+            end_name += "_"
+        all_links.add(end_name)
+        ET.SubElement(robot, "link", name=end_name)
+        joint = ET.SubElement(robot, "joint", name=unique(f"{end_name}_joint"), type="fixed")
+        ET.SubElement(joint, "origin", xyz=_fmt(cte[e] - cj[link - 1]), rpy=_fmt(_urdf_rpy(end_rot[e])))
+        ET.SubElement(joint, "parent", link=model.link_names[link - 1])
+        ET.SubElement(joint, "child", link=end_name)
+    ET.indent(robot, space="  ")
+    return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n"
+
+
+def save_urdf(model: Model, path: str | os.PathLike, **kwargs: Any) -> None:
+    """Write :func:`model_to_urdf` of ``model`` to ``path``."""
+    text = model_to_urdf(model, **kwargs)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
