@@ -17,7 +17,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from build_notebooks import SETUP, _metadata  # noqa: E402
+from build_notebooks import SETUP, _metadata, write_notebooks  # noqa: E402
 
 
 def touchdown_notebook() -> nbformat.NotebookNode:
@@ -199,19 +199,7 @@ NOTEBOOKS = {"touchdown.ipynb": touchdown_notebook, "capture_detumble.ipynb": ca
 
 
 def main(argv: list[str]) -> None:
-    execute = "--execute" in argv
-    only = [a for a in argv if not a.startswith("--")]
-    for name, make in NOTEBOOKS.items():
-        if only and name not in only:
-            continue
-        nb = make()
-        path = HERE / name
-        if execute:
-            import nbclient
-
-            nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
-        nbformat.write(nb, path)
-        print("wrote", path, f"{path.stat().st_size / 1e6:.2f} MB")
+    write_notebooks(NOTEBOOKS, argv, timeout=1800)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from build_notebooks import _metadata  # noqa: E402
+from build_notebooks import _metadata, write_notebooks  # noqa: E402
 
 NAME = "solar_paddle_vibration.ipynb"
 
@@ -308,14 +308,7 @@ print(f"largest out-of-plane peak {peak:.3f} rad/s (resolution {resolution:.3f} 
 
 
 def main(argv: list[str]) -> None:
-    nb = flexible_notebook()
-    path = HERE / NAME
-    if "--execute" in argv:
-        import nbclient
-
-        nbclient.NotebookClient(nb, timeout=3000, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
-    nbformat.write(nb, path)
-    print("wrote", path, f"{path.stat().st_size / 1e6:.2f} MB")
+    write_notebooks({NAME: flexible_notebook}, argv, timeout=3000)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from build_notebooks import SETUP as BASE_SETUP  # noqa: E402
+from build_notebooks import write_notebooks  # noqa: E402
 
 PATH = HERE / "monte_carlo.ipynb"
 
@@ -185,13 +186,7 @@ for name in metrics:
 
 
 def main(argv: list[str]) -> None:
-    nb = notebook()
-    if "--execute" in argv:
-        import nbclient
-
-        nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
-    nbformat.write(nb, PATH)
-    print("wrote", PATH, f"{PATH.stat().st_size / 1e6:.2f} MB")
+    write_notebooks({PATH.name: notebook}, argv, timeout=1800)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from build_notebooks import SETUP, _metadata  # noqa: E402
+from build_notebooks import SETUP, _metadata, write_notebooks  # noqa: E402
 
 NAME = "motion_planning.ipynb"
 
@@ -178,15 +178,7 @@ def _closing_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def main(argv: list[str]) -> None:
-    nb = motion_planning_notebook()
-    path = HERE / NAME
-    if "--execute" in argv:
-        import nbclient
-
-        nbclient.NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
-        nb.cells.append(_closing_cell(nb))
-    nbformat.write(nb, path)
-    print("wrote", path, f"{path.stat().st_size / 1e6:.2f} MB")
+    write_notebooks({NAME: motion_planning_notebook}, argv, timeout=3600, finish=lambda nb: nb.cells.append(_closing_cell(nb)))
 
 
 if __name__ == "__main__":

@@ -427,10 +427,17 @@ NOTEBOOKS = {
 }
 
 
-def main(argv: list[str]) -> None:
+def write_notebooks(makers: dict, argv: list[str], *, timeout: int = 3600, finish=None) -> None:
+    """Write the notebooks ``{file name: () -> notebook}`` into ``notebooks/``, the one writer
+    of every ``build_*.py``.
+
+    With ``--execute`` in ``argv`` each is first run full size (outputs stored) and then
+    passed to ``finish(notebook)`` if given (e.g. to append a cell that quotes the results);
+    other arguments select notebooks by file name.
+    """
     execute = "--execute" in argv
     only = [a for a in argv if not a.startswith("--")]
-    for name, make in NOTEBOOKS.items():
+    for name, make in makers.items():
         if only and name not in only:
             continue
         nb = make()
@@ -438,9 +445,15 @@ def main(argv: list[str]) -> None:
         if execute:
             import nbclient
 
-            nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
+            nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
+            if finish is not None:
+                finish(nb)
         nbformat.write(nb, path)
         print("wrote", path, f"{path.stat().st_size / 1e6:.2f} MB")
+
+
+def main(argv: list[str]) -> None:
+    write_notebooks(NOTEBOOKS, argv, timeout=1800)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from build_notebooks import _metadata, write_notebooks  # noqa: E402
+
 PATH = HERE / "quickstart.ipynb"
 
 SETUP = '''import base64
@@ -171,23 +174,11 @@ def notebook() -> nbformat.NotebookNode:
             "print('exit status', status)"
         ),
     ]
-    return new_notebook(
-        cells=cells,
-        metadata={
-            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-            "language_info": {"name": "python"},
-        },
-    )
+    return new_notebook(cells=cells, metadata=_metadata())
 
 
 def main(argv: list[str]) -> None:
-    nb = notebook()
-    if "--execute" in argv:
-        import nbclient
-
-        nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
-    nbformat.write(nb, PATH)
-    print("wrote", PATH, f"{PATH.stat().st_size / 1e6:.2f} MB")
+    write_notebooks({PATH.name: notebook}, argv, timeout=1800)
 
 
 if __name__ == "__main__":

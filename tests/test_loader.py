@@ -183,7 +183,7 @@ def test_dh_file_malformed(text, message, tmp_path):
 def test_dh_file_limits(tmp_path, monkeypatch):
     import sdjax.io.dh as dh
 
-    with pytest.raises(ValueError, match="no such DH table file"):
+    with pytest.raises(ValueError, match="no such DH file"):
         model_from_dh_file(tmp_path / "missing.dh")
     path = tmp_path / "arm.dh"
     path.write_text(_DH_HEAD + _DH_TABLE + _DH_ROW * 3)

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.arrays import numeric_array
+from sdjax.io.inputs import numeric_array, read_text_file
 from sdjax.model import JOINT_TYPES, Model
 from sdjax.rotation import matrix_to_rpy_numpy
 
@@ -290,13 +290,8 @@ def model_from_dh_file(path: str | os.PathLike, dtype: Any = None) -> Model:
             ``joints``), plus the checks of :func:`model_from_dh`.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such DH table file")
-    size = os.path.getsize(path)
-    if size > MAX_DH_FILE_BYTES:
-        raise ValueError(f"{path}: {size} bytes exceeds the DH file size limit of {MAX_DH_FILE_BYTES}")
-    with open(path, encoding="utf-8") as f:
-        lines = [(k + 1, line.split("#", 1)[0].split()) for k, line in enumerate(f)]
+    text = read_text_file(path, "DH file", MAX_DH_FILE_BYTES)
+    lines = [(k + 1, line.split("#", 1)[0].split()) for k, line in enumerate(text.splitlines())]
     lines = [(k, tokens) for k, tokens in lines if tokens]
     where = lambda k: f"{path}, line {k}"  # noqa: E731
     if not lines or lines[0][1] != ["sdjax-dh", "1"]:

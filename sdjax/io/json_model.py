@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.io.inputs import read_text_file
 from sdjax.model import Model
 
 FORMAT = "sdjax-model"
@@ -203,12 +204,9 @@ def save_json_model(model: Model, path: str | os.PathLike) -> None:
 
 def load_json_model(path: str | os.PathLike, dtype: Any = None) -> Model:
     """Read an ``sdjax-model`` JSON file; ``ValueError`` naming the JSON path on bad content."""
-    size = os.path.getsize(path)
-    if size > MAX_FILE_BYTES:
-        raise ValueError(f"{os.fspath(path)}: {size} bytes exceeds the model-file limit of {MAX_FILE_BYTES}")
-    with open(path, encoding="utf-8") as f:
-        try:
-            data = json.load(f, parse_constant=_refuse_constant)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{os.fspath(path)}: not valid JSON ({err})") from None
+    text = read_text_file(path, "JSON model", MAX_FILE_BYTES)
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{os.fspath(path)}: not valid JSON ({err})") from None
     return model_from_dict(data, dtype=dtype)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.arrays import numeric_array
+from sdjax.io.inputs import numeric_array
 from sdjax.model import Model
 
 #: Largest number of links accepted from array data (refused before allocating).

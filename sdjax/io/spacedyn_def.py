@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.io.inputs import read_text_file
 from sdjax.model import Model
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -164,13 +165,7 @@ def model_from_def(source: str | os.PathLike, *, name: str | None = None, dtype:
         text, default_name = source, "spacedyn_def"
     else:
         path = os.fspath(source)
-        if not os.path.isfile(path):
-            raise ValueError(f"{path}: no such .def file")
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise ValueError(f"{path}: {size} bytes exceeds the .def size limit of {MAX_FILE_BYTES}")
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_text_file(path, ".def", MAX_FILE_BYTES)
         default_name = os.path.splitext(os.path.basename(path))[0]
     link_number, blocks, inertia = _scan(text)
     if link_number is None:

@@ -78,6 +78,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.io.inputs import read_text_file
 from sdjax.io.dh import euler123_to_matrix
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rpy_numpy, quat_to_matrix, rpy_to_matrix
@@ -129,13 +130,7 @@ def _read_xml(source: str | os.PathLike) -> tuple[ET.Element, str]:
         text, label = source, "URDF string"
     else:
         label = os.fspath(source)
-        if not os.path.isfile(label):
-            raise ValueError(f"{label}: no such URDF file")
-        size = os.path.getsize(label)
-        if size > MAX_FILE_BYTES:
-            raise ValueError(f"{label}: {size} bytes exceeds the URDF size limit of {MAX_FILE_BYTES}")
-        with open(label, encoding="utf-8") as f:
-            text = f.read()
+        text = read_text_file(label, "URDF", MAX_FILE_BYTES)
     if len(text) > MAX_FILE_BYTES:
         raise ValueError(f"{label}: {len(text)} characters exceeds the URDF size limit of {MAX_FILE_BYTES}")
     if re.search(r"<!\s*(DOCTYPE|ENTITY)", text, re.IGNORECASE):

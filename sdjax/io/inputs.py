@@ -1,7 +1,9 @@
-"""Numeric input arrays of the model readers: one conversion with one set of messages."""
+"""Input handling shared by the model readers: model files read as text, numeric arrays;
+one set of checks and messages."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -31,3 +33,16 @@ def numeric_array(prefix: str, name: str, value: Any, shape: tuple[int, ...], *,
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{prefix}{name} has non-finite entries ({arr.tolist()})")
     return arr
+
+
+def read_text_file(path: str | os.PathLike, kind: str, limit: int) -> str:
+    """The text of a model file, refused with a ``ValueError`` naming the file when it is
+    missing or larger than ``limit`` bytes (``kind`` names the format in the messages)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such {kind} file")
+    size = os.path.getsize(path)
+    if size > limit:
+        raise ValueError(f"{path}: {size} bytes exceeds the {kind} size limit of {limit}")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
