@@ -23,7 +23,6 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array
 
-from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import (
     Frames,
     base_spatial_acceleration,
@@ -116,9 +115,16 @@ def point_loads(
     points = check_vector("points", points, (m, 3), dtype)
     forces = check_vector("forces", forces, (m, 3), dtype)
     torques = check_vector("torques", torques, (m, 3), dtype)
+    # Each load as a wrench [moment about r0; force] on its body, summed over subtrees (one
+    # leaves-to-root pass, O(n + m)); joint j then receives axis_j . subtree wrench_j, i.e.
+    # w_j . M_j + v_j . F_j with the joint's motion axis (w_j, v_j) about r0.
+    offsets = points - state.base_position
+    wrench = jnp.concatenate([torques + jnp.cross(offsets, forces), forces], axis=-1)
+    per_body = jnp.zeros((model.num_bodies, 6), dtype).at[jnp.asarray(bodies, dtype=jnp.int32)].add(wrench)
+    subtree = accumulate_up(model.tree, per_body)
     frames = relative_frames(model, state.base_rotation, state.q)
-    jacobians = jacobians_at_points(model, joint_motion_axes(model, frames), bodies, points - state.base_position)
-    generalized = jnp.einsum("kij,ki->j", jacobians, jnp.concatenate([forces, torques], axis=-1))
+    axes = joint_motion_axes(model, frames)
+    generalized = jnp.concatenate([subtree[0, 3:], subtree[0, :3], jnp.sum(axes * subtree[1:], axis=-1)])
     return make_controls(
         model, tau=generalized[6:], base_force=generalized[:3], base_torque=generalized[3:6], dtype=dtype
     )
