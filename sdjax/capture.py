@@ -48,11 +48,7 @@ from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_v
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, kinetic_energy, linear_momentum, potential_energy
 from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_rotation_vector, rpy_to_matrix
-from sdjax.state import State, check_state, make_state
-
-
-def _is_traced(*values: Any) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values))
+from sdjax.state import State, check_state, is_traced, make_state
 
 
 def _scalar(name: str, value: Any, *, positive: bool) -> Array:
@@ -61,7 +57,7 @@ def _scalar(name: str, value: Any, *, positive: bool) -> Array:
         arr = arr.astype(jnp.result_type(float))
     if arr.shape != ():
         raise ValueError(f"{name}: expected a scalar, got shape {arr.shape}")
-    if not _is_traced(arr):
+    if not is_traced(arr):
         v = float(arr)
         if not np.isfinite(v) or (v <= 0 if positive else v < 0):
             raise ValueError(f"{name}: must be {'positive' if positive else 'non-negative'} and finite, got {v}")
@@ -432,7 +428,7 @@ class DetumbleLaw(eqx.Module):
         self.linear_damping = _scalar("DetumbleLaw.linear_damping", linear_damping, positive=False)
         self.angular_damping = _scalar("DetumbleLaw.angular_damping", angular_damping, positive=False)
         for name in ("kp", "kd"):
-            if not _is_traced(getattr(self, name)) and np.any(np.asarray(getattr(self, name)) < 0):
+            if not is_traced(getattr(self, name)) and np.any(np.asarray(getattr(self, name)) < 0):
                 raise ValueError(f"DetumbleLaw.{name}: gains must be non-negative")
         self.end_point = int(end_point)
 

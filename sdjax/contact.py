@@ -75,14 +75,10 @@ from sdjax.dynamics import Controls, inertia_matrix_from_frames, point_loads
 from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_velocity, relative_frames
 from sdjax.model import Model
-from sdjax.state import State, check_state
+from sdjax.state import State, check_state, is_traced
 
 #: Interpolation schemes of :class:`HeightField`.
 INTERPOLATIONS = ("bicubic", "bilinear")
-
-
-def _is_traced(*values: Any) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values))
 
 
 def _float_array(name: str, value: Any, dtype: Any = None) -> Array:
@@ -91,13 +87,13 @@ def _float_array(name: str, value: Any, dtype: Any = None) -> Array:
         arr = arr.astype(jnp.result_type(float) if dtype is None else dtype)
     elif dtype is not None:
         arr = arr.astype(dtype)
-    if not _is_traced(arr) and not np.all(np.isfinite(np.asarray(arr, np.float64))):
+    if not is_traced(arr) and not np.all(np.isfinite(np.asarray(arr, np.float64))):
         raise ValueError(f"{name}: values must be finite, got {np.asarray(arr).tolist()}")
     return arr
 
 
 def _check_sign(name: str, value: Array, *, positive: bool) -> None:
-    if _is_traced(value):
+    if is_traced(value):
         return
     values = np.asarray(value, np.float64)
     bad = values <= 0 if positive else values < 0
@@ -184,7 +180,7 @@ class Plane(eqx.Module):
         normal = _float_array("Plane.normal", normal)
         if normal.shape != (3,):
             raise ValueError(f"Plane.normal: expected shape (3,), got {normal.shape}")
-        if not _is_traced(normal) and not float(np.linalg.norm(np.asarray(normal, np.float64))) > 0:
+        if not is_traced(normal) and not float(np.linalg.norm(np.asarray(normal, np.float64))) > 0:
             raise ValueError("Plane.normal: must be a non-zero vector")
         self.normal = normal / jnp.sqrt(jnp.sum(normal**2))
         self.offset = _float_array("Plane.offset", offset, normal.dtype)

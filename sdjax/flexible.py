@@ -85,7 +85,7 @@ from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rpy, rot_x, rot_y, rpy_to_matrix
-from sdjax.state import State, make_state
+from sdjax.state import State, is_traced, make_state
 
 #: ``beta_1 L`` of the first clamped-free Euler-Bernoulli mode (root of ``cos x cosh x = -1``).
 CANTILEVER_BETA1 = 1.8751040687119611
@@ -102,10 +102,6 @@ LUMPINGS = ("midpoint", "uniform")
 
 #: Separator of beam link names: ``"{beam}/seg{j}/{kind}"``.
 _NAME_RE = r"^{}/seg(\d+)/(bend_z|bend_y|twist)$"
-
-
-def _is_traced(*values: Any) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values))
 
 
 class Beam(eqx.Module):
@@ -197,7 +193,7 @@ class Beam(eqx.Module):
         self.planar = bool(planar)
         self.torsion = torsion
         self.lumping = lumping
-        concrete = not _is_traced(length, mass_per_length, bending_stiffness, torsional_stiffness, section_inertia_per_length, damping_ratio, damping_time)
+        concrete = not is_traced(length, mass_per_length, bending_stiffness, torsional_stiffness, section_inertia_per_length, damping_ratio, damping_time)
         if concrete:
             _check_positive("length", length, ())
             _check_positive("mass_per_length", mass_per_length, ())
@@ -381,7 +377,7 @@ def attach_beam(
         mount = jnp.asarray(rotation)
         if mount.shape != (3, 3):
             raise ValueError(f"attach_beam: rotation expected shape (3, 3), got {mount.shape}")
-        if not _is_traced(rotation):
+        if not is_traced(rotation):
             r = np.asarray(rotation, np.float64)
             if not np.allclose(r.T @ r, np.eye(3), atol=1e-9) or np.linalg.det(r) < 0:
                 raise ValueError(f"attach_beam: rotation is not a proper rotation matrix: {r.tolist()}")

@@ -64,7 +64,7 @@ from sdjax.gjm import system_momentum
 from sdjax.integrate import Trajectory
 from sdjax.model import Model
 from sdjax.rotation import quat_normalize
-from sdjax.state import State
+from sdjax.state import State, is_traced
 
 #: Names of the 10 inertial parameters of one body, in the order of a parameter vector.
 PARAMETER_NAMES = ("m", "hx", "hy", "hz", "Ixx", "Iyy", "Izz", "Ixy", "Ixz", "Iyz")
@@ -391,7 +391,7 @@ class Dataset(eqx.Module):
                     f"N={num} samples, n={qs[1]} joints), got {ts}"
                 )
         leaves = [time, *jax.tree.leaves(self.states)] + ([self.torques] if self.torques is not None else [])
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        if is_traced(*leaves):
             return
         for name, x in zip(("time",) + tuple(f.name for f in dataclasses.fields(State)) + ("torques",), leaves):
             if not np.all(np.isfinite(np.asarray(x))):

@@ -96,18 +96,14 @@ from jax import Array
 from sdjax.dynamics import Controls, point_loads
 from sdjax.kinematics import body_masses, link_velocities, relative_frames, world_inertias
 from sdjax.model import Model
-from sdjax.state import State, check_state
+from sdjax.state import State, check_state, is_traced
 
 FRAMES = ("hill", "nonrotating")
 ABOUT = ("origin", "com")
 
 
-def _is_traced(*values: Any) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values))
-
-
 def _check_mean_motion(mean_motion: Any) -> None:
-    if _is_traced(mean_motion):
+    if is_traced(mean_motion):
         return
     arr = np.asarray(mean_motion, np.float64)
     if arr.shape != () or not np.isfinite(arr) or not arr > 0:
@@ -309,7 +305,7 @@ class RotatingFrame(eqx.Module):
         omega = jnp.asarray(angular_velocity)
         if omega.shape != (3,):
             raise ValueError(f"RotatingFrame: angular_velocity expected shape (3,), got {omega.shape}")
-        if not _is_traced(angular_velocity) and not np.all(np.isfinite(np.asarray(angular_velocity, np.float64))):
+        if not is_traced(angular_velocity) and not np.all(np.isfinite(np.asarray(angular_velocity, np.float64))):
             raise ValueError(f"RotatingFrame: angular_velocity must be finite, got {angular_velocity!r}")
         self.model = model
         self.angular_velocity = omega.astype(model.dtype)
