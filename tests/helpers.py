@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 import sdjax
@@ -57,3 +59,7 @@ def assert_close(actual, expected, rtol: float, what: str = "") -> None:
     scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
     err = float(np.max(np.abs(actual - expected))) if expected.size else 0.0
     assert err <= rtol * scale, f"{what}: max error {err:.3e} > {rtol:.1e} * scale {scale:.3e}"
+
+
+#: The array (parameter) fields of a Model, in declaration order: what two equal models share.
+MODEL_ARRAY_FIELDS = tuple(f.name for f in dataclasses.fields(sdjax.Model) if not f.metadata.get("static", False))

@@ -12,22 +12,10 @@ import pytest
 import sdjax
 from sdjax.io import dh_matrix, euler123_to_matrix, load_model, model_from_dh, model_from_dh_file, save_model
 from sdjax.models import random_model, spacedyn_sample
+from helpers import MODEL_ARRAY_FIELDS
 
 DATA = pathlib.Path(__file__).parent / "data"
-FIELDS = (
-    "base_mass",
-    "base_inertia",
-    "link_mass",
-    "link_inertia",
-    "parent_centroid_to_joint",
-    "centroid_to_joint",
-    "joint_rpy",
-    "centroid_to_end_point",
-    "end_point_rpy",
-    "joint_stiffness",
-    "joint_damping",
-    "gravity",
-)
+FIELDS = MODEL_ARRAY_FIELDS
 
 
 def _same(a: sdjax.Model, b: sdjax.Model, atol: float = 0.0) -> None:

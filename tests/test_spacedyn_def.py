@@ -15,23 +15,11 @@ import pytest
 
 from sdjax.io.spacedyn_def import model_from_def, model_to_def, save_def
 from sdjax.models import random_model, spacedyn_sample
+from helpers import MODEL_ARRAY_FIELDS
 
 DATA = pathlib.Path(__file__).parent / "data"
 SAMPLE = (DATA / "spacedyn_sample.def").read_text()
-ARRAYS = (
-    "base_mass",
-    "base_inertia",
-    "link_mass",
-    "link_inertia",
-    "parent_centroid_to_joint",
-    "centroid_to_joint",
-    "joint_rpy",
-    "centroid_to_end_point",
-    "end_point_rpy",
-    "joint_stiffness",
-    "joint_damping",
-    "gravity",
-)
+ARRAYS = MODEL_ARRAY_FIELDS
 
 
 def _upper(tensors: np.ndarray) -> np.ndarray:

@@ -11,6 +11,32 @@ from sdjax.io.spacedyn_arrays import model_from_spacedyn_arrays
 from sdjax.model import Model
 
 
+def rigid_body(mass: Any, inertia: Any, *, gravity: Any = (0.0, 0.0, 0.0), name: str = "rigid_body", dtype: Any = None) -> Model:
+    """A single free rigid body (a base without links or end points).
+
+    Arguments:
+        mass: kg.
+        inertia: ``(3, 3)`` inertia tensor about the centroid, body frame, kg m^2.
+        gravity: ``(3,)`` gravitational acceleration, inertial frame, m/s^2.
+        name: model name.
+        dtype: parameter dtype (default JAX's default float).
+    """
+    return model_from_reference_pose(
+        parent=(),
+        joint_type="",
+        joint_axis=np.zeros((0, 3)),
+        joint_position=np.zeros((0, 3)),
+        link_centroid=np.zeros((0, 3)),
+        link_mass=np.zeros(0),
+        link_inertia=np.zeros((0, 3, 3)),
+        base_mass=mass,
+        base_inertia=np.asarray(inertia, np.float64),
+        gravity=np.asarray(gravity, np.float64),
+        name=name,
+        dtype=dtype,
+    )
+
+
 def spacedyn_sample(dtype: Any = None) -> Model:
     """The sample system of the SpaceDyn v1.2 distribution (``sample_v1r2.m``).
 

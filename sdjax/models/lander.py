@@ -14,6 +14,7 @@ import numpy as np
 
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
+from sdjax.models.builtin import rigid_body
 
 #: Gravity of a small asteroid (order of magnitude of 25143 Itokawa's, 1e-5..1e-4 m/s^2).
 SMALL_BODY_GRAVITY = 1e-4
@@ -86,17 +87,4 @@ def point_mass_probe(mass: float = 500.0, inertia: float = 100.0, gravity: float
     """A single rigid body (base only, no joints): ``mass`` kg, isotropic ``inertia`` kg m^2,
     gravity ``-gravity e_z``. With one contact point under its centroid it is the single-contact
     oscillator of the restitution closed forms (:func:`sdjax.contact.restitution_no_adhesion`)."""
-    return model_from_reference_pose(
-        parent=(),
-        joint_type="",
-        joint_axis=np.zeros((0, 3)),
-        joint_position=np.zeros((0, 3)),
-        link_centroid=np.zeros((0, 3)),
-        link_mass=np.zeros(0),
-        link_inertia=np.zeros((0, 3, 3)),
-        base_mass=mass,
-        base_inertia=inertia * np.eye(3),
-        gravity=np.array([0.0, 0.0, -gravity]),
-        name="probe",
-        dtype=dtype,
-    )
+    return rigid_body(mass, inertia * np.eye(3), gravity=(0.0, 0.0, -gravity), name="probe", dtype=dtype)

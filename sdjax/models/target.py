@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
+from sdjax.models.builtin import rigid_body
 
 #: Handle (grapple fixture) position relative to the target's centroid, body frame, m.
 TARGET_HANDLE_OFFSET = (-0.75, 0.0, 0.0)
@@ -17,16 +15,4 @@ def tumbling_target(mass: float = 250.0, inertia: Any = ((60.0, 2.0, 0.0), (2.0,
     """A rigid target satellite (base only, no joints): ``mass`` kg and ``inertia`` (kg m^2, about
     its centroid, body frame), no gravity. Grasp it at :data:`TARGET_HANDLE_OFFSET` (a handle
     on its -x face, 0.75 m from the centroid)."""
-    return model_from_reference_pose(
-        parent=(),
-        joint_type="",
-        joint_axis=np.zeros((0, 3)),
-        joint_position=np.zeros((0, 3)),
-        link_centroid=np.zeros((0, 3)),
-        link_mass=np.zeros(0),
-        link_inertia=np.zeros((0, 3, 3)),
-        base_mass=mass,
-        base_inertia=np.asarray(inertia, np.float64),
-        name="tumbling_target",
-        dtype=dtype,
-    )
+    return rigid_body(mass, inertia, name="tumbling_target", dtype=dtype)
