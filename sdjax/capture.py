@@ -47,7 +47,7 @@ from sdjax.integrate import as_controls, runge_kutta4, state_derivative
 from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_velocity, relative_frames
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, kinetic_energy, linear_momentum, potential_energy
-from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_rotation_vector, rpy_to_matrix
+from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, rpy_to_matrix
 from sdjax.state import State, check_state, is_traced, make_state
 
 
@@ -166,7 +166,7 @@ def _cut_loads(cut: VirtualCut, a: _FrameMotion, b: _FrameMotion) -> CutLoads:
     dtype = a.position.dtype
     pa, pb = a.base_position + a.position, b.base_position + b.position
     error = pb - pa
-    phi = quat_to_rotation_vector(matrix_to_quat(b.rotation @ a.rotation.T))
+    phi = matrix_to_rotation_vector(b.rotation @ a.rotation.T)
     middle = 0.5 * (pa + pb)
     relative_velocity = point_velocity(b.twist, middle - b.base_position) - point_velocity(a.twist, middle - a.base_position)
     relative_rate = b.twist[:3] - a.twist[:3]
@@ -245,11 +245,6 @@ class PairState(eqx.Module):
 
     robot: State
     target: State
-
-    @property
-    def q(self) -> Array:
-        """Joint positions of both systems, robot first ``(n_a + n_b,)`` (also fixes the dtype)."""
-        return jnp.concatenate([self.robot.q, self.target.q])
 
 
 class PairTrajectory(eqx.Module):

@@ -52,7 +52,7 @@ from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import body_masses, center_of_mass, joint_motion_axes, relative_frames
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix
-from sdjax.state import State, check_state, check_vector, is_traced
+from sdjax.state import State, check_choice, check_state, check_vector, is_traced
 
 #: Base modes of the model-based functions (see the module docstring).
 BASE_MODES = ("floating", "fixed")
@@ -70,12 +70,6 @@ DEFAULT_SINGULAR_THRESHOLD = 0.05
 DEFAULT_MAX_DAMPING = 0.05
 
 Reference = Callable[[Array], Any]
-
-
-def _check_choice(name: str, value: Any, choices) -> str:
-    if value not in choices:
-        raise ValueError(f"{name}: unknown value {value!r}; choose one of {sorted(choices)}")
-    return value
 
 
 def _gain(name: str, value: Any, n: int | None, *, rows: str = "joints") -> Array:
@@ -332,7 +326,7 @@ def computed_torque_terms(model: Model, state: State, *, mode: str = "floating",
         ``H~ (n, n)`` symmetric positive definite and ``C~ (n,)``, N m or N.
     """
     check_state(model, state)
-    _check_choice("computed_torque_terms: mode", mode, BASE_MODES)
+    check_choice("computed_torque_terms: mode", mode, BASE_MODES)
     measured, momentum = _momentum_spec(momentum)
     passive = passive_joint_torques(model, state)
     if mode == "floating":
@@ -360,7 +354,7 @@ def computed_torque(model: Model, state: State, qdd_command: Any, *, mode: str =
         ``(n,)`` joint torques/forces, N m or N.
     """
     check_state(model, state)
-    _check_choice("computed_torque: mode", mode, BASE_MODES)
+    check_choice("computed_torque: mode", mode, BASE_MODES)
     u = check_vector("computed_torque: qdd_command", qdd_command, (model.num_joints,), state.q.dtype)
     if mode == "fixed":
         return inverse_dynamics(model, _at_rest(state), None, u)[1]
@@ -403,7 +397,7 @@ class ComputedTorque(eqx.Module):
         self.kp = _gain("ComputedTorque: kp", kp, n)
         self.kd = _gain("ComputedTorque: kd", kd, n)
         self.reference = _as_reference(reference, "ComputedTorque")
-        self.mode = _check_choice("ComputedTorque: mode", mode, BASE_MODES)
+        self.mode = check_choice("ComputedTorque: mode", mode, BASE_MODES)
         self.measured_twist, momentum = _momentum_spec(momentum)
         self.momentum = None if momentum is None else check_vector("ComputedTorque: momentum", momentum, (6,), estimated_model.dtype)
 
@@ -464,7 +458,7 @@ class RateServo(eqx.Module):
         self.estimated_model = estimated_model
         self.rate_command = rate_command
         self.gain = _gain("RateServo: gain", gain, estimated_model.num_joints)
-        self.mode = _check_choice("RateServo: mode", mode, BASE_MODES)
+        self.mode = check_choice("RateServo: mode", mode, BASE_MODES)
         self.measured_twist, momentum = _momentum_spec(momentum)
         self.momentum = None if momentum is None else check_vector("RateServo: momentum", momentum, (6,), estimated_model.dtype)
         self.feedforward = bool(feedforward)
@@ -689,7 +683,7 @@ def task_jacobian(
         selected by ``task``, inertial frame.
     """
     check_state(model, state)
-    rows = TASKS[_check_choice("task_jacobian: task", task, TASKS)]
+    rows = TASKS[check_choice("task_jacobian: task", task, TASKS)]
     _check_base_momentum("task_jacobian", base, momentum)
     kin = _task_kinematics(model, state, (end_point, link, point), base, momentum)
     return kin.jacobian[rows], kin.offset[rows]
@@ -729,7 +723,7 @@ class ResolvedRates(eqx.Module):
 
 
 def _check_base_momentum(name: str, base: str, momentum: Any) -> None:
-    _check_choice(f"{name}: base", base, BASE_MODES)
+    check_choice(f"{name}: base", base, BASE_MODES)
     if base == "fixed" and momentum is not None:
         raise ValueError(f"{name}: momentum applies to base='floating' only")
 
@@ -768,7 +762,7 @@ def resolved_motion_rates(
         :class:`ResolvedRates`.
     """
     check_state(model, state)
-    rows = TASKS[_check_choice("resolved_motion_rates: task", task, TASKS)]
+    rows = TASKS[check_choice("resolved_motion_rates: task", task, TASKS)]
     _check_base_momentum("resolved_motion_rates", base, momentum)
     _task_point(model, end_point, link, point, state.q.dtype)
     m = rows.stop - rows.start
@@ -917,7 +911,7 @@ class ResolvedRateLaw(eqx.Module):
     ):
         if not callable(path):
             raise ValueError("ResolvedRateLaw: path must be a callable t -> (target, velocity)")
-        self.task = _check_choice("ResolvedRateLaw: task", task, TASKS)
+        self.task = check_choice("ResolvedRateLaw: task", task, TASKS)
         _check_base_momentum("ResolvedRateLaw", base, momentum)
         self.base = base
         dtype = estimated_model.dtype
@@ -1097,7 +1091,7 @@ def inverse_kinematics(
     check_state(model, state)
     dtype = state.q.dtype
     n = model.num_joints
-    _check_choice("inverse_kinematics: base", base, BASE_MODES)
+    check_choice("inverse_kinematics: base", base, BASE_MODES)
     if target_position is None and target_rotation is None:
         raise ValueError("inverse_kinematics: give target_position, target_rotation or both")
     if target_rotation is None:

@@ -84,7 +84,6 @@ Units SI; the mean motion is in rad/s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
@@ -96,7 +95,7 @@ from jax import Array
 from sdjax.dynamics import Controls, point_loads
 from sdjax.kinematics import body_masses, link_velocities, relative_frames, world_inertias
 from sdjax.model import Model
-from sdjax.state import State, check_state, is_traced
+from sdjax.state import State, check_choice, check_state, is_traced
 
 FRAMES = ("hill", "nonrotating")
 ABOUT = ("origin", "com")
@@ -108,12 +107,6 @@ def _check_mean_motion(mean_motion: Any) -> None:
     arr = np.asarray(mean_motion, np.float64)
     if arr.shape != () or not np.isfinite(arr) or not arr > 0:
         raise ValueError(f"mean_motion must be a positive finite scalar (rad/s), got {mean_motion!r}")
-
-
-def _choice(name: str, value: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-    return value
 
 
 def mean_motion_from_radius(radius: Any, gravitational_parameter: Any = 3.986004418e14) -> Array:
@@ -158,7 +151,7 @@ def gravity_gradient_wrenches(
         ``(forces (n + 1, 3), torques (n + 1, 3))``, inertial frame, N and N m.
     """
     check_state(model, state)
-    _choice("about", about, ABOUT)
+    check_choice("about", about, ABOUT)
     dtype = state.q.dtype
     n2 = jnp.asarray(mean_motion, dtype) ** 2
     radial = jnp.asarray(radial, dtype)
@@ -242,8 +235,8 @@ class GravityGradient(eqx.Module):
         self.model = model
         self.mean_motion = jnp.asarray(mean_motion, model.dtype)
         self.phase = jnp.asarray(phase, model.dtype)
-        self.frame = _choice("frame", frame, FRAMES)
-        self.about = _choice("about", about, ABOUT)
+        self.frame = check_choice("frame", frame, FRAMES)
+        self.about = check_choice("about", about, ABOUT)
         self.tidal_force = bool(tidal_force)
         self.torque = bool(torque)
 

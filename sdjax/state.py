@@ -163,3 +163,10 @@ def is_traced(*values: Any) -> bool:
     under tracing, shapes are still checked and values cannot be.
     """
     return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(values))
+
+
+def check_choice(name: str, value: Any, choices: Any) -> Any:
+    """``value`` if it is one of ``choices``, else a ``ValueError`` naming ``name`` and the choices."""
+    if value not in choices:
+        raise ValueError(f"{name}: unknown value {value!r}; choose one of {sorted(choices)}")
+    return value

@@ -26,13 +26,10 @@ def random_state(model: sdjax.Model, seed: int, scale: float = 1.0) -> sdjax.Sta
     )
 
 
-def three_arm_tree(seed: int = 0, gravity: bool = True) -> sdjax.Model:
-    """A 14-DOF system with three arms on one base (SPACEMAPLE Table 1 style): arms of
-    5, 5 and 4 joints, one prismatic joint in the second arm, an end point on each arm."""
-    base = random_model(seed, 14, gravity=gravity)
-    parent = (0, 1, 2, 3, 4, 0, 6, 7, 8, 9, 0, 11, 12, 13)
-    joint_type = tuple("P" if i == 8 else "R" for i in range(1, 15))
-    rng = np.random.default_rng(seed + 1000)
+def tree_with_topology(seed: int, parent: tuple[int, ...], joint_type: tuple[str, ...], *, gravity: bool = True, name: str, **end_points) -> sdjax.Model:
+    """A random model (link data from :func:`random_model`) re-arranged on the topology
+    ``parent``/``joint_type``; ``end_points`` are Model's end-point fields (none by default)."""
+    base = random_model(seed, len(parent), gravity=gravity)
     return sdjax.Model(
         parent=parent,
         joint_type=joint_type,
@@ -43,11 +40,27 @@ def three_arm_tree(seed: int = 0, gravity: bool = True) -> sdjax.Model:
         parent_centroid_to_joint=base.parent_centroid_to_joint,
         centroid_to_joint=base.centroid_to_joint,
         joint_rpy=base.joint_rpy,
+        gravity=base.gravity,
+        name=name,
+        **end_points,
+    )
+
+
+def three_arm_tree(seed: int = 0, gravity: bool = True) -> sdjax.Model:
+    """A 14-DOF system with three arms on one base (SPACEMAPLE Table 1 style): arms of
+    5, 5 and 4 joints, one prismatic joint in the second arm, an end point on each arm."""
+    parent = (0, 1, 2, 3, 4, 0, 6, 7, 8, 9, 0, 11, 12, 13)
+    joint_type = tuple("P" if i == 8 else "R" for i in range(1, 15))
+    rng = np.random.default_rng(seed + 1000)
+    return tree_with_topology(
+        seed,
+        parent,
+        joint_type,
+        gravity=gravity,
+        name=f"three_arm_{seed}",
         end_point_link=(5, 10, 14),
         centroid_to_end_point=rng.normal(scale=0.3, size=(3, 3)),
         end_point_rpy=rng.uniform(-np.pi, np.pi, size=(3, 3)),
-        gravity=base.gravity,
-        name=f"three_arm_{seed}",
     )
 
 

@@ -180,6 +180,7 @@ def test_attach_to_a_link_of_another_model(sample_model):
     np.testing.assert_allclose(k[0], 2 * np.array([80.0, 50.0, 10.0]) / 0.5, rtol=1e-14)
     np.testing.assert_allclose(k[1:], np.tile(np.array([80.0, 50.0, 10.0]) / 0.5, (2, 1)), rtol=1e-14)
     masses = np.asarray(model.link_mass[n0 : n0 + 9]).reshape(3, 3)
+    # The documented lumping: each node body carries NODE_MASS_FRACTION of its segment (2 kg/m x 0.5 m); exact arithmetic.
     np.testing.assert_allclose(masses[:, :2], NODE_MASS_FRACTION * 2.0 * 0.5, rtol=1e-14)
 
 

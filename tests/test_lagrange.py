@@ -40,7 +40,7 @@ import numpy as np
 import pytest
 
 import sdjax
-from helpers import random_state, three_arm_tree
+from helpers import random_state, three_arm_tree, tree_with_topology
 from sdjax.lagrange import (
     MassDependence,
     coriolis_matrix,
@@ -322,20 +322,7 @@ def test_bad_state_shape_raises():
 
 def _two_arm_tree() -> sdjax.Model:
     """Arm 1: links 1-4 (joint 2 prismatic) on the base; arm 2: links 5-6 on the base."""
-    base = random_model(21, 6, gravity=True)
-    return sdjax.Model(
-        parent=(0, 1, 2, 3, 0, 5),
-        joint_type=("R", "P", "R", "R", "R", "R"),
-        base_mass=base.base_mass,
-        base_inertia=base.base_inertia,
-        link_mass=base.link_mass,
-        link_inertia=base.link_inertia,
-        parent_centroid_to_joint=base.parent_centroid_to_joint,
-        centroid_to_joint=base.centroid_to_joint,
-        joint_rpy=base.joint_rpy,
-        gravity=base.gravity,
-        name="two_arm_tree",
-    )
+    return tree_with_topology(21, (0, 1, 2, 3, 0, 5), ("R", "P", "R", "R", "R", "R"), name="two_arm_tree")
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,8 @@ def test_spline_trajectory_rest_to_rest(degree):
     coefficients = rng.normal(size=(5, 4))
     spline = sdjax.SplineTrajectory(start, coefficients, 3.0, degree)
     q, qd, qdd = spline(0.0)
+    # Clamped B-spline: the basis sums to one, so the ends are exact up to round-off (1e-14);
+    # 1e-12 before the end, where the last span is evaluated 1e-12 s early, gives 1e-9 for q.
     assert_close(q, start, 1e-14, "starts at start")
     assert_close(qd, np.zeros(4), 1e-12, "starts at rest")
     q, qd, qdd = spline(3.0 - 1e-12)
@@ -90,6 +92,7 @@ def test_evaluation_is_consistent(arm7_model):
     ev = sdjax.simulate_plan(problem, coefficients)
     final = jax.tree.map(lambda x: x[-1], ev.trajectory.states)
     kin = sdjax.forward_kinematics(arm7_model, final)
+    # the evaluation uses the same kinematics on the same final state: round-off only
     assert_close(ev.end_point_position, kin.end_point_position[0], 1e-14, "end point")
     assert_close(ev.position_error, jnp.linalg.norm(problem.target_position - kin.end_point_position[0]), 1e-14, "position error")
     assert_close(ev.effort, jnp.sum(ev.tau**2) * problem.dt, 1e-14, "effort")
@@ -107,6 +110,7 @@ def test_evaluation_is_consistent(arm7_model):
         + problem.attitude_weight * ev.base_attitude_change**2
         + problem.effort_weight * ev.effort
     )
+    # the same terms summed in another order: round-off relative to the O(1e2) loss
     assert_close(ev.loss, expected, 1e-12, "loss composition")
     # the same loss from plan_loss and from a SplineTrajectory
     assert_close(sdjax.plan_loss(problem, coefficients), ev.loss, 1e-14, "plan_loss")
@@ -140,6 +144,7 @@ def test_checkpoint_gives_the_same_gradient(arm7_model):
         problem = make_problem(arm7_model, num_steps=10, duration=1.0, checkpoint=checkpoint)
         coefficients = line_guess(problem)[0] if coefficients is None else coefficients
         grads.append(jax.grad(lambda c: sdjax.plan_loss(problem, c))(coefficients))
+    # rematerialisation recomputes the same operations: the gradients agree to round-off
     assert_close(grads[0], grads[1], 1e-12, "checkpointed gradient")
 
 
@@ -160,6 +165,7 @@ def test_batched_multistart_equals_loop(arm7_model):
     best = int(batched.best)
     assert bool(batched.feasible[best])
     assert float(batched.final_loss[best]) == float(jnp.min(jnp.where(batched.feasible, batched.final_loss, jnp.inf)))
+    # the chosen evaluation is a slice of the batched one: equal up to round-off
     assert_close(batched.evaluation.loss, batched.final_loss[best], 1e-14, "chosen evaluation")
     assert_close(batched.trajectory.coefficients, batched.coefficients[best], 0.0, "chosen trajectory")
 

@@ -46,6 +46,7 @@ def test_cantilever_terms_are_beam_theory():
     length, ei_y, ei_z, gj = 2.0, 3e5, 5e5, 2e5
     y = np.asarray(ma.beam_flexibility(ma.cantilever_terms(length, ei_y, ei_z, gj)))
     load = np.array([0.0, 0.0, 10.0, 0.0, 0.0, 0.0])
+    # The cantilever terms are these closed forms, so only the matrix product rounds: 1e-15.
     np.testing.assert_allclose(y @ load, [0, 0, 10 * length**3 / (3 * ei_y), 0, -10 * length**2 / (2 * ei_y), 0], rtol=1e-15)
     load = np.array([0.0, 10.0, 0.0, 4.0, 0.0, 0.0])  # F_y and a torque about x
     np.testing.assert_allclose(y @ load, [0, 10 * length**3 / (3 * ei_z), 0, 4 * length / gj, 0, 10 * length**2 / (2 * ei_z)], rtol=1e-15)
@@ -95,6 +96,7 @@ def test_joint_flexibility_and_modes(srms):
     flex = srms_flexibility()
     q = GRAPPLE_Q
     y = np.asarray(ma.arm_flexibility_matrix(srms, flex, q))
+    # Y = sum L Y_i L^T is symmetric by construction; its entries are ~1e-7 m/N, so 1e-20 is round-off.
     np.testing.assert_allclose(y, y.T, atol=1e-20)
     assert np.linalg.eigvalsh(y)[0] > 0  # a bent arm: the axially rigid beams still give a full-rank Y
     jac = np.asarray(ma.arm_kinematics(srms, q).jacobian)
@@ -126,6 +128,7 @@ def test_passive_mode_controller_is_eq_3_6(srms):
     qd = np.full(6, 0.01)
     yj = ma.joint_flexibility_matrix(srms, flex, q)
     expected = -np.linalg.solve(np.asarray(yj), q - neutral) - 10.0 * qd
+    # Two solves with YJ (condition ~1e3): agreement to ~1e-12, 1e-9 leaves margin.
     np.testing.assert_allclose(np.asarray(law(0.0, jnp.asarray(q), jnp.asarray(qd))), expected, rtol=1e-9)
 
 

@@ -60,7 +60,7 @@ from sdjax.integrate import runge_kutta4
 from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import end_point_frames, forward_kinematics, joint_motion_axes, relative_frames
 from sdjax.model import Model, check_inertia
-from sdjax.rotation import matrix_to_quat, quat_normalize, quat_rate, quat_to_matrix, quat_to_rotation_vector, rpy_to_matrix, skew
+from sdjax.rotation import matrix_to_quat, matrix_to_rotation_vector, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix, skew
 from sdjax.state import State, check_vector, is_traced, make_state
 
 #: Default singularity handling of ``J^-1`` / ``J^-T`` (units of ``J``: m for the linear rows,
@@ -511,7 +511,7 @@ def closure_error(system: MasslessArmSystem, state: MasslessArmState) -> tuple[A
         ``R2`` minus the arm's, and the rotation vector of ``B2 B2_arm^T``.
     """
     r2, b2 = payload_pose(system, state.orbiter_position, quat_to_matrix(state.orbiter_quaternion), state.q)
-    attitude = quat_to_rotation_vector(matrix_to_quat(quat_to_matrix(state.payload_quaternion) @ b2.T))
+    attitude = matrix_to_rotation_vector(quat_to_matrix(state.payload_quaternion) @ b2.T)
     return state.payload_position - r2, attitude
 
 
