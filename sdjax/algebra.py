@@ -1,18 +1,63 @@
-"""Small dense linear algebra written out component by component.
+"""Small dense linear algebra (3x3 matrices, 3-vectors) tuned for XLA's CPU backend.
 
-On CPU, XLA turns batched products of tiny matrices (3x3) into dot kernels that it cannot
-fuse with the surrounding element-wise code. Written as sums of products of slices, the
-same arithmetic fuses with its neighbours (measured 1.2-1.5x faster under ``jax.vmap``,
-benchmarks/README.md). The results are the same up to round-off.
+Two forms of the same arithmetic are used, each where it is fast:
+
+- **Values** are written component by component (sums of products of slices). XLA turns
+  batched products of tiny matrices into dot kernels that it cannot fuse with the
+  surrounding element-wise code; the component form fuses with its neighbours (measured
+  1.2-1.5x faster under ``jax.vmap``, benchmarks/README.md).
+- **Derivatives** use contractions (``einsum``). Every product here is bilinear, so its
+  tangent is ``f(da, b) + f(a, db)``; written with slices, reverse mode would transpose each
+  slice into a zero-padded copy of the whole operand (one ``pad`` kernel per component,
+  measured to take half of a gradient's time), whereas a contraction transposes into another
+  contraction. The custom JVP rules below give 2.5-3x faster reverse-mode gradients of the
+  inertia matrix, the bias forces and forward dynamics (benchmarks/README.md).
+
+Results are the same up to round-off. Tangents that are known to be zero (symbolic zeros,
+e.g. model constants when differentiating with respect to the state) cost nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
+from jax.custom_derivatives import SymbolicZero
+
+#: Levi-Civita symbol: ``cross(a, b)_i = sum_jk LEVI_CIVITA[i, j, k] a_j b_k``.
+LEVI_CIVITA = np.zeros((3, 3, 3))
+LEVI_CIVITA[0, 1, 2] = LEVI_CIVITA[1, 2, 0] = LEVI_CIVITA[2, 0, 1] = 1.0
+LEVI_CIVITA[0, 2, 1] = LEVI_CIVITA[2, 1, 0] = LEVI_CIVITA[1, 0, 2] = -1.0
 
 
-def matmul3(a: Array, b: Array) -> Array:
+def _bilinear(value: Callable[[Array, Array], Array], contraction: Callable[[Array, Array], Array]):
+    """A bilinear product computed by ``value`` whose derivatives use ``contraction``.
+
+    Both must compute the same product ``f(a, b)`` with broadcasting over leading axes.
+    """
+    product = jax.custom_jvp(value)
+
+    def jvp(primals, tangents):
+        a, b = primals
+        da, db = tangents
+        out = value(a, b)
+        terms = []
+        if not isinstance(da, SymbolicZero):
+            terms.append(contraction(da, b))
+        if not isinstance(db, SymbolicZero):
+            terms.append(contraction(a, db))
+        tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
+        return out, jnp.broadcast_to(tangent, out.shape).astype(out.dtype)
+
+    product.defjvp(jvp, symbolic_zeros=True)
+    product.__doc__ = value.__doc__
+    return product
+
+
+def _matmul3_components(a: Array, b: Array) -> Array:
     """``a @ b`` for ``(..., 3, 3)`` matrices (broadcasting leading axes)."""
     return jnp.stack(
         [
@@ -23,9 +68,26 @@ def matmul3(a: Array, b: Array) -> Array:
     )
 
 
-def matvec3(a: Array, v: Array) -> Array:
+def _matvec3_components(a: Array, v: Array) -> Array:
     """``a @ v`` for ``(..., 3, 3)`` matrices and ``(..., 3)`` vectors."""
     return jnp.stack([a[..., i, 0] * v[..., 0] + a[..., i, 1] * v[..., 1] + a[..., i, 2] * v[..., 2] for i in range(3)], axis=-1)
+
+
+def _cross3_components(a: Array, b: Array) -> Array:
+    """``a x b`` for ``(..., 3)`` vectors (broadcasting leading axes)."""
+    return jnp.stack(
+        [a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1], a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2], a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]],
+        axis=-1,
+    )
+
+
+def _cross3_contraction(a: Array, b: Array) -> Array:
+    return jnp.einsum("ijk,...j,...k->...i", jnp.asarray(LEVI_CIVITA, jnp.result_type(a, b)), a, b)
+
+
+matmul3 = _bilinear(_matmul3_components, lambda a, b: jnp.einsum("...ij,...jk->...ik", a, b))
+matvec3 = _bilinear(_matvec3_components, lambda a, v: jnp.einsum("...ij,...j->...i", a, v))
+cross3 = _bilinear(_cross3_components, _cross3_contraction)
 
 
 def transpose3(a: Array) -> Array:

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from sdjax.algebra import cross3
 from sdjax.control import task_jacobian
 from sdjax.dynamics import Controls, make_controls, point_loads
 from sdjax.integrate import as_controls, runge_kutta4, state_derivative
@@ -384,7 +385,7 @@ def place_target(robot: Model, robot_state: State, target: Model, cut: VirtualCu
     position = handle - base_rotation @ cut.frame_b.offset.astype(dtype)
     w = jnp.zeros(3, dtype) if angular_velocity is None else jnp.asarray(angular_velocity, dtype)
     v = jnp.zeros(3, dtype) if handle_velocity is None else jnp.asarray(handle_velocity, dtype)
-    return make_state(target, base_position=position, base_rotation=base_rotation, base_linear_velocity=v + jnp.cross(w, position - handle), base_angular_velocity=w, dtype=dtype)
+    return make_state(target, base_position=position, base_rotation=base_rotation, base_linear_velocity=v + cross3(w, position - handle), base_angular_velocity=w, dtype=dtype)
 
 
 class DetumbleLaw(eqx.Module):

@@ -38,7 +38,7 @@ from sdjax.kinematics import (
     world_inertias,
 )
 from sdjax.model import Model
-from sdjax.algebra import matvec3
+from sdjax.algebra import cross3, matvec3
 from sdjax.rotation import skew
 from sdjax.state import State, check_state, check_vector
 from sdjax.tree import accumulate_up
@@ -119,7 +119,7 @@ def point_loads(
     # leaves-to-root pass, O(n + m)); joint j then receives axis_j . subtree wrench_j, i.e.
     # w_j . M_j + v_j . F_j with the joint's motion axis (w_j, v_j) about r0.
     offsets = points - state.base_position
-    wrench = jnp.concatenate([torques + jnp.cross(offsets, forces), forces], axis=-1)
+    wrench = jnp.concatenate([torques + cross3(offsets, forces), forces], axis=-1)
     per_body = jnp.zeros((model.num_bodies, 6), dtype).at[jnp.asarray(bodies, dtype=jnp.int32)].add(wrench)
     subtree = accumulate_up(model.tree, per_body)
     frames = relative_frames(model, state.base_rotation, state.q)
@@ -142,7 +142,7 @@ def passive_joint_torques(model: Model, state: State) -> Array:
 def _end_point_wrenches(model: Model, frames: Frames, force: Array, torque: Array) -> Array:
     """``(n + 1, 6)`` external wrenches (moment about r0, force) per body from end-point loads."""
     position, _ = end_point_frames(model, frames)
-    wrench = jnp.concatenate([torque + jnp.cross(position, force), force], axis=-1)
+    wrench = jnp.concatenate([torque + cross3(position, force), force], axis=-1)
     links = jnp.asarray(model.end_point_link, dtype=jnp.int32)
     return jnp.zeros((model.num_bodies, 6), wrench.dtype).at[links].add(wrench)
 
@@ -170,8 +170,8 @@ def _newton_euler(
     force = body_masses(model)[:, None] * (linear_acceleration - model.gravity)
     inertia = world_inertias(model, frames)
     momentum = matvec3(inertia, angular_velocity)
-    moment = matvec3(inertia, angular_acceleration) + jnp.cross(angular_velocity, momentum)
-    wrench = jnp.concatenate([moment + jnp.cross(r, force), force], axis=-1) - external_wrench
+    moment = matvec3(inertia, angular_acceleration) + cross3(angular_velocity, momentum)
+    wrench = jnp.concatenate([moment + cross3(r, force), force], axis=-1) - external_wrench
     subtree = accumulate_up(model.tree, wrench)
     tau = jnp.sum(axes * subtree[1:], axis=-1)
     return jnp.concatenate([subtree[0, 3:], subtree[0, :3], tau])
@@ -266,8 +266,8 @@ def inertia_matrix_from_frames(model: Model, frames: Frames, axes: Array) -> Arr
     mass, first_moment, inertia = subtree_mass_moments(model, frames)
     w, v = axes[:, :3], axes[:, 3:]
     links_mass, links_first, links_inertia = mass[1:], first_moment[1:], inertia[1:]
-    linear = links_mass[:, None] * v + jnp.cross(w, links_first)
-    angular = matvec3(links_inertia, w) + jnp.cross(links_first, v)
+    linear = links_mass[:, None] * v + cross3(w, links_first)
+    angular = matvec3(links_inertia, w) + cross3(links_first, v)
     # coupling[j, i] = s_j . momentum_i, kept where joint j supports link i.
     # Written as six products (not a dot or a reduction: faster for tiny sizes on CPU).
     coupling = sum(w[:, None, a] * angular[None, :, a] + v[:, None, a] * linear[None, :, a] for a in range(3))

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax import Array
 
+from sdjax.algebra import cross3
 from sdjax.dynamics import bias_forces, inertia_matrix, passive_joint_torques
 from sdjax.jacobians import end_point_jacobians, point_jacobian
 from sdjax.model import Model
@@ -50,7 +51,7 @@ def momentum_about_base(model: Model, state: State, momentum: Any) -> Array:
     """
     value = check_vector("momentum", momentum, (6,), state.q.dtype)
     linear, angular = value[:3], value[3:]
-    return jnp.concatenate([linear, angular - jnp.cross(state.base_position, linear)])
+    return jnp.concatenate([linear, angular - cross3(state.base_position, linear)])
 
 
 def _reduced(h: Array) -> Array:
@@ -74,7 +75,7 @@ def system_momentum(model: Model, state: State) -> Array:
     h = inertia_matrix(model, state)
     nu = jnp.concatenate([state.base_linear_velocity, state.base_angular_velocity, state.qd])
     about_base = h[:6] @ nu
-    return jnp.concatenate([about_base[:3], about_base[3:] + jnp.cross(state.base_position, about_base[:3])])
+    return jnp.concatenate([about_base[:3], about_base[3:] + cross3(state.base_position, about_base[:3])])
 
 
 @eqx.filter_jit

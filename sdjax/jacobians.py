@@ -30,6 +30,7 @@ from sdjax.kinematics import (
     point_velocity,
     relative_frames,
 )
+from sdjax.algebra import cross3
 from sdjax.model import Model
 from sdjax.rotation import skew
 from sdjax.state import State, check_state, check_vector
@@ -59,7 +60,7 @@ def jacobians_at_points(model: Model, axes: Array, bodies: np.ndarray, points: A
     k = len(bodies)
     mask = jnp.asarray(_supports(model, bodies), points.dtype)[:, :, None]  # (k, n, 1)
     angular = axes[None, :, :3] * mask  # (k, n, 3)
-    linear = (axes[None, :, 3:] + jnp.cross(axes[None, :, :3], points[:, None, :])) * mask
+    linear = (axes[None, :, 3:] + cross3(axes[None, :, :3], points[:, None, :])) * mask
     eye = jnp.broadcast_to(jnp.eye(3, dtype=points.dtype), (k, 3, 3))
     zero = jnp.zeros((k, 3, 3), points.dtype)
     base = jnp.concatenate(
@@ -82,8 +83,8 @@ def _jacobian_derivatives_at(
     angular = axis_rates[None, :, :3] * mask
     linear = (
         axis_rates[None, :, 3:]
-        + jnp.cross(axis_rates[None, :, :3], points[:, None, :])
-        + jnp.cross(axes[None, :, :3], point_rate[:, None, :])
+        + cross3(axis_rates[None, :, :3], points[:, None, :])
+        + cross3(axes[None, :, :3], point_rate[:, None, :])
     ) * mask
     zero = jnp.zeros((k, 3, 3), points.dtype)
     base = jnp.concatenate(

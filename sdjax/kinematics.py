@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from sdjax.model import Model
-from sdjax.algebra import matmul3, matvec3, transpose3
+from sdjax.algebra import cross3, matmul3, matvec3, transpose3
 from sdjax.rotation import rpy_to_matrix
 from sdjax.state import State, check_state, check_vector
 from sdjax.tree import accumulate_up, propagate_down
@@ -150,7 +150,7 @@ def motion_cross(twist: Array, motion: Array) -> Array:
     """Spatial cross product ``twist x motion`` of ``(..., 6)`` vectors ``(w, v_o)``."""
     w, v = twist[..., :3], twist[..., 3:]
     mw, mv = motion[..., :3], motion[..., 3:]
-    return jnp.concatenate([jnp.cross(w, mw), jnp.cross(w, mv) + jnp.cross(v, mw)], axis=-1)
+    return jnp.concatenate([cross3(w, mw), cross3(w, mv) + cross3(v, mw)], axis=-1)
 
 
 def joint_motion_axes(model: Model, frames: Frames) -> Array:
@@ -158,7 +158,7 @@ def joint_motion_axes(model: Model, frames: Frames) -> Array:
     k, p = frames.joint_axis, frames.joint_position
     revolute = jnp.asarray(model.is_revolute)[:, None]
     angular = jnp.where(revolute, k, 0.0)
-    linear = jnp.where(revolute, jnp.cross(p, k), k)
+    linear = jnp.where(revolute, cross3(p, k), k)
     return jnp.concatenate([angular, linear], axis=-1)
 
 
@@ -193,21 +193,21 @@ def base_spatial_acceleration(state: State, base_acceleration: Array) -> Array:
     """
     linear, angular = base_acceleration[:3], base_acceleration[3:]
     return jnp.concatenate(
-        [angular, linear - jnp.cross(state.base_angular_velocity, state.base_linear_velocity)]
+        [angular, linear - cross3(state.base_angular_velocity, state.base_linear_velocity)]
     )
 
 
 def point_velocity(twist: Array, point: Array) -> Array:
     """Velocity of the body-fixed point at ``point`` (relative to r0) of a body with ``twist``."""
-    return twist[..., 3:] + jnp.cross(twist[..., :3], point)
+    return twist[..., 3:] + cross3(twist[..., :3], point)
 
 
 def point_acceleration(spatial_acceleration: Array, twist: Array, point: Array) -> Array:
     """Classical acceleration of a body-fixed point from spatial quantities about r0."""
     return (
         spatial_acceleration[..., 3:]
-        + jnp.cross(spatial_acceleration[..., :3], point)
-        + jnp.cross(twist[..., :3], point_velocity(twist, point))
+        + cross3(spatial_acceleration[..., :3], point)
+        + cross3(twist[..., :3], point_velocity(twist, point))
     )
 
 

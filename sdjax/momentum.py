@@ -12,6 +12,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import Array
 
+from sdjax.algebra import cross3
 from sdjax.kinematics import (
     base_twist,
     body_masses,
@@ -57,21 +58,21 @@ def angular_momentum(model: Model, state: State, about: str | Any = "origin") ->
     frames, velocity, angular_velocity = _body_motion(model, state)
     masses = body_masses(model)
     spin = jnp.einsum("bij,bj->i", world_inertias(model, frames), angular_velocity)
-    about_base = spin + jnp.sum(jnp.cross(frames.centroid, masses[:, None] * velocity), axis=0)
+    about_base = spin + jnp.sum(cross3(frames.centroid, masses[:, None] * velocity), axis=0)
     momentum = masses @ velocity
     if isinstance(about, str):
         if about == "base":
             return about_base
         if about == "origin":  # L_c = L_r0 + (r0 - c) x P with c = 0
-            return about_base + jnp.cross(state.base_position, momentum)
+            return about_base + cross3(state.base_position, momentum)
         if about == "com":
             com_from_base = masses @ frames.centroid / jnp.sum(masses)
-            return about_base - jnp.cross(com_from_base, momentum)
+            return about_base - cross3(com_from_base, momentum)
         raise ValueError(f"angular_momentum: about must be 'origin', 'com', 'base' or a (3,) point, got {about!r}")
     point = jnp.asarray(about)
     if point.shape != (3,):
         raise ValueError(f"angular_momentum: about point expected shape (3,), got {point.shape}")
-    return about_base + jnp.cross(state.base_position - point, momentum)
+    return about_base + cross3(state.base_position - point, momentum)
 
 
 @eqx.filter_jit

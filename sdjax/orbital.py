@@ -92,6 +92,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import cross3
 from sdjax.dynamics import Controls, point_loads
 from sdjax.kinematics import body_masses, link_velocities, relative_frames, world_inertias
 from sdjax.model import Model
@@ -162,7 +163,7 @@ def gravity_gradient_wrenches(
         centroids = centroids - masses @ centroids / jnp.sum(masses)
     forces = n2 * masses[:, None] * (centroids @ _tidal_tensor(radial))  # T symmetric
     inertia_radial = jnp.einsum("bij,j->bi", world_inertias(model, frames), radial)
-    torques = 3.0 * n2 * jnp.cross(radial, inertia_radial)
+    torques = 3.0 * n2 * cross3(radial, inertia_radial)
     return forces, torques
 
 
@@ -189,10 +190,10 @@ def rotating_frame_wrenches(model: Model, state: State, angular_velocity: Any) -
     velocity, spin = link_velocities(model, state)
     inertia = world_inertias(model, frames)
     omega_b = jnp.broadcast_to(omega, centroids.shape)
-    forces = -2.0 * masses * jnp.cross(omega_b, velocity) - masses * jnp.cross(omega_b, jnp.cross(omega_b, centroids))
+    forces = -2.0 * masses * cross3(omega_b, velocity) - masses * cross3(omega_b, cross3(omega_b, centroids))
     inertia_omega = jnp.einsum("bij,j->bi", inertia, omega)
     trace = jnp.trace(inertia, axis1=-2, axis2=-1)[:, None]
-    torques = trace * jnp.cross(spin, omega_b) - 2.0 * jnp.cross(spin, inertia_omega) - jnp.cross(omega_b, inertia_omega)
+    torques = trace * cross3(spin, omega_b) - 2.0 * cross3(spin, inertia_omega) - cross3(omega_b, inertia_omega)
     return forces, torques
 
 
@@ -319,7 +320,7 @@ class RotatingFrame(eqx.Module):
         frames = relative_frames(model, state.base_rotation, state.q)
         centroids = frames.centroid + state.base_position
         omega = self.angular_velocity
-        arm = jnp.cross(jnp.broadcast_to(omega, centroids.shape), centroids)
+        arm = cross3(jnp.broadcast_to(omega, centroids.shape), centroids)
         spin = jnp.einsum("i,bij,j->", omega, world_inertias(model, frames), omega)
         return -0.5 * (body_masses(model) @ jnp.sum(arm * arm, axis=-1) + spin)
 

@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import cross3
+
 
 def skew(v: Array) -> Array:
     """Cross-product matrix: ``skew(v) @ a == cross(v, a)``.
@@ -221,7 +223,7 @@ def quat_multiply(a: Array, b: Array) -> Array:
     """
     av, aw = a[..., :3], a[..., 3:]
     bv, bw = b[..., :3], b[..., 3:]
-    vector = aw * bv + bw * av + jnp.cross(av, bv)
+    vector = aw * bv + bw * av + cross3(av, bv)
     scalar = aw * bw - jnp.sum(av * bv, axis=-1, keepdims=True)
     return jnp.concatenate([vector, scalar], axis=-1)
 
