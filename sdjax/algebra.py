@@ -10,7 +10,7 @@ Two forms of the same arithmetic are used, each where it is fast:
   tangent is ``f(da, b) + f(a, db)``; written with slices, reverse mode would transpose each
   slice into a zero-padded copy of the whole operand (one ``pad`` kernel per component,
   measured to take half of a gradient's time), whereas a contraction transposes into another
-  contraction. The custom JVP rules below give 2.5-3x faster reverse-mode gradients of the
+  contraction. The custom JVP rules below give 2-3.5x faster reverse-mode gradients of the
   inertia matrix, the bias forces and forward dynamics (benchmarks/README.md).
 
 Results are the same up to round-off. Tangents that are known to be zero (symbolic zeros,
