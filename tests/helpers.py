@@ -64,6 +64,14 @@ def three_arm_tree(seed: int = 0, gravity: bool = True) -> sdjax.Model:
     )
 
 
+def central_difference(f, x, k: int, h: float) -> float:
+    """Central difference of the scalar function ``f`` at ``x`` along coordinate ``k`` with step
+    ``h``: truncation O(h^2), round-off O(eps |f| / h)."""
+    step = np.zeros(np.shape(x))
+    step[k] = h
+    return (f(x + step) - f(x - step)) / (2 * h)
+
+
 def assert_close(actual, expected, rtol: float, what: str = "") -> None:
     """``max|actual - expected| <= rtol * max(1, max|expected|)`` (a scale-aware tolerance)."""
     actual = np.asarray(actual, dtype=np.float64)

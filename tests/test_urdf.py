@@ -82,13 +82,18 @@ def _rel(actual, expected, scale=None) -> float:
 # Against Pinocchio's URDF parser.
 
 
-@pytest.mark.parametrize("name", URDFS)
-def test_against_pinocchio_urdf_parser(name):
+def _imported_by_both(name: str):
+    """``(pinocchio module, sdjax's UrdfImport, Pinocchio's own parse with a free flyer)`` of
+    ``tests/data/<name>.urdf``; skips the test where Pinocchio is not installed."""
     pin = pytest.importorskip("pinocchio")
     path = DATA / f"{name}.urdf"
-    info = import_urdf(path)
+    return pin, import_urdf(path), pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
+
+
+@pytest.mark.parametrize("name", URDFS)
+def test_against_pinocchio_urdf_parser(name):
+    pin, info, pm = _imported_by_both(name)
     model = info.model
-    pm = pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
     pm.gravity = pin.Motion.Zero()
     data = pm.createData()
     n = model.num_joints
@@ -175,11 +180,8 @@ def test_against_pinocchio_urdf_parser(name):
 @pytest.mark.parametrize("name", URDFS)
 def test_end_points_against_pinocchio_frames(name):
     """End points sit on the leaf frames that Pinocchio keeps as frames of the same names."""
-    pin = pytest.importorskip("pinocchio")
-    path = DATA / f"{name}.urdf"
-    info = import_urdf(path)
+    pin, info, pm = _imported_by_both(name)
     model = info.model
-    pm = pin.buildModelFromUrdf(str(path), pin.JointModelFreeFlyer())
     data = pm.createData()
     state = random_state(model, 5)
     q_pin, _ = pinocchio_from_state(info, pm, state)
