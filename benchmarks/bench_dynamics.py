@@ -1,6 +1,8 @@
 """Forward dynamics, inverse dynamics and the inertia matrix: sdjax (jit + vmap) at batch 1,
-64, 1024, 16384 against Pinocchio called per sample from Python, on the same models and
-states, in one run.
+64, 1024, 8192 against Pinocchio called per sample from Python and Pinocchio's threaded batch
+functions (``abaInParallel``, ``rneaInParallel`` on as many threads as cores), on the same
+models and states, in one run. Before any timing, Pinocchio's forward dynamics is checked
+against sdjax's on the benchmark's own states (``max_relative_difference`` in the results).
 
     python benchmarks/bench_dynamics.py            # float64 and float32, CPU
     python benchmarks/bench_dynamics.py --quick    # small repeat counts (a smoke run)
@@ -12,6 +14,7 @@ goes up to 1e6 in float32) and prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import common
@@ -23,10 +26,17 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import sdjax  # noqa: E402
-from sdjax.models import free_flying_arm_7dof, spacedyn_sample  # noqa: E402
+from sdjax.models import free_flying_arm_7dof, random_model, spacedyn_sample  # noqa: E402
 from sdjax.models.random import random_rotation  # noqa: E402
 
-MODELS = {"free_flying_arm_7dof": free_flying_arm_7dof, "spacedyn_sample": spacedyn_sample}
+MODELS = {
+    "free_flying_arm_7dof": free_flying_arm_7dof,
+    "spacedyn_sample": spacedyn_sample,
+    # A 30-link tree with branches and prismatic joints (36 DOF): how the engines scale.
+    "random_tree_30": lambda: random_model(3, 30),
+}
+#: Pinocchio's threaded batch functions (Pinocchio 4.1 has no crbaInParallel).
+PINOCCHIO_PARALLEL = {"forward_dynamics": "abaInParallel", "inverse_dynamics": "rneaInParallel"}
 ALGORITHMS = ("forward_dynamics", "inverse_dynamics", "inertia_matrix")
 
 
@@ -53,25 +63,56 @@ def sdjax_functions(model: sdjax.Model):
     }
 
 
-def pinocchio_loops(model: sdjax.Model, states: list, inputs: dict):
-    """Per-sample Pinocchio calls, the way a Python user writes them."""
-    import pinocchio as pin
+class PinocchioPeer:
+    """Pinocchio on the same model, states and inputs, in Pinocchio's coordinates (see
+    :mod:`sdjax.io.pinocchio`: ``nu_pin = T nu_sd``, ``a_pin = T a_sd + Tdot nu_sd``)."""
 
-    from sdjax.io.pinocchio import pinocchio_coordinates, to_pinocchio
+    def __init__(self, model: sdjax.Model, states: list, inputs: dict):
+        import pinocchio as pin
 
-    twin = to_pinocchio(model)
-    data = twin.model.createData()
-    coords = [pinocchio_coordinates(twin, s) for s in states]
-    q = [c[0] for c in coords]
-    v = [c[1] for c in coords]
-    tau = [np.concatenate([np.zeros(6), t]) for t in inputs["tau"]]
-    acc = [c[2] @ np.concatenate([a, b]) for c, a, b in zip(coords, inputs["base_acc"], inputs["qdd"])]
-    pm = twin.model
-    return {
-        "forward_dynamics": lambda k: pin.aba(pm, data, q[k], v[k], tau[k]),
-        "inverse_dynamics": lambda k: pin.rnea(pm, data, q[k], v[k], acc[k]),
-        "inertia_matrix": lambda k: pin.crba(pm, data, q[k]),
-    }
+        from sdjax.io.pinocchio import pinocchio_coordinates, to_pinocchio
+
+        self.pin = pin
+        twin = to_pinocchio(model)
+        self.pm, self.data = twin.model, twin.model.createData()
+        coords = [pinocchio_coordinates(twin, s) for s in states]
+        self.t = [c[2] for c in coords]
+        self.q = [c[0] for c in coords]
+        self.v = [c[1] for c in coords]
+        # Tdot nu_sd = [-A0^T (w0 x v0); 0; 0] (the base-frame twist's rate).
+        self.tdot_nu = []
+        for s, t in zip(states, self.t):
+            w0, v0 = np.asarray(s.base_angular_velocity), np.asarray(s.base_linear_velocity)
+            self.tdot_nu.append(np.concatenate([-t[:3, :3] @ np.cross(w0, v0), np.zeros(3 + model.num_joints)]))
+        self.tau = [twin.permutation @ t for t in inputs["tau"]]
+        self.tau = [np.concatenate([np.zeros(6), t]) for t in self.tau]
+        self.acc = [t @ np.concatenate([a, b]) + td for t, a, b, td in zip(self.t, inputs["base_acc"], inputs["qdd"], self.tdot_nu)]
+        self.pool = pin.ModelPool(self.pm, os.cpu_count() or 1)
+
+    def loops(self):
+        """Per-sample calls, the way a Python user writes them."""
+        pin, pm, data = self.pin, self.pm, self.data
+        return {
+            "forward_dynamics": lambda k: pin.aba(pm, data, self.q[k], self.v[k], self.tau[k]),
+            "inverse_dynamics": lambda k: pin.rnea(pm, data, self.q[k], self.v[k], self.acc[k]),
+            "inertia_matrix": lambda k: pin.crba(pm, data, self.q[k]),
+        }
+
+    def sdjax_accelerations(self, k: int) -> np.ndarray:
+        """Pinocchio's forward dynamics of sample ``k`` in sdjax's coordinates."""
+        a_pin = self.pin.aba(self.pm, self.data, self.q[k], self.v[k], self.tau[k])
+        return self.t[k].T @ (a_pin - self.tdot_nu[k])
+
+    def parallel(self, algorithm: str, batch: int):
+        """A call of Pinocchio's threaded batch function on ``batch`` samples (as many threads
+        as cores), with its inputs laid out as it wants them (column-major, one column each)."""
+        count = len(self.q)
+        columns = lambda xs: np.asfortranarray(np.stack([xs[k % count] for k in range(batch)], axis=1))
+        q, v = columns(self.q), columns(self.v)
+        third = columns(self.tau if algorithm == "forward_dynamics" else self.acc)
+        fn = getattr(self.pin, PINOCCHIO_PARALLEL[algorithm])
+        threads = os.cpu_count() or 1
+        return lambda: fn(threads, self.pool, q, v, third)
 
 
 def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float) -> dict:
@@ -88,16 +129,33 @@ def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float)
             "qdd": rng.normal(size=(distinct, n)),
         }
         try:
-            loops = pinocchio_loops(model64, host_states, inputs)
+            peer = PinocchioPeer(model64, host_states, inputs)
         except ImportError:
-            loops = None
+            peer = None
             print("pinocchio not installed: sdjax only", file=sys.stderr)
         pin_rate = {}
-        if loops is not None:
+        if peer is not None:
+            # Same answers first: Pinocchio's accelerations against sdjax's on these states.
+            fd = jax.jit(jax.vmap(sdjax_functions(model64)["forward_dynamics"]))
+            states = common.batch_of(lambda k: host_states[k], 64, distinct)
+            ours = np.asarray(fd(states, jnp.asarray(inputs["tau"][:64]), None, None))
+            theirs = np.stack([peer.sdjax_accelerations(k) for k in range(64)])
+            difference = float(np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs)))
+            print(f"{model_name}: Pinocchio vs sdjax forward dynamics, max relative difference {difference:.1e}", flush=True)
+            if difference > 1e-8:
+                sys.exit(f"{model_name}: engines disagree ({difference:.1e}); not timing")
+            loops = peer.loops()
             for algo in ALGORITHMS:
                 t = common.time_python_loop(loops[algo], distinct, repeats=repeats)
                 pin_rate[algo] = 1.0 / t["min"]
-                results.append(dict(model=model_name, engine="pinocchio (per-sample Python)", algorithm=algo, dtype="float64", batch=1, seconds_per_eval=t["min"], evals_per_second=1.0 / t["min"], median_seconds_per_eval=t["median"]))
+                results.append(dict(model=model_name, engine="pinocchio (per-sample Python)", algorithm=algo, dtype="float64", batch=1, seconds_per_eval=t["min"], evals_per_second=1.0 / t["min"], median_seconds_per_eval=t["median"], max_relative_difference=difference))
+            for algo in PINOCCHIO_PARALLEL:
+                for batch in batches:
+                    if batch < 64:
+                        continue
+                    t = common.time_call(peer.parallel(algo, batch), repeats=repeats, min_seconds=min_seconds)
+                    results.append(dict(model=model_name, engine=f"pinocchio {PINOCCHIO_PARALLEL[algo]} ({os.cpu_count()} threads)", algorithm=algo, dtype="float64", batch=batch, seconds_per_call=t["min"], evals_per_second=batch / t["min"], median_seconds_per_call=t["median"]))
+                    print(f"{model_name:22s} {algo:17s} pinocchio {PINOCCHIO_PARALLEL[algo]} B={batch:6d}: {batch / t['min']:12,.0f} evals/s", flush=True)
         for dtype_name in dtypes:
             dtype = jnp.float64 if dtype_name == "float64" else jnp.float32
             model = model64.astype(dtype)
@@ -129,12 +187,12 @@ def main(argv: list[str] | None = None) -> None:
     elif gpu:
         batches, repeats, min_seconds = [1, 1024, 16384, 131072, 1048576], 5, 0.2
     else:
-        batches, repeats, min_seconds = [1, 64, 1024, 16384], 7, 0.3
+        batches, repeats, min_seconds = [1, 64, 1024, 8192], 7, 0.3
     dtypes = ["float32"] if gpu else ["float64", "float32"]
     payload = run(batches, dtypes, repeats, min_seconds)
     path = common.write_result("dynamics_gpu" if gpu else "dynamics", payload)
     rows = [[r["model"], r["engine"], r["algorithm"], r["dtype"], r["batch"], r["evals_per_second"], r.get("ratio_to_pinocchio", "")] for r in payload["results"]]
-    print(common.table(["model", "engine", "algorithm", "dtype", "batch", "evals/s", "x Pinocchio"], rows))
+    print(common.table(["model", "engine", "algorithm", "dtype", "batch", "evals/s", "x Pinocchio per sample"], rows))
     print(f"wrote {path}")
 
 

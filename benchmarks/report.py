@@ -27,23 +27,33 @@ def machine_line(data: dict) -> str:
 
 
 def dynamics_tables(data: dict) -> str:
+    """One table per model: sdjax per batch beside Pinocchio per sample (Python loop) and
+    Pinocchio's threaded batch call at the same batch, with both ratios."""
     out = [f"Machine: {machine_line(data)}; Pinocchio {data['machine'].get('pinocchio')}", ""]
     rows = data["results"]
-    pin = {(r["model"], r["algorithm"]): r["evals_per_second"] for r in rows if r["engine"].startswith("pinocchio")}
+    per_sample = {(r["model"], r["algorithm"]): r["evals_per_second"] for r in rows if r["engine"] == "pinocchio (per-sample Python)"}
+    threaded = {(r["model"], r["algorithm"], r["batch"]): r for r in rows if r["engine"].startswith("pinocchio") and "InParallel" in r["engine"]}
     for model in dict.fromkeys(r["model"] for r in rows):
         body = []
         for r in rows:
             if r["model"] != model or r["engine"].startswith("pinocchio"):
                 continue
-            body.append([r["algorithm"], r["dtype"], r["batch"], r["evals_per_second"], pin.get((model, r["algorithm"]), ""), r.get("ratio_to_pinocchio", "")])
-        out += [f"**{model}**", "", table(["algorithm", "dtype", "batch", "sdjax evals/s", "Pinocchio evals/s", "ratio"], body), ""]
+            loop = per_sample.get((model, r["algorithm"]), "")
+            parallel = threaded.get((model, r["algorithm"], r["batch"]), {}).get("evals_per_second", "")
+            body.append([r["algorithm"], r["dtype"], r["batch"], r["evals_per_second"], loop, r.get("ratio_to_pinocchio", ""), parallel, r["evals_per_second"] / parallel if parallel else ""])
+        headers = ["algorithm", "dtype", "batch", "sdjax evals/s", "Pinocchio loop evals/s", "x loop", "Pinocchio threaded evals/s", "x threaded"]
+        out += [f"**{model}**", "", table(headers, body), ""]
     return "\n".join(out)
 
 
 def rollout_table(data: dict) -> str:
-    body = [[r["dtype"], r["batch"], r["steps"], r["sdjax_steps_per_second"], r.get("mjx_steps_per_second", ""), r.get("ratio_to_mjx", ""), r.get("sdjax_compile_seconds", ""), r.get("mjx_compile_seconds", "")] for r in data["results"]]
-    return f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')}\n\n" + table(
-        ["dtype", "batch", "steps", "sdjax steps/s", "MJX steps/s", "ratio", "sdjax compile s", "MJX step compile s"], body
+    body = [
+        [r["dtype"], r["batch"], r["steps"], r["sdjax_steps_per_second"], r.get("mujoco_steps_per_second", ""), r.get("ratio_to_mujoco", ""), r.get("mjx_steps_per_second", ""), r.get("ratio_to_mjx", ""), r.get("sdjax_compile_seconds", ""), r.get("mjx_compile_seconds", "")]
+        for r in data["results"]
+    ]
+    threads = next((r["mujoco_threads"] for r in data["results"] if "mujoco_threads" in r), "?")
+    return f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')} (`rollout` on {threads} threads, RK4, float64)\n\n" + table(
+        ["dtype", "batch", "steps", "sdjax steps/s", "MuJoCo rollout steps/s", "x MuJoCo", "MJX steps/s", "x MJX", "sdjax compile s", "MJX compile s"], body
     )
 
 
@@ -78,7 +88,7 @@ def plot(data: dict, path: pathlib.Path) -> None:
                 pts = [(r["batch"], r["evals_per_second"]) for r in rows if r["model"] == model and r["algorithm"] == algo and r["dtype"] == dtype and r["engine"].startswith("sdjax")]
                 if pts:
                     ax.plot(*zip(*pts), style, label=f"sdjax {model} {dtype}")
-            pin = [r["evals_per_second"] for r in rows if r["model"] == model and r["algorithm"] == algo and r["engine"].startswith("pinocchio")]
+            pin = [r["evals_per_second"] for r in rows if r["model"] == model and r["algorithm"] == algo and r["engine"] == "pinocchio (per-sample Python)"]
             if pin:
                 ax.axhline(pin[0], color="gray", lw=1, ls=":")
                 ax.text(1, pin[0] * 1.05, f"Pinocchio {model}", fontsize=7, color="gray")

@@ -80,6 +80,15 @@ def _cross3_value(a: Array, b: Array) -> Array:
     return jnp.cross(a, b)
 
 
+def _dot_components(a: Array, b: Array) -> Array:
+    """``sum_k a[..., k] b[..., k]`` for vectors of any (small) size, broadcasting leading axes."""
+    # An explicit sum of products fuses with its neighbours; ``jnp.sum`` over a short last
+    # axis becomes a reduction kernel of its own (measured 1.1 ms of a 7 ms forward dynamics at
+    # batch 1024 for the parallel-axis term, benchmarks/README.md).
+    terms = [a[..., k] * b[..., k] for k in range(max(a.shape[-1], b.shape[-1]))]
+    return sum(terms[1:], terms[0])
+
+
 def _cross3_contraction(a: Array, b: Array) -> Array:
     return jnp.einsum("ijk,...j,...k->...i", jnp.asarray(LEVI_CIVITA, jnp.result_type(a, b)), a, b)
 
@@ -87,6 +96,7 @@ def _cross3_contraction(a: Array, b: Array) -> Array:
 matmul3 = _bilinear(_matmul3_components, lambda a, b: jnp.einsum("...ij,...jk->...ik", a, b))
 matvec3 = _bilinear(_matvec3_components, lambda a, v: jnp.einsum("...ij,...j->...i", a, v))
 cross3 = _bilinear(_cross3_value, _cross3_contraction)
+dot = _bilinear(_dot_components, lambda a, b: jnp.einsum("...k,...k->...", a, b))
 
 
 def transpose3(a: Array) -> Array:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from sdjax.model import Model
-from sdjax.algebra import cross3, matmul3, matvec3, transpose3
+from sdjax.algebra import cross3, dot, matmul3, matvec3, transpose3
 from sdjax.rotation import rpy_to_matrix
 from sdjax.state import State, check_state, check_vector
 from sdjax.tree import accumulate_up, propagate_down
@@ -297,6 +297,6 @@ def subtree_mass_moments(model: Model, frames: Frames) -> tuple[Array, Array, Ar
     r = frames.centroid
     rotated = world_inertias(model, frames)
     eye = jnp.eye(3, dtype=r.dtype)
-    parallel_axis = masses[:, None, None] * (jnp.sum(r * r, axis=-1)[:, None, None] * eye - r[:, :, None] * r[:, None, :])
+    parallel_axis = masses[:, None, None] * (dot(r, r)[:, None, None] * eye - r[:, :, None] * r[:, None, :])
     return accumulate_up(model.tree, (masses, masses[:, None] * r, rotated + parallel_axis))
 

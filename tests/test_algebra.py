@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdjax.algebra import cross3, matmul3, matvec3
+from sdjax.algebra import cross3, dot, matmul3, matvec3
 
 # Products of O(1) numbers: float64 round-off in a 3-term sum is ~1e-15; 1e-12 leaves room
 # for the different summation orders of the two forms.
@@ -22,6 +22,8 @@ CASES = [
     (cross3, jnp.cross, (5, 3), (5, 3)),
     (cross3, jnp.cross, (3,), (4, 3)),
     (cross3, jnp.cross, (2, 1, 3), (2, 5, 3)),
+    (dot, lambda a, b: jnp.sum(a * b, axis=-1), (5, 6), (5, 6)),
+    (dot, lambda a, b: jnp.sum(a * b, axis=-1), (3,), (4, 3)),
 ]
 
 
