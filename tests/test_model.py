@@ -58,12 +58,10 @@ def test_branching_paths():
 
 
 def test_sample_matches_shared_model_file(sample_model):
-    """The built-in sample equals the project's SpaceDyn v1.2 model file, where it exists."""
+    """The built-in sample equals the project's SpaceDyn v1.2 model file (tests/data copy)."""
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[2] / "shared" / "models" / "spacedyn_sample_v1r2.json"
-    if not path.exists():
-        pytest.skip("shared model file not present in this checkout")
+    path = pathlib.Path(__file__).resolve().parent / "data" / "spacedyn_sample_v1r2.json"  # copy of shared/models
     data = json.loads(path.read_text())
     lp = {k: data[k] for k in ("BB", "J_type", "c0", "cc", "ce", "Qi", "Qe", "SE", "m0", "m", "inertia0", "inertia")}
     from_file = sdjax.model_from_lp(lp)
