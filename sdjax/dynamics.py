@@ -393,8 +393,8 @@ def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> t
 
 #: Working-set budget of one chunk of a batched forward dynamics, in units of ``(6 + n)^2``
 #: per sample (the inertia matrix and its factor dominate): ``2^18`` gives chunks of 1024
-#: samples for 13 DOF and 128 for 36 DOF, the sizes measured fastest on a 2-core CPU with
-#: 512 KiB of L2 per core (benchmarks/README.md, "Batches in chunks").
+#: samples for 13 DOF and 128 for 36 DOF, the sizes measured fastest on a 2-core AMD EPYC
+#: with 512 KiB of L2 per core and 8 MiB of L3 (benchmarks/README.md, "Batches in chunks").
 CHUNK_BUDGET = 1 << 18
 
 
