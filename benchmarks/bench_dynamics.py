@@ -84,8 +84,7 @@ class PinocchioPeer:
         for s, t in zip(states, self.t):
             w0, v0 = np.asarray(s.base_angular_velocity), np.asarray(s.base_linear_velocity)
             self.tdot_nu.append(np.concatenate([-t[:3, :3] @ np.cross(w0, v0), np.zeros(3 + model.num_joints)]))
-        self.tau = [twin.permutation @ t for t in inputs["tau"]]
-        self.tau = [np.concatenate([np.zeros(6), t]) for t in self.tau]
+        self.tau = [np.concatenate([np.zeros(6), twin.permutation @ t]) for t in inputs["tau"]]
         self.acc = [t @ np.concatenate([a, b]) + td for t, a, b, td in zip(self.t, inputs["base_acc"], inputs["qdd"], self.tdot_nu)]
         self.pool = pin.ModelPool(self.pm, os.cpu_count() or 1)
 
