@@ -176,8 +176,8 @@ def test_chunked_batches_equal_per_sample(monkeypatch, dtype, rtol):
     states = jax.tree.map(lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, 500 + k) for k in range(batch)])
     taus = jnp.asarray(np.random.default_rng(5).normal(size=(batch, model.num_joints)), dtype)
     loss = lambda m, s, t: jnp.sum(jnp.sin(_fd(m, s, t)))
-    values = jax.vmap(_fd, in_axes=(None, 0, 0))(model, states, taus)
-    grads = jax.vmap(jax.grad(loss, argnums=(0, 1, 2)), in_axes=(None, 0, 0))(model, states, taus)
+    values = jax.jit(jax.vmap(_fd, in_axes=(None, 0, 0)))(model, states, taus)
+    grads = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2)), in_axes=(None, 0, 0)))(model, states, taus)
     per_sample_value = jax.jit(_fd)
     per_sample_grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
     for k in (0, 31, 32, 63, 64, 74):
@@ -189,6 +189,6 @@ def test_chunked_batches_equal_per_sample(monkeypatch, dtype, rtol):
                 assert_close(a, b, rtol, f"chunked gradient wrt {name}, sample {k}")
     # Reverse mode through the whole chunked batch: the shared model's gradient is the sum of
     # the per-sample ones.
-    model_grad = jax.grad(lambda m: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(m, states, taus)))(model)
+    model_grad = jax.jit(jax.grad(lambda m: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(m, states, taus))))(model)
     for a, b in zip(jax.tree.leaves(model_grad), jax.tree.leaves(jax.tree.map(lambda x: jnp.sum(x, axis=0), grads[0]))):
         assert_close(a, b, rtol, "gradient of a chunked batch wrt the shared model")
