@@ -67,6 +67,21 @@ def _positive(text: str) -> float:
     return value
 
 
+#: Most integration steps one ``demo`` or ``simulate`` run may take (duration / dt), checked
+#: before anything is allocated: 1e7 steps of a 7-joint arm are ~2 GB of trajectory.
+MAX_STEPS = 10_000_000
+
+
+def _num_steps(duration: float, dt: float) -> int:
+    """``round(duration / dt)`` steps, refused above :data:`MAX_STEPS` or below one."""
+    if not dt <= duration:
+        raise UsageError(f"need dt <= duration, got dt={dt}, duration={duration}")
+    ratio = duration / dt
+    if not ratio <= MAX_STEPS:
+        raise UsageError(f"duration / dt = {ratio:.3g} steps exceeds the limit of {MAX_STEPS} steps; use a larger --dt or a shorter --duration")
+    return int(round(ratio))
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -164,7 +179,7 @@ def _demo(args: argparse.Namespace) -> int:
         return kp * (target - state.q) - kd * state.qd
 
     state0 = sdjax.make_state(model, q=start_q)
-    steps = int(round(args.duration / args.dt))
+    steps = _num_steps(args.duration, args.dt)
     simulate = jax.jit(lambda m, s: sdjax.rollout(m, s, args.dt, steps, pd_control))
     t_start = time.perf_counter()
     compiled = simulate.lower(model, state0).compile()
@@ -200,25 +215,38 @@ def _demo(args: argparse.Namespace) -> int:
 # info
 
 
+#: Levels of the link tree that ``sdjax info`` indents; deeper links are printed with their depth.
+TREE_DRAWN_DEPTH = 24
+
+
 def _tree_lines(model) -> list[str]:
     masses = np.asarray(model.link_mass, np.float64)
-    end_of = {link: e for e, link in enumerate(model.end_point_link)}
+    ends_on: dict[int, list[str]] = {}
+    for e, body in enumerate(model.end_point_link):
+        ends_on.setdefault(body, []).append(model.end_point_names[e])
+
+    def ends(body: int) -> str:
+        names = ends_on.get(body, [])
+        return f"  [end point{'s' if len(names) > 1 else ''}: {', '.join(names)}]" if names else ""
+
     kinds = {"R": "revolute", "P": "prismatic"}
     children: dict[int, list[int]] = {}
     for k, p in enumerate(model.parent):
         children.setdefault(p, []).append(k + 1)
-    lines = [f"  base  ({float(model.base_mass):g} kg)"]
-
-    def walk(body: int, prefix: str) -> None:
-        kids = children.get(body, [])
-        for idx, link in enumerate(kids):
-            last = idx == len(kids) - 1
-            k = link - 1
-            end = f"  [end point {end_of[link] + 1}]" if link in end_of else ""
-            lines.append(f"  {prefix}{'`-- ' if last else '|-- '}{link} {model.link_names[k]}  {kinds[model.joint_type[k]]}, {masses[k]:g} kg{end}")
-            walk(link, prefix + ("    " if last else "|   "))
-
-    walk(0, "")
+    lines = [f"  base  ({float(model.base_mass):g} kg){ends(0)}"]
+    # Depth first with an explicit stack (a long flexible beam is thousands of links deep);
+    # indentation stops growing at TREE_DRAWN_DEPTH levels, deeper links state their depth.
+    stack = [(link, "", idx == len(children.get(0, [])) - 1, 1) for idx, link in enumerate(children.get(0, []))][::-1]
+    while stack:
+        link, prefix, last, depth = stack.pop()
+        k = link - 1
+        deep = f"  (depth {depth})" if depth > TREE_DRAWN_DEPTH else ""
+        lines.append(
+            f"  {prefix}{'`-- ' if last else '|-- '}{link} {model.link_names[k]}  {kinds[model.joint_type[k]]}, {masses[k]:g} kg{ends(link)}{deep}"
+        )
+        kids = children.get(link, [])
+        inner = prefix + ("    " if last else "|   ") if depth < TREE_DRAWN_DEPTH else prefix
+        stack += [(child, inner, idx == len(kids) - 1, depth + 1) for idx, child in enumerate(kids)][::-1]
     return lines
 
 
@@ -247,7 +275,9 @@ def _info(args: argparse.Namespace) -> int:
     if ne:
         lines.append("end points:")
         for e, (link, path) in enumerate(zip(model.end_point_link, model.end_point_paths)):
-            lines.append(f"  {e + 1}: on link {link} ({model.link_names[link - 1]}), joints from the base: {'-'.join(map(str, path))}")
+            body = f"link {link} ({model.link_names[link - 1]})" if link > 0 else "the base"
+            joints = "-".join(map(str, path)) or "none"
+            lines.append(f"  {e + 1} {model.end_point_names[e]}: on {body}, joints from the base: {joints}")
     passive = [k for k in range(n) if float(model.joint_stiffness[k]) != 0 or float(model.joint_damping[k]) != 0]
     if passive:
         lines.append("passive joints (stiffness K, damping D):")
@@ -282,17 +312,25 @@ def _simulate(args: argparse.Namespace) -> int:
     import sdjax
     from sdjax.simulation import SimulationRun, simulate
 
-    if args.dt > args.duration:
-        raise UsageError(f"need dt <= duration, got dt={args.dt}, duration={args.duration}")
+    steps = _num_steps(args.duration, args.dt)
     if args.controller == "none" and (args.target is not None or args.move_time is not None):
         raise UsageError("--target and --move-time need --controller pd or computed-torque")
     if args.controller != "none" and args.target is None:
         raise UsageError(f"--controller {args.controller} needs --target (one value per joint)")
     if args.controller != "pd" and (args.kp is not None or args.kd is not None):
         raise UsageError("--kp and --kd are torque gains of --controller pd (computed torque uses --bandwidth)")
-    out_dir = os.path.dirname(os.path.abspath(args.out))
+    # The output is checked before the run: the file name numpy will write (".npz" appended
+    # when missing), an existing file only with --force, a writable directory.
+    out = args.out if args.out.endswith(".npz") else args.out + ".npz"
+    out_dir = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(out_dir):
-        raise CommandError(f"{args.out}: directory {out_dir} does not exist")
+        raise CommandError(f"{out}: directory {out_dir} does not exist")
+    if not os.access(out_dir, os.W_OK):
+        raise CommandError(f"{out}: directory {out_dir} is not writable")
+    if os.path.exists(out) and not args.force:
+        raise CommandError(f"{out}: exists; pass --force to overwrite it")
+    if os.path.isdir(out):
+        raise CommandError(f"{out}: is a directory")
     model = _load_model(args.model, args.float32)
     n, dtype = model.num_joints, model.dtype
     q0 = _vector("--initial-q", args.initial_q, n)
@@ -327,7 +365,6 @@ def _simulate(args: argparse.Namespace) -> int:
             info.update(kp=w**2, kd=2.0 * w)
         info.update(target=target.tolist(), move_time=args.move_time, bandwidth=w)
 
-    steps = int(round(args.duration / args.dt))
     chunk = args.chunk_steps
     from sdjax.simulation import DEFAULT_CHUNK_STEPS
 
@@ -347,7 +384,7 @@ def _simulate(args: argparse.Namespace) -> int:
         command=["sdjax", *args.argv],
     )
     run = SimulationRun(model, trajectory, info=info)
-    run.save(args.out)
+    run.save(out)
 
     q = np.asarray(trajectory.states.q)
     finite = bool(np.all(np.isfinite(q)))
@@ -366,7 +403,7 @@ def _simulate(args: argparse.Namespace) -> int:
     lines += [
         f"  base moved {np.linalg.norm(base_position[-1] - base_position[0]):.4g} m; momentum change: linear {np.linalg.norm(p[-1] - p[0]):.2e} kg m/s, "
         f"angular {np.linalg.norm(am[-1] - am[0]):.2e} kg m^2/s; energy {energy[0]:.4g} -> {energy[-1]:.4g} J",
-        f"  wrote {args.out}" + ("" if finite else "  (WARNING: the state became non-finite: diverged; try a smaller --dt)"),
+        f"  wrote {out}" + ("" if finite else "  (WARNING: the state became non-finite: diverged; try a smaller --dt)"),
     ]
     print("\n".join(lines))
     return 0 if finite else 1
@@ -413,8 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,info,simulate,plot}")
     demo = commands.add_parser("demo", help="simulate a built-in free-floating robot and print a summary")
     demo.add_argument("--model", choices=sorted(BUILTIN_MODELS), default="spacedyn_sample")
-    demo.add_argument("--duration", type=float, default=20.0, help="simulated time, s (default 20)")
-    demo.add_argument("--dt", type=float, default=0.01, help="RK4 step, s (default 0.01)")
+    demo.add_argument("--duration", type=_positive, default=20.0, help="simulated time, s (default 20)")
+    demo.add_argument("--dt", type=_positive, default=0.01, help="RK4 step, s (default 0.01)")
     demo.add_argument("--float32", action="store_true", help="single precision (default float64)")
 
     model_help = f"a built-in model ({builtin}) or a model file (.json, ...)"
@@ -443,7 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--initial-q", type=_numbers, nargs="+", metavar="Q", help="initial joint positions (n values; default 0)")
     sim.add_argument("--initial-qd", type=_numbers, nargs="+", metavar="QD", help="initial joint rates (n values; default 0)")
     sim.add_argument("--base-rpy", type=_numbers, nargs="+", metavar="A", help="initial base attitude, SpaceDyn RPY angles, rad (3 values)")
-    sim.add_argument("--out", default="run.npz", help="run file to write (default run.npz)")
+    sim.add_argument("--out", default="run.npz", help="run file to write; .npz is appended when missing (default run.npz)")
+    sim.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
     sim.add_argument("--chunk-steps", type=_positive_int, help="steps per compiled chunk (default: equal chunks of at most 1000)")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar (shown when the run has several chunks)")
     sim.add_argument("--float32", action="store_true", help="single precision (default float64)")
@@ -468,8 +506,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
-        if args.command == "demo" and not (args.duration > 0 and args.dt > 0 and args.dt <= args.duration):
-            raise UsageError(f"need 0 < dt <= duration, got dt={args.dt}, duration={args.duration}")
         return _COMMANDS[args.command](args)
     except UsageError as err:
         print(f"sdjax: error: {_one_line(err)}", file=sys.stderr)

@@ -441,6 +441,7 @@ def attach_beam(
         centroid_to_joint=jnp.concatenate([model.centroid_to_joint, to_joint]),
         joint_rpy=jnp.concatenate([model.joint_rpy, rpys]),
         end_point_link=model.end_point_link,
+        end_point_names=model.end_point_names,
         centroid_to_end_point=model.centroid_to_end_point,
         end_point_rpy=model.end_point_rpy,
         joint_stiffness=jnp.concatenate([model.joint_stiffness, stiffness]),

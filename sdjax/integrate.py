@@ -14,6 +14,7 @@ on the unit sphere.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ from jax import Array, lax
 from sdjax.dynamics import Controls, generalized_acceleration, make_controls
 from sdjax.model import Model
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
-from sdjax.state import State, check_state
+from sdjax.state import State, check_state, is_traced
 
 ControlLaw = Callable[[Array, State], Any]
 
@@ -295,8 +296,14 @@ def rollout(
         if not isinstance(sequence, Controls) and sequence.shape != (num_steps, n):
             raise ValueError(f"rollout: torque sequence expected shape ({num_steps}, {n}), got {sequence.shape}")
 
+    if jnp.shape(dt) != ():
+        raise ValueError(f"rollout: dt must be a scalar, got shape {jnp.shape(dt)}")
+    if not is_traced(dt) and not (math.isfinite(float(dt)) and float(dt) > 0):
+        raise ValueError(f"rollout: dt must be positive and finite, got {dt!r}")
     t0 = jnp.asarray(t0, dtype)
     dt_array = jnp.asarray(dt, dtype)
+    if is_traced(dt):  # an array argument (traced by the jit): checked when the program runs
+        dt_array = eqx.error_if(dt_array, ~(jnp.isfinite(dt_array) & (dt_array > 0)), "rollout: dt must be positive and finite")
 
     def step(carry, applied):
         state, k = carry

@@ -2,8 +2,12 @@
 
 A system has ``n + 1`` bodies: the base (body 0) and links ``1..n``. Joint ``i`` sits on link
 ``i`` and connects it to its parent body ``parent[i-1] < i`` (SpaceDyn's connection index
-``B_i``, seed 000 section 3.1). Joints are revolute (``'R'``) or prismatic (``'P'``). A link
-may carry one end point (a hand, a foot, a tool tip).
+``B_i``, seed 000 section 3.1). Joints are revolute (``'R'``) or prismatic (``'P'``).
+
+End points are named frames fixed on bodies (hands, feet, tool tips, sensors, cameras, grasp
+points; Pinocchio's frames, MuJoCo's sites): any number of them, on any body, the base
+included. SpaceDyn's end points (at most one per link, in link order, flagged by ``SE``) are the
+special case its layouts need; the compat module checks for it.
 
 Frames follow SpaceDyn (seed 000 sections 3.2-3.4): the frame of link ``i`` has its origin
 on joint ``i`` and its z axis along the joint axis; it is rotated from the parent's frame by
@@ -44,8 +48,11 @@ class Model(eqx.Module):
         parent: ``(n,)`` static tuple, parent body of link ``i`` (0 = base), ``parent[i-1] < i``
             (SpaceDyn ``BB``).
         joint_type: ``(n,)`` static tuple of ``'R'`` (revolute) / ``'P'`` (prismatic).
-        end_point_link: ``(ne,)`` static tuple, the link (1..n) carrying each end point; at
-            most one end point per link, in increasing link order (SpaceDyn ``SE``).
+        end_point_link: ``(ne,)`` static tuple, the body (0 = base, 1..n = links) carrying
+            each end point; any number per body, in any order (SpaceDyn's ``SE`` is the case
+            of at most one per link, in increasing link order).
+        end_point_names: ``(ne,)`` static tuple of unique end-point names (default
+            ``end_point1``, ``end_point2``, ...).
         link_names: ``(n,)`` static tuple of names (default ``link1``, ``link2``, ...).
         name: static model name.
         base_mass: ``()`` base mass, kg.
@@ -72,6 +79,7 @@ class Model(eqx.Module):
     parent: tuple[int, ...] = eqx.field(static=True)
     joint_type: tuple[str, ...] = eqx.field(static=True)
     end_point_link: tuple[int, ...] = eqx.field(static=True)
+    end_point_names: tuple[str, ...] = eqx.field(static=True)
     link_names: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True)
     base_mass: Array
@@ -106,6 +114,7 @@ class Model(eqx.Module):
         joint_damping: Any = None,
         gravity: Any = None,
         link_names: Sequence[str] | None = None,
+        end_point_names: Sequence[str] | None = None,
         name: str = "model",
         dtype: Any = None,
     ):
@@ -120,6 +129,9 @@ class Model(eqx.Module):
         self.end_point_link = _int_tuple("end_point_link", end_point_link)
         n, ne = len(self.parent), len(self.end_point_link)
         self.link_names = tuple(link_names) if link_names is not None else tuple(f"link{i}" for i in range(1, n + 1))
+        self.end_point_names = (
+            tuple(end_point_names) if end_point_names is not None else tuple(f"end_point{e}" for e in range(1, ne + 1))
+        )
         self.name = str(name)
         given = dict(
             base_mass=base_mass,
@@ -205,15 +217,34 @@ class Model(eqx.Module):
 
     @property
     def end_link_flags(self) -> np.ndarray:
-        """SpaceDyn's ``SE`` (n,): 1 where the link carries an end point."""
+        """SpaceDyn's ``SE`` (n,): 1 where the link carries an end point (``ValueError`` if the
+        end points do not fit SpaceDyn's layout, see :attr:`spacedyn_end_points`)."""
+        check_spacedyn_end_points(self, "SE")
         se = np.zeros(self.num_joints, dtype=np.int64)
         se[np.asarray(self.end_point_link, dtype=np.int64) - 1] = 1
         return se
 
     def path_to_link(self, link: int) -> tuple[int, ...]:
-        """Joints (1-based, base to tip) on the path from the base to ``link`` (inclusive)."""
-        _check_link_index(self, link)
+        """Joints (1-based, base to tip) on the path from the base to body ``link`` (inclusive;
+        empty for the base, body 0)."""
+        _check_link_index(self, link, allow_base=True)
+        if link == 0:
+            return ()
         return tuple(int(j) + 1 for j in np.flatnonzero(self.tree.support[link - 1]))
+
+    def end_point_index(self, name: str) -> int:
+        """0-based index of the end point called ``name``; ``KeyError`` listing the names if none is."""
+        try:
+            return self.end_point_names.index(name)
+        except ValueError:
+            raise KeyError(f"model {self.name!r} has no end point {name!r}; its end points are {list(self.end_point_names)}") from None
+
+    @property
+    def spacedyn_end_points(self) -> bool:
+        """Whether the end points fit SpaceDyn's layouts (``SE``, ``Fe``/``Te`` columns): at most
+        one per link, none on the base, in increasing link order."""
+        links = self.end_point_link
+        return all(link >= 1 for link in links) and all(a < b for a, b in zip(links, links[1:]))
 
     @property
     def end_point_paths(self) -> tuple[tuple[int, ...], ...]:
@@ -267,9 +298,21 @@ def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
     return arr.astype(dtype)
 
 
-def _check_link_index(model: Model, link: int) -> None:
-    if not isinstance(link, (int, np.integer)) or not 1 <= link <= model.num_joints:
-        raise ValueError(f"link index {link!r} out of range: expected 1..{model.num_joints}")
+def _check_link_index(model: Model, link: int, *, allow_base: bool = False) -> None:
+    low = 0 if allow_base else 1
+    if isinstance(link, (bool, np.bool_)) or not isinstance(link, (int, np.integer)) or not low <= link <= model.num_joints:
+        raise ValueError(f"link index {link!r} out of range: expected {low}..{model.num_joints}")
+
+
+def check_spacedyn_end_points(model: Model, what: str) -> None:
+    """Refuse (``ValueError`` naming ``what``) a model whose end points do not fit SpaceDyn's
+    layouts: at most one per link, none on the base, in increasing link order."""
+    if not model.spacedyn_end_points:
+        raise ValueError(
+            f"{what}: SpaceDyn's layout holds at most one end point per link, none on the base, in link order; "
+            f"model {model.name!r} has end points on bodies {list(model.end_point_link)} "
+            f"({list(model.end_point_names)}); use the sdjax functions, which take any frames"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -306,13 +349,15 @@ def validate(model: Model) -> None:
         dup = sorted({s for s in model.link_names if model.link_names.count(s) > 1})
         raise ValueError(f"Model.link_names: names must be unique, repeated: {dup}")
     for k, link in enumerate(model.end_point_link):
-        if not 1 <= link <= n:
-            raise ValueError(f"Model.end_point_link[{k}]: link {link} does not exist (links are 1..{n}; the base cannot carry an end point)")
-        if k > 0 and link <= model.end_point_link[k - 1]:
-            raise ValueError(
-                f"Model.end_point_link[{k}]: link {link} listed after link {model.end_point_link[k - 1]}; "
-                "end points must be on distinct links, in increasing link order (at most one per link)"
-            )
+        if not 0 <= link <= n:
+            raise ValueError(f"Model.end_point_link[{k}]: body {link} does not exist (bodies are 0 = base, 1..{n} = links)")
+    if len(model.end_point_names) != ne:
+        raise ValueError(f"Model.end_point_names: expected {ne} names (one per end point), got {len(model.end_point_names)}")
+    if not all(isinstance(s, str) and s for s in model.end_point_names):
+        raise ValueError(f"Model.end_point_names: names must be non-empty strings, got {list(model.end_point_names)}")
+    if len(set(model.end_point_names)) != ne:
+        dup = sorted({s for s in model.end_point_names if model.end_point_names.count(s) > 1})
+        raise ValueError(f"Model.end_point_names: names must be unique, repeated: {dup}")
     # Shapes.
     shapes = dict(
         base_mass=(),
@@ -346,7 +391,7 @@ def validate(model: Model) -> None:
             if field in per_link:
                 label = f" ({_link_label(model, where[0])})"
             elif field in per_end_point:
-                label = f" (end point on link {model.end_point_link[where[0]]})"
+                label = f" (end point {model.end_point_names[where[0]]!r} on body {model.end_point_link[where[0]]})"
             else:
                 label = ""
             raise ValueError(f"Model.{field}{list(where)}{label}: value is not finite ({value[where]})")
@@ -395,11 +440,11 @@ def stack_models(models: Sequence[Model]) -> Model:
     if not models:
         raise ValueError("stack_models: expected at least one model")
     first = models[0]
-    static = lambda m: (m.parent, m.joint_type, m.end_point_link, m.link_names, m.name)  # noqa: E731
+    static = lambda m: (m.parent, m.joint_type, m.end_point_link, m.end_point_names, m.link_names, m.name)  # noqa: E731
     for k, m in enumerate(models[1:], start=1):
         if static(m) != static(first):
             raise ValueError(
                 f"stack_models: model {k} differs from model 0 in its static data "
-                "(parent, joint_type, end_point_link, link_names or name); a batch shares one topology"
+                "(parent, joint_type, end_point_link, end_point_names, link_names or name); a batch shares one topology"
             )
     return jax.tree.map(lambda *xs: jnp.stack(xs), *models)

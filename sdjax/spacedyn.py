@@ -45,7 +45,7 @@ from sdjax.integrate import runge_kutta4, state_derivative
 from sdjax.io.spacedyn_arrays import model_from_lp as _model_from_lp
 from sdjax.jacobians import end_point_jacobians, link_jacobians
 from sdjax.kinematics import forward_kinematics, link_accelerations, link_velocities
-from sdjax.model import Model
+from sdjax.model import Model, check_spacedyn_end_points
 from sdjax.rotation import matrix_to_quat, matrix_to_rpy, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix, skew
 from sdjax.state import State
 
@@ -125,6 +125,7 @@ def _state(model: Model, sv: Mapping[str, Any]) -> State:
 
 def _end_point_loads(model: Model, sv: Mapping[str, Any]) -> tuple[Array, Array]:
     """``Fe``/``Te`` (3, n) columns of the end links, as (ne, 3); refuse loads elsewhere."""
+    check_spacedyn_end_points(model, "SV.Fe/SV.Te")
     n = model.num_joints
     fe, te = _field(sv, "Fe", (3, n), model.dtype), _field(sv, "Te", (3, n), model.dtype)
     others = np.setdiff1d(np.arange(n), np.asarray(model.end_point_link, dtype=np.int64) - 1)
@@ -239,6 +240,7 @@ def j_num(model: Model | Mapping[str, Any], num_e: int) -> np.ndarray:
 
 def _end_point_of(model: Model, joints: Sequence[int]) -> int:
     """0-based end-point index of the link ``joints[-1]``."""
+    check_spacedyn_end_points(model, "joints (an end point named by its link)")
     joints = np.asarray(joints, dtype=np.int64).reshape(-1)
     if joints.size == 0:
         raise ValueError("joints: empty joint list")

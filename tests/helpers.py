@@ -26,6 +26,67 @@ def random_state(model: sdjax.Model, seed: int, scale: float = 1.0) -> sdjax.Sta
     )
 
 
+def with_frames(model: sdjax.Model, seed: int = 0) -> sdjax.Model:
+    """The model with four more end points (named frames), listed out of body order: two on
+    the body of its first end point (link 1 if none), one on the base and one on the last
+    link; random offsets and orientations. Exercises several frames per body and base frames
+    in every algorithm that takes end points."""
+    rng = np.random.default_rng(seed)
+    first = model.end_point_link[0] if model.num_end_points else 1
+    extra = (first, 0, model.num_joints, first)
+    k = len(extra)
+    return with_end_points(
+        model,
+        model.end_point_link + extra,
+        np.concatenate([np.asarray(model.centroid_to_end_point), rng.normal(scale=0.4, size=(k, 3))]),
+        np.concatenate([np.asarray(model.end_point_rpy), rng.uniform(-np.pi, np.pi, size=(k, 3))]),
+        model.end_point_names + tuple(f"frame{j}" for j in range(k)),
+        name=model.name + "_frames",
+    )
+
+
+def spacedyn_end_points_only(model: sdjax.Model) -> sdjax.Model:
+    """The model with only the first end point of each link, in link order (none on the base):
+    the end points SpaceDyn's layouts can hold."""
+    first: dict[int, int] = {}
+    for e, link in enumerate(model.end_point_link):
+        if link > 0:
+            first.setdefault(link, e)
+    keep = [first[link] for link in sorted(first)]
+    return with_end_points(
+        model,
+        tuple(model.end_point_link[e] for e in keep),
+        np.asarray(model.centroid_to_end_point)[keep].reshape(-1, 3),
+        np.asarray(model.end_point_rpy)[keep].reshape(-1, 3),
+        tuple(model.end_point_names[e] for e in keep),
+    )
+
+
+def with_end_points(model: sdjax.Model, links, centroid_to_end_point, end_point_rpy, names, *, name: str | None = None) -> sdjax.Model:
+    """The model with these end points instead of its own (every other field unchanged)."""
+    return sdjax.Model(
+        parent=model.parent,
+        joint_type=model.joint_type,
+        base_mass=model.base_mass,
+        base_inertia=model.base_inertia,
+        link_mass=model.link_mass,
+        link_inertia=model.link_inertia,
+        parent_centroid_to_joint=model.parent_centroid_to_joint,
+        centroid_to_joint=model.centroid_to_joint,
+        joint_rpy=model.joint_rpy,
+        end_point_link=tuple(links),
+        centroid_to_end_point=centroid_to_end_point,
+        end_point_rpy=end_point_rpy,
+        end_point_names=tuple(names),
+        joint_stiffness=model.joint_stiffness,
+        joint_damping=model.joint_damping,
+        gravity=model.gravity,
+        link_names=model.link_names,
+        name=model.name if name is None else name,
+        dtype=model.dtype,
+    )
+
+
 def tree_with_topology(seed: int, parent: tuple[int, ...], joint_type: tuple[str, ...], *, gravity: bool = True, name: str, **end_points) -> sdjax.Model:
     """A random model (link data from :func:`random_model`) re-arranged on the topology
     ``parent``/``joint_type``; ``end_points`` are Model's end-point fields (none by default)."""

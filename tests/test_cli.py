@@ -34,7 +34,7 @@ def test_demo_prints_a_summary():
 def test_demo_bad_option_is_one_line_error():
     result = run("demo", "--dt", "-1")
     assert result.returncode == 2
-    assert "need 0 < dt <= duration" in result.stderr
+    assert "argument --dt: expected a positive number" in result.stderr
     assert "Traceback" not in result.stderr
     result = run("demo", "--model", "nonexistent")
     assert result.returncode == 2 and "invalid choice" in result.stderr
@@ -71,7 +71,7 @@ def test_info(capsys, tmp_path, sample_model):
     out = capsys.readouterr().out
     assert "joints 6 (4 revolute, 2 prismatic), DOF 12 (6 base + 6 joints), end points 2" in out
     assert "total 160 kg" in out  # 100 kg base + 6 x 10 kg links
-    assert "`-- 3 arm1_slider  prismatic, 10 kg  [end point 1]" in out  # link 3 hangs on link 2
+    assert "`-- 3 arm1_slider  prismatic, 10 kg  [end point: end_point1]" in out  # link 3 hangs on link 2
     assert "joints from the base: 4-5-6" in out
     assert "WARN" not in out and out.count("  ok  ") == 2
     path = tmp_path / "robot.json"
@@ -115,6 +115,11 @@ BAD_INPUTS = [
     (["simulate", "spacedyn_sample", "--chunk-steps", "0"], "expected a positive integer"),
     (["simulate", "spacedyn_sample", "--base-rpy", "0.1"], "--base-rpy: expected 3 values"),
     (["simulate", "spacedyn_sample", "--out", "{tmp}/no/such/dir/run.npz"], "does not exist"),
+    (["simulate", "spacedyn_sample", "--out", "{tmp}/old"], "old.npz: exists; pass --force to overwrite it"),  # .npz appended
+    (["simulate", "spacedyn_sample", "--duration", "1e6", "--dt", "1e-3"], "1e+09 steps exceeds the limit of 10000000 steps"),
+    (["demo", "--duration", "inf"], "argument --duration: expected a finite number"),
+    (["demo", "--duration", "1e6"], "1e+08 steps exceeds the limit"),
+    (["demo", "--dt", "0"], "argument --dt: expected a positive number"),
     (["plot", "{tmp}/missing.npz"], "no such run file"),
     (["plot", "{malformed}"], "not a sdjax run file"),
     (["plot", "{tmp}/x.npz", "--animate", "run.avi"], "must end in .gif or .mp4"),
@@ -131,6 +136,7 @@ def test_bad_input_is_one_error_line(argv, message, tmp_path, sample_model, caps
         "malformed": _write(tmp_path / "malformed.json", '{"format": "sdjax-model", '),
         "negative": _bad_mass_model(tmp_path, sample_model),
         "unknown_suffix": _write(tmp_path / "robot.xyz", "robot"),
+        "old": _write(tmp_path / "old.npz", "an earlier run"),
     }
     argv = [arg.format(**files) for arg in argv]
     status = main(argv)
@@ -140,3 +146,15 @@ def test_bad_input_is_one_error_line(argv, message, tmp_path, sample_model, caps
     assert len(lines) == 1 and lines[0].startswith("sdjax: error: "), err
     assert message in lines[0]
     assert "Traceback" not in err
+
+
+def test_info_tree_of_a_very_deep_chain():
+    """A chain far deeper than Python's recursion limit (a long flexible beam) is drawn
+    without recursion, with bounded indentation: every link once, deep ones with their depth."""
+    from sdjax.cli import TREE_DRAWN_DEPTH, _tree_lines
+    from sdjax.models import random_model
+
+    model = random_model(0, 3000, chain_probability=1.0)  # NumPy only: nothing is compiled
+    lines = _tree_lines(model)
+    assert len(lines) == 1 + 3000 and lines[-1].endswith("(depth 3000)")
+    assert max(map(len, lines)) < 4 * TREE_DRAWN_DEPTH + 120

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import sdjax
-from helpers import assert_close, random_state
+from helpers import assert_close, random_state, spacedyn_end_points_only, with_frames
 from sdjax import gjm
 from sdjax.models import random_model, spacedyn_sample
 from sdjax.rotation import quat_multiply
@@ -37,7 +37,7 @@ RTOL = 1e-10
 #: by the single-model tests below. (Each model costs a compile per function.)
 MODELS = {
     "sample": spacedyn_sample,
-    "random_tree_6": lambda: random_model(4, 6, gravity=True, passive=True),
+    "random_tree_6": lambda: with_frames(random_model(4, 6, gravity=True, passive=True)),  # several frames per body, base frames
     "random_chain_4": lambda: random_model(7, 4, chain_probability=1.0, prismatic_probability=0.5),
 }
 
@@ -59,7 +59,8 @@ def closed_form_generalized_inertia_rate(model, state) -> tuple[np.ndarray, np.n
     """``(H*, dH*/dt)`` by seed 003 eqs 28-36 and 62-79, for a tree with revolute and
     prismatic joints. With the base at rest and ``qd = e_k`` the same formulas give
     ``dH*/dq_k`` (eqs 81-102 are eqs 65-79 with ``d/dt`` replaced by ``d/dq_k``)."""
-    oracle = SpaceDynOracle(sdjax.model_to_spacedyn_arrays(model))
+    # H* does not involve end points; the oracle's SpaceDyn layout holds one per link at most.
+    oracle = SpaceDynOracle(sdjax.model_to_spacedyn_arrays(spacedyn_end_points_only(model)))
     r0, a0 = np.asarray(state.base_position), np.asarray(state.base_rotation)
     v0, w0 = np.asarray(state.base_linear_velocity), np.asarray(state.base_angular_velocity)
     q, qd = np.asarray(state.q), np.asarray(state.qd)

@@ -9,7 +9,7 @@ import pytest
 import sdjax
 from sdjax.models import free_flying_arm_7dof, random_model, spacedyn_sample
 from sdjax.rotation import quat_rate
-from helpers import assert_close, random_state, three_arm_tree
+from helpers import assert_close, random_state, three_arm_tree, with_frames
 
 # Identities between two float64 algorithms on O(1-1e3) quantities: round-off ~1e-13
 # relative; 1e-11 leaves margin for the 20-link tree.
@@ -19,7 +19,7 @@ MODELS = {
     "sample": spacedyn_sample,
     "arm7": free_flying_arm_7dof,
     "three_arm": lambda: three_arm_tree(1),
-    "random12": lambda: random_model(21, 12, gravity=True, passive=True),
+    "random12": lambda: with_frames(random_model(21, 12, gravity=True, passive=True)),  # several frames per body, base frames
     "random20": lambda: random_model(22, 20, gravity=True, chain_probability=0.5),
 }
 

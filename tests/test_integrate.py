@@ -258,3 +258,18 @@ def test_environment_loads_are_evaluated_at_every_stage(sample_model):
     assert np.linalg.norm(np.asarray(sdjax.center_of_mass(model, final(euler))) - x0 * np.cos(omega * duration)) < 5e-3
     with pytest.raises(TypeError, match="environment"):
         sdjax.rollout(model, state, 0.01, 2, environment=lambda t, s: s.q)
+
+
+def test_rollout_refuses_a_bad_step(sample_model):
+    """dt = nan, inf, 0 or negative is refused (not a silent NaN trajectory): at once for a
+    Python number, when the compiled program runs for an array."""
+    state = sdjax.make_state(sample_model)
+    for dt in (float("nan"), float("inf"), 0.0, -0.01):
+        with pytest.raises(ValueError, match="rollout: dt must be positive and finite"):
+            sdjax.rollout(sample_model, state, dt, 3)
+    with pytest.raises(ValueError, match="rollout: dt must be a scalar"):
+        sdjax.rollout(sample_model, state, jnp.ones(2), 3)
+    with pytest.raises(Exception, match="rollout: dt must be positive and finite"):
+        sdjax.rollout(sample_model, state, jnp.asarray(jnp.nan), 3)
+    good = sdjax.rollout(sample_model, state, jnp.asarray(0.01), 3)  # an array step runs
+    assert np.all(np.isfinite(np.asarray(good.states.q)))

@@ -88,13 +88,16 @@ def test_sample_matches_shared_model_file(sample_model):
         (dict(link_inertia=np.ones((3, 3))), r"Model\.link_inertia: expected shape \(3, 3, 3\)"),
         (dict(centroid_to_joint=np.zeros((3, 2))), r"Model\.centroid_to_joint: expected shape \(3, 3\)"),
         (dict(gravity=[0.0, 9.8]), r"Model\.gravity: expected shape \(3,\)"),
-        (dict(end_point_link=(4,)), r"Model\.end_point_link\[0\]: link 4 does not exist"),
-        (dict(end_point_link=(0,)), r"base cannot carry an end point"),
-        (dict(end_point_link=(3, 3), centroid_to_end_point=np.zeros((2, 3))), r"at most one per link"),
+        (dict(end_point_link=(4,)), r"Model\.end_point_link\[0\]: body 4 does not exist"),
+        (dict(end_point_link=(-1,)), r"Model\.end_point_link\[0\]: body -1 does not exist"),
+        (dict(end_point_link=(3, 0), centroid_to_end_point=np.zeros((2, 3)), end_point_rpy=np.zeros((2, 3)), end_point_names=("a",)),
+         r"Model\.end_point_names: expected 2 names"),
+        (dict(end_point_link=(3, 3), centroid_to_end_point=np.zeros((2, 3)), end_point_rpy=np.zeros((2, 3)), end_point_names=("a", "a")),
+         r"Model\.end_point_names: names must be unique, repeated: \['a'\]"),
         (dict(end_point_link=(2, 3)), r"Model\.centroid_to_end_point: expected shape \(2, 3\)"),
         (dict(link_mass=[1.0, np.nan, 1.0]), r"Model\.link_mass\[1\] \(link 2 .*not finite"),
         (dict(parent_centroid_to_joint=[[0, 0, 1], [0, 0, np.inf], [0, 0, 1]]), r"parent_centroid_to_joint\[1, 2\] \(link 2.*not finite"),
-        (dict(centroid_to_end_point=[[0.0, np.nan, 0.0]]), r"centroid_to_end_point\[0, 1\] \(end point on link 3\).*not finite"),
+        (dict(centroid_to_end_point=[[0.0, np.nan, 0.0]]), r"centroid_to_end_point\[0, 1\] \(end point 'end_point1' on body 3\).*not finite"),
         (dict(joint_stiffness=[1.0, -1.0, 0.0]), r"Model\.joint_stiffness\[1\]: link 2.*non-negative"),
         (dict(joint_damping=[0.0, 0.0, -0.1]), r"Model\.joint_damping\[2\]: link 3.*non-negative"),
         (dict(link_names=("a", "b", "a")), r"link_names: names must be unique"),
@@ -226,21 +229,27 @@ def test_json_round_trip_exact(tmp_path):
         back = sdjax.load_json_model(path)
         for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy", "joint_stiffness", "joint_damping", "gravity"):
             np.testing.assert_array_equal(getattr(back, field), getattr(model, field), err_msg=field)
-        assert (back.parent, back.joint_type, back.end_point_link, back.link_names, back.name) == (
-            model.parent, model.joint_type, model.end_point_link, model.link_names, model.name)
+        assert (back.parent, back.joint_type, back.end_point_link, back.end_point_names, back.link_names, back.name) == (
+            model.parent, model.joint_type, model.end_point_link, model.end_point_names, model.link_names, model.name)
 
 
 @pytest.mark.parametrize(
     "change, pattern",
     [
         (lambda d: d.update(format="urdf"), r"model\.format: expected 'sdjax-model'"),
-        (lambda d: d.update(version=2), r"model\.version"),
+        (lambda d: d.update(version=3), r"model\.version: this sdjax reads versions \[1, 2\], got 3"),
+        (lambda d: d.update(version=True), r"model\.version"),
         (lambda d: d.update(colour="red"), r"model: unknown key\(s\) \['colour'\]"),
         (lambda d: d["links"][1].pop("mass"), r"model\.links\[1\]: missing key\(s\) \['mass'\]"),
         (lambda d: d["links"][1].update(inertia=[[1, 0], [0, 1]]), r"model\.links\[1\]\.inertia: expected shape \(3, 3\)"),
         (lambda d: d["links"][2].update(parent="arm"), r"model\.links\[2\]\.parent: expected an integer"),
         (lambda d: d["links"][0].update(mass=-1.0), r"link_mass\[0\]: link 1 .*mass must be positive"),
-        (lambda d: d["links"][2]["end_point"].update(offset=[0, 0, 0]), r"end_point: unknown key"),
+        (lambda d: d["end_points"][0].update(offset=[0, 0, 0]), r"end_points\[0\]: unknown key"),
+        (lambda d: d["end_points"][1].update(body=7), r"end_points\[1\]\.body: expected a body index 0\.\.6"),
+        (lambda d: d["end_points"][1].update(name=d["end_points"][0]["name"]), r"end_point_names: names must be unique"),
+        (lambda d: d["end_points"][0].pop("name"), r"end_points\[0\]: missing key\(s\) \['name'\]"),
+        (lambda d: d["links"][2].update(end_point=None), r"links\[2\]: unknown key\(s\) \['end_point'\]"),  # version 1 only
+        (lambda d: d.update(end_points={}), r"model\.end_points: expected a list"),
         (lambda d: d.update(links={}), r"model\.links: expected a list"),
         (lambda d: d["base"].pop("inertia"), r"model\.base: missing key"),
     ],

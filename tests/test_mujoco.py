@@ -11,14 +11,15 @@ import pytest
 import sdjax
 from sdjax.io.mjcf import mujoco_coordinates, to_mjcf
 from sdjax.models import free_flying_arm_7dof, random_model, spacedyn_sample
-from helpers import assert_close, random_state
+from helpers import assert_close, random_state, with_frames
 
 mujoco = pytest.importorskip("mujoco")
 
 CASES = {
     "sample": spacedyn_sample,
     "arm7": free_flying_arm_7dof,
-    "random_tree": lambda: random_model(81, 9, gravity=True, passive=True, chain_probability=0.5),
+    # Several end points on one body and one on the base: MuJoCo sites on the same bodies.
+    "random_tree": lambda: with_frames(random_model(81, 9, gravity=True, passive=True, chain_probability=0.5)),
 }
 
 
@@ -47,7 +48,7 @@ def test_mass_matrix_bias_and_forward_dynamics(name):
         assert_close(t @ np.concatenate([base_acc, qdd]), data.qacc, 1e-9, "forward dynamics")  # cond(H)
         kin = sdjax.forward_kinematics(model, state)
         # Sites are numbered in body (depth-first) order; look them up by name.
-        sites = [mujoco.mj_name2id(mj_model, mujoco.mjtObj.mjOBJ_SITE, f"end_point{e}") for e in range(model.num_end_points)]
+        sites = [mujoco.mj_name2id(mj_model, mujoco.mjtObj.mjOBJ_SITE, name) for name in model.end_point_names]
         assert_close(kin.end_point_position, data.site_xpos[sites], 1e-12, "end points")
         assert_close(kin.end_point_rotation, data.site_xmat[sites].reshape(-1, 3, 3), 1e-12, "end-point frames")
 

@@ -37,7 +37,7 @@ import pytest
 import sdjax
 from sdjax.models import free_flying_arm_7dof, random_model, spacedyn_sample
 from sdjax.io.pinocchio import PinocchioTwin, pinocchio_coordinates, to_pinocchio
-from helpers import random_state
+from helpers import random_state, with_frames
 
 pin = pytest.importorskip("pinocchio")
 
@@ -47,8 +47,14 @@ pin = pytest.importorskip("pinocchio")
 
 def _random(n: int, seed: int, chain_probability: float = 0.7) -> Callable[[], sdjax.Model]:
     """Random tree with gravity; passive joints on odd seeds so that the ``-K q - D qd`` terms
-    of inverse and forward dynamics are checked too."""
-    return lambda: random_model(seed, n, chain_probability=chain_probability, gravity=True, passive=seed % 2 == 1)
+    of inverse and forward dynamics are checked too; on seeds 1 (mod 4) four more end points
+    (several on one body, one on the base, out of body order) checked as Pinocchio frames."""
+
+    def build() -> sdjax.Model:
+        model = random_model(seed, n, chain_probability=chain_probability, gravity=True, passive=seed % 2 == 1)
+        return with_frames(model, seed) if seed % 4 == 1 else model
+
+    return build
 
 
 def _with_gravity(builder: Callable[[], sdjax.Model]) -> Callable[[], sdjax.Model]:

@@ -203,15 +203,17 @@ def test_joint_data_and_documented_choices():
     assert model.joint_type == ("R", "R", "R", "R", "P", "R", "R")
     # <dynamics damping> is kept (viscous, like sdjax's D); friction and limits are not.
     np.testing.assert_array_equal(model.joint_damping, [0.8, 0, 0.5, 0, 20.0, 0, 0])
-    # Default end points: the leaves off the base (tool0; the antenna is welded to the base).
-    assert info.end_point_names == ("tool0",) and model.end_point_link == (7,)
+    # Default end points: every welded link (the wrist's sensor, gripper and tool flange, then
+    # the antenna welded to the base), named after the URDF links.
+    assert info.end_point_names == ("ft_sensor", "gripper", "tool0", "antenna") == model.end_point_names
+    assert model.end_point_link == (7, 7, 7, 0)
     # Total mass of the file's <mass> values: nothing lost in the fixed merges.
     file_masses = 420 + 6.5 + 9 + 8 + 22 + 12 + 5 + 4 + 3 + 0.8 + 2.5
     assert float(model.total_mass) == pytest.approx(file_masses, rel=1e-15, abs=0)
     assert import_urdf(DATA / "two_arm_servicer.urdf").continuous == (False,) * 4 + (True,) * 4
     # Explicit end points and none.
-    picked = import_urdf(DATA / "satellite_arm7.urdf", end_points=["ft_sensor", "upper_arm"])
-    assert picked.end_point_names == ("upper_arm", "ft_sensor") and picked.model.end_point_link == (3, 7)
+    picked = import_urdf(DATA / "satellite_arm7.urdf", end_points=["ft_sensor", "upper_arm", "antenna"])
+    assert picked.end_point_names == ("ft_sensor", "upper_arm", "antenna") and picked.model.end_point_link == (7, 3, 0)
     assert model_from_urdf(DATA / "satellite_arm7.urdf", end_points=()).num_end_points == 0
     assert model_from_urdf(DATA / "satellite_arm7.urdf", base_link="bus", name="x").name == "x"
     g = model_from_urdf(DATA / "satellite_arm7.urdf", gravity=[0, 0, -3.7]).gravity
@@ -269,13 +271,15 @@ def test_round_trip_same_dynamics(index, tmp_path):
     model = _round_trip_models()[index]
     path = tmp_path / "m.urdf"
     save_urdf(model, path)
-    ends = [f"{model.link_names[link - 1]}_end_point" for link in model.end_point_link]
-    info = import_urdf(path, end_points=ends, gravity=model.gravity)
+    info = import_urdf(path, gravity=model.gravity)  # the exported frames are found by default
     back = info.model
     # Exported frames are the sdjax frames: the base centroid is the root origin.
     np.testing.assert_allclose(info.root_to_base, 0.0, atol=1e-15)
     assert back.parent == model.parent and back.joint_type == model.joint_type
     assert back.end_point_link == model.end_point_link and back.link_names == model.link_names
+    # An end point named like a link (a moving leaf's own frame) is exported as a frame link
+    # with "_" appended, the one name change of the round trip.
+    assert back.end_point_names == tuple(e + "_" if e in model.link_names else e for e in model.end_point_names)
     np.testing.assert_array_equal(back.joint_damping, model.joint_damping)
     states = _states(model, 100, NUM_STATES)
     rng = np.random.default_rng(index)
@@ -364,16 +368,16 @@ def test_refusals_end_points_and_files(tmp_path):
     arm = DATA / "satellite_arm7.urdf"
     with pytest.raises(ValueError, match="end_points: link 'nowhere' is not defined"):
         model_from_urdf(arm, end_points=["nowhere"])
-    with pytest.raises(ValueError, match="end_points: link 'antenna' belongs to the base"):
-        model_from_urdf(arm, end_points=["antenna"])
-    with pytest.raises(ValueError, match="end_points: links 'gripper' and 'tool0' both belong to link 'wrist_roll_link'"):
-        model_from_urdf(arm, end_points=["gripper", "tool0"])
+    with pytest.raises(ValueError, match=r"end_points: links \['tool0'\] are listed more than once"):
+        model_from_urdf(arm, end_points=["tool0", "gripper", "tool0"])
+    with pytest.raises(ValueError, match="end_points: expected a sequence of link names, got the string 'tool0'"):
+        model_from_urdf(arm, end_points="tool0")
     with pytest.raises(ValueError, match="base_link 'gripper': the root link of the URDF tree is 'bus'"):
         model_from_urdf(arm, base_link="gripper")
     two_leaves = _robot(_BASE, _LINK.format("a"), '<link name="t1"/><link name="t2"/>', _JOINT.format("j", "revolute", "b", "a", ""),
                         _JOINT.format("f1", "fixed", "a", "t1", ""), _JOINT.format("f2", "fixed", "a", "t2", ""))
-    with pytest.raises(ValueError, match=r"leaf links \['t1', 't2'\] all belong to link 'a'.*end_points="):
-        model_from_urdf(two_leaves)
+    both = model_from_urdf(two_leaves)  # two frames on one link: both kept, in document order
+    assert both.end_point_link == (1, 1) and both.end_point_names == ("t1", "t2")
     assert model_from_urdf(two_leaves, end_points=["t2"]).end_point_link == (1,)
     with pytest.raises(ValueError, match="no such URDF file"):
         model_from_urdf(tmp_path / "missing.urdf")

@@ -1,9 +1,9 @@
-"""JSON model files (format ``sdjax-model``, version 1).
+"""JSON model files (format ``sdjax-model``, version 2; version 1 is read too).
 
 A file holds one object::
 
     {
-      "format": "sdjax-model", "version": 1,
+      "format": "sdjax-model", "version": 2,
       "name": "my_robot",
       "gravity": [0, 0, 0],                          # optional, m/s^2, inertial frame
       "base": {"mass": 100.0,                        # kg
@@ -17,12 +17,20 @@ A file holds one object::
          "parent_centroid_to_joint": [0, 1, 0],      # m, parent frame (SpaceDyn c0 / cc(:,B_i,i))
          "centroid_to_joint": [0, 0, -0.5],          # m, link frame (SpaceDyn cc(:,i,i))
          "joint_rpy": [-1.5707963267948966, 0, 0],   # rad, SpaceDyn RPY (Rx Ry Rz), optional
-         "joint_stiffness": 0.0, "joint_damping": 0.0,       # optional
-         "end_point": {"centroid_to_end_point": [0, 0.5, 0],  # m, link frame
-                       "rpy": [0, 0, 1.5707963267948966]}     # optional; or null / absent
+         "joint_stiffness": 0.0, "joint_damping": 0.0        # optional
         }
+      ],
+      "end_points": [                                # optional: named frames, any number per body
+        {"name": "tool",                             # unique
+         "body": 1,                                  # 0 = base, 1..n = links
+         "centroid_to_end_point": [0, 0.5, 0],       # m, from the body's centroid, body frame
+         "rpy": [0, 0, 1.5707963267948966]}          # optional, rad: frame relative to the body frame
       ]
     }
+
+Version 1 files (written by sdjax 0.1) held at most one end point per link, as a per-link
+``"end_point": {"centroid_to_end_point": ..., "rpy": ...}`` (or null); they are read with end
+points named ``end_point1``, ``end_point2``, ... in link order.
 
 Numbers are written with Python's shortest round-trip representation, so
 ``load_json_model(save_json_model(m))`` reproduces every float64 value exactly. Unknown keys,
@@ -43,12 +51,16 @@ from sdjax.io.inputs import read_text_file
 from sdjax.model import Model
 
 FORMAT = "sdjax-model"
-VERSION = 1
+VERSION = 2
+#: Versions this reader accepts.
+READS_VERSIONS = (1, 2)
 #: Largest accepted file (bytes) and number of links, checked before parsing/allocating.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_LINKS = 10_000
+#: Largest number of end points, checked before allocating.
+MAX_END_POINTS = 10_000
 
-_TOP_KEYS = {"format", "version", "name", "gravity", "base", "links", "description"}
+_TOP_KEYS = {"format", "version", "name", "gravity", "base", "links", "end_points", "description"}
 _BASE_KEYS = {"mass", "inertia"}
 _LINK_KEYS = {
     "name",
@@ -61,9 +73,9 @@ _LINK_KEYS = {
     "joint_rpy",
     "joint_stiffness",
     "joint_damping",
-    "end_point",
 }
-_END_KEYS = {"centroid_to_end_point", "rpy"}
+_END_KEYS_V1 = {"centroid_to_end_point", "rpy"}
+_END_KEYS = {"name", "body", "centroid_to_end_point", "rpy"}
 
 
 def _floats(value: np.ndarray) -> Any:
@@ -72,7 +84,6 @@ def _floats(value: np.ndarray) -> Any:
 
 def model_to_dict(model: Model) -> dict[str, Any]:
     """The JSON-ready description of a model (see the module docstring)."""
-    end_index = {link: e for e, link in enumerate(model.end_point_link)}
     links = []
     for k in range(model.num_joints):
         entry: dict[str, Any] = {
@@ -87,12 +98,16 @@ def model_to_dict(model: Model) -> dict[str, Any]:
             "joint_stiffness": float(model.joint_stiffness[k]),
             "joint_damping": float(model.joint_damping[k]),
         }
-        e = end_index.get(k + 1)
-        entry["end_point"] = None if e is None else {
+        links.append(entry)
+    end_points = [
+        {
+            "name": model.end_point_names[e],
+            "body": body,
             "centroid_to_end_point": _floats(model.centroid_to_end_point[e]),
             "rpy": _floats(model.end_point_rpy[e]),
         }
-        links.append(entry)
+        for e, body in enumerate(model.end_point_link)
+    ]
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -100,6 +115,7 @@ def model_to_dict(model: Model) -> dict[str, Any]:
         "gravity": _floats(model.gravity),
         "base": {"mass": float(model.base_mass), "inertia": _floats(model.base_inertia)},
         "links": links,
+        "end_points": end_points,
     }
 
 
@@ -131,8 +147,9 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
     _check_keys("model", data, _TOP_KEYS, {"format", "version", "base", "links"})
     if data["format"] != FORMAT:
         raise ValueError(f"model.format: expected {FORMAT!r}, got {data['format']!r}")
-    if data["version"] != VERSION:
-        raise ValueError(f"model.version: this sdjax reads version {VERSION}, got {data['version']!r}")
+    version = data["version"]
+    if isinstance(version, bool) or version not in READS_VERSIONS:
+        raise ValueError(f"model.version: this sdjax reads versions {list(READS_VERSIONS)}, got {version!r}")
     base = data["base"]
     _check_keys("model.base", base, _BASE_KEYS, _BASE_KEYS)
     links = data["links"]
@@ -142,10 +159,11 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
         raise ValueError(f"model.links: {len(links)} links exceeds the limit of {MAX_LINKS}")
     n = len(links)
     fields: dict[str, list] = {k: [] for k in ("mass", "inertia", "pcj", "cj", "rpy", "k", "d")}
-    parent, joint_type, names, end_links, end_offset, end_rpy = [], [], [], [], [], []
+    parent, joint_type, names, end_links, end_names, end_offset, end_rpy = [], [], [], [], [], [], []
+    link_keys = _LINK_KEYS | ({"end_point"} if version == 1 else set())
     for k, link in enumerate(links):
         where = f"model.links[{k}]"
-        _check_keys(where, link, _LINK_KEYS, {"parent", "joint_type", "mass", "inertia", "parent_centroid_to_joint", "centroid_to_joint"})
+        _check_keys(where, link, link_keys, {"parent", "joint_type", "mass", "inertia", "parent_centroid_to_joint", "centroid_to_joint"})
         p = link["parent"]
         if isinstance(p, bool) or not isinstance(p, int):
             raise ValueError(f"{where}.parent: expected an integer body index (0 = base), got {p!r}")
@@ -161,10 +179,31 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
         fields["d"].append(_number_array(f"{where}.joint_damping", link.get("joint_damping", 0.0), ()))
         end = link.get("end_point")
         if end is not None:
-            _check_keys(f"{where}.end_point", end, _END_KEYS, {"centroid_to_end_point"})
+            _check_keys(f"{where}.end_point", end, _END_KEYS_V1, {"centroid_to_end_point"})
             end_links.append(k + 1)
+            end_names.append(f"end_point{len(end_links)}")
             end_offset.append(_number_array(f"{where}.end_point.centroid_to_end_point", end["centroid_to_end_point"], (3,)))
             end_rpy.append(_number_array(f"{where}.end_point.rpy", end.get("rpy", [0, 0, 0]), (3,)))
+
+    if "end_points" in data and version == 1:
+        raise ValueError("model.end_points: version 1 files give end points per link (links[k].end_point); use version 2")
+    ends = data.get("end_points", [])
+    if not isinstance(ends, list):
+        raise ValueError(f"model.end_points: expected a list, got {type(ends).__name__}")
+    if len(ends) > MAX_END_POINTS:
+        raise ValueError(f"model.end_points: {len(ends)} end points exceeds the limit of {MAX_END_POINTS}")
+    for e, end in enumerate(ends):
+        where = f"model.end_points[{e}]"
+        _check_keys(where, end, _END_KEYS, {"name", "body", "centroid_to_end_point"})
+        body = end["body"]
+        if isinstance(body, bool) or not isinstance(body, int) or not 0 <= body <= n:
+            raise ValueError(f"{where}.body: expected a body index 0..{n} (0 = base), got {body!r}")
+        if not isinstance(end["name"], str):
+            raise ValueError(f"{where}.name: expected a string, got {end['name']!r}")
+        end_links.append(body)
+        end_names.append(end["name"])
+        end_offset.append(_number_array(f"{where}.centroid_to_end_point", end["centroid_to_end_point"], (3,)))
+        end_rpy.append(_number_array(f"{where}.rpy", end.get("rpy", [0, 0, 0]), (3,)))
 
     def stack(values: list, shape: tuple[int, ...]) -> np.ndarray:
         return np.array(values, dtype=np.float64).reshape(shape)
@@ -186,6 +225,7 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
         joint_damping=stack(fields["d"], (n,)),
         gravity=_number_array("model.gravity", data.get("gravity", [0, 0, 0]), (3,)),
         link_names=tuple(names),
+        end_point_names=tuple(end_names),
         name=str(data.get("name", "model")),
         dtype=dtype,
     )

@@ -62,6 +62,13 @@ def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4") -> st
     for e, link in enumerate(model.end_point_link):
         sites[link].append(e)
 
+    def site_lines(body: int, pad: str) -> list[str]:  # the end points on a body, as named sites
+        origin = cj[body - 1] if body > 0 else np.zeros(3)  # body frame origin from its centroid
+        return [
+            f'{pad}<site name={quoteattr(model.end_point_names[e])} pos="{_vec(cte[e] - origin)}" quat="{_quat_wxyz(end_rot[e])}"/>'
+            for e in sites[body]
+        ]
+
     def body(link: int, depth: int) -> list[str]:
         pad = "  " * depth
         p = model.parent[link - 1]
@@ -73,10 +80,7 @@ def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4") -> st
             f'stiffness="{float(model.joint_stiffness[link - 1])!r}" damping="{float(model.joint_damping[link - 1])!r}"/>',
             f"{pad}  " + _inertia(float(model.link_mass[link - 1]), model.link_inertia[link - 1], -cj[link - 1]),
         ]
-        for e in sites[link]:
-            lines.append(
-                f'{pad}  <site name="end_point{e}" pos="{_vec(cte[e] - cj[link - 1])}" quat="{_quat_wxyz(end_rot[e])}"/>'
-            )
+        lines += site_lines(link, pad + "  ")
         for child in children[link]:
             lines += body(child, depth + 1)
         lines.append(f"{pad}</body>")
@@ -91,6 +95,7 @@ def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4") -> st
         '    <body name="base">',
         '      <freejoint name="base"/>',
         "      " + _inertia(float(model.base_mass), model.base_inertia, np.zeros(3)),
+        *site_lines(0, "      "),
     ]
     for child in children[0]:
         lines += body(child, 3)

@@ -127,8 +127,8 @@ def to_pinocchio(model: Model) -> PinocchioTwin:
     cte = np.asarray(model.centroid_to_end_point, np.float64)
     frame_id = []
     for k, link in enumerate(model.end_point_link):
-        placement = pin.SE3(end_rot[k], cte[k] - cj[link - 1])
-        frame = pin.Frame(f"end_point{k}", joint_id[link], placement, pin.FrameType.OP_FRAME)
+        placement = pin.SE3(end_rot[k], cte[k] - (cj[link - 1] if link > 0 else 0.0))
+        frame = pin.Frame(model.end_point_names[k], joint_id[link], placement, pin.FrameType.OP_FRAME)
         frame_id.append(pm.addFrame(frame, False))
     assert pm.nq == 7 + n and pm.nv == 6 + n
     permutation = np.zeros((n, n))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.io.inputs import numeric_array
-from sdjax.model import Model
+from sdjax.model import Model, check_spacedyn_end_points
 
 #: Largest number of links accepted from array data (refused before allocating).
 MAX_LINKS = 10_000
@@ -191,7 +191,12 @@ def model_to_spacedyn_arrays(model: Model) -> dict[str, Any]:
     Returns:
         dict with ``BB, J_type, SS, S0, SE, c0, cc, ce, Qi, Qe, m0, m, mass, inertia0, inertia,
         num_q``.
+
+    Raises:
+        ValueError: if the end points do not fit SpaceDyn's layout (several on one link, one on
+            the base, or out of link order).
     """
+    check_spacedyn_end_points(model, "model_to_spacedyn_arrays")
     n = model.num_joints
     bb = np.asarray(model.parent, dtype=np.int64)
     c0 = np.zeros((3, n))

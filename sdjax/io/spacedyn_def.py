@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.io.inputs import read_text_file
-from sdjax.model import Model
+from sdjax.model import Model, check_spacedyn_end_points
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_LINKS = 10_000
@@ -298,6 +298,7 @@ def model_to_def(model: Model) -> str:
     Raises:
         ValueError: if the model has joint stiffness or damping (the format cannot hold them).
     """
+    check_spacedyn_end_points(model, "model_to_def")
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)
         for k in np.flatnonzero(values != 0):

@@ -31,13 +31,13 @@ joint becomes one sdjax joint; every ``fixed`` joint is merged away.
 - **Link names** are the URDF child-link names of the moving joints; ``UrdfImport.joint_names``
   keeps the URDF joint names. Links are numbered depth-first (children in document order), so
   ``parent < child`` holds.
-- **End points.** With ``end_points=None`` every *leaf* link (a link without child joints) that
-  does not belong to the base body gives an end point: a frame at the leaf's origin, with its
-  axes — typically a ``tool0``/``ee_link`` frame fixed to the last moving link, or the last
-  moving link itself. Leaves welded to the base (antennas, sensors) carry no end point (the base
-  cannot hold one). Two leaves on one body are ambiguous (sdjax allows one end point per link):
-  they are refused with a message asking for ``end_points=``. ``end_points=[names]`` picks any
-  links (fixed or moving, not on the base body) explicitly; ``end_points=()`` gives none.
+- **End points** (named frames, as Pinocchio keeps the links it merges as frames). With
+  ``end_points=None`` every link welded to a body by fixed joints (``tool0``/``ee_link``
+  flanges, sensors, cameras, antennas on the base) and every moving leaf link gives an end
+  point named after the link: a frame at the link's origin, with its axes. Any number may sit
+  on one body, the base included; those on links come first (in link order, then document
+  order), those on the base last. ``end_points=[names]`` picks any links (fixed or moving,
+  base included), in the order given; ``end_points=()`` gives none.
 - **Joint ``<dynamics>``.** ``damping`` is the viscous coefficient of the joint (N m s/rad or
   N s/m), exactly sdjax's ``joint_damping`` (passive force ``-D qd``), so it is kept.
   ``friction`` (dry friction) has no sdjax counterpart and is ignored, as are ``<limit>``
@@ -61,7 +61,8 @@ URDF link frames are the sdjax link frames (base: the sdjax base frame, centred 
 centroid), so every joint axis is ``0 0 1``. Revolute joints become ``continuous`` (sdjax has
 no limits); prismatic joints get the ``<limit>`` URDF requires with bounds of
 :data:`EXPORT_PRISMATIC_LIMIT` (nominal, not a model property). Each end point becomes a
-massless leaf link ``<link>_end_point`` on a fixed joint, so a re-import finds it as a leaf.
+massless leaf link named after it (``_`` appended while the name is taken) on a fixed joint,
+so a re-import finds it as a frame.
 Joint damping is written as ``<dynamics damping>``. Joint stiffness has no URDF counterpart:
 a model with non-zero stiffness is refused. Gravity is not written. Numbers use Python's
 shortest round-trip representation.
@@ -69,6 +70,7 @@ shortest round-trip representation.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import re
@@ -311,7 +313,8 @@ def import_urdf(
         source: a file path, or the URDF text itself (a string starting with ``<``).
         base_link: if given, the name the root link must have (a check).
         name: model name (default: the ``<robot name>``).
-        end_points: links whose frames become end points (default: the leaves off the base).
+        end_points: links whose frames become end points, in this order (default: every
+            fixed child and moving leaf, see the module docstring).
         gravity: ``(3,)`` gravity, inertial frame, m/s^2 (default zero).
         dtype: floating dtype of the model arrays.
 
@@ -424,32 +427,23 @@ def import_urdf(
         pcj[k] = frame[p].T @ (joint_pos - centroid[p])
         rpy[k] = matrix_to_rpy_numpy(frame[p].T @ joint_rot @ frame[k + 1])
 
-    # End points.
+    # End points: named frames on the bodies.
     if end_points is None:
-        candidates = [ln for ln in links if not children[ln] and body_of[ln] != 0]
-        per_body: dict[int, list[str]] = {}
-        for ln in candidates:
-            per_body.setdefault(body_of[ln], []).append(ln)
-        for b, names in per_body.items():
-            if len(names) > 1:
-                raise ValueError(
-                    f"leaf links {names} all belong to link {moving[b - 1].child!r}; sdjax allows one end point per "
-                    "link: choose with end_points=[...]"
-                )
-        chosen = candidates
+        owners = {root} | {j.child for j in moving}
+        # Fixed children (welded links: tool flanges, sensors, cameras) and moving leaves; those
+        # on links first (in link order, then document order), those on the base last.
+        candidates = [ln for ln in links if ln != root and (ln not in owners or not children[ln])]
+        chosen = sorted(candidates, key=lambda ln: (body_of[ln] == 0, body_of[ln]))
     else:
+        if isinstance(end_points, str):
+            raise ValueError(f"end_points: expected a sequence of link names, got the string {end_points!r}")
         chosen = list(end_points)
-        seen: dict[int, str] = {}
         for ln in chosen:
             if ln not in links:
                 raise ValueError(f"end_points: link {ln!r} is not defined")
-            b = body_of[ln]
-            if b == 0:
-                raise ValueError(f"end_points: link {ln!r} belongs to the base; the base cannot carry an end point")
-            if b in seen:
-                raise ValueError(f"end_points: links {seen[b]!r} and {ln!r} both belong to link {moving[b - 1].child!r}; one end point per link")
-            seen[b] = ln
-    chosen.sort(key=lambda ln: body_of[ln])
+        repeated = sorted(ln for ln, count in collections.Counter(chosen).items() if count > 1)
+        if repeated:
+            raise ValueError(f"end_points: links {repeated} are listed more than once")
     end_link = tuple(body_of[ln] for ln in chosen)
     cte = np.zeros((len(chosen), 3))
     erpy = np.zeros((len(chosen), 3))
@@ -475,6 +469,7 @@ def import_urdf(
         joint_damping=np.array([j.damping for j in moving]),
         gravity=gravity,
         link_names=tuple(j.child for j in moving),
+        end_point_names=tuple(chosen),
         name=name if name is not None else robot.get("name", "urdf_model"),
         dtype=dtype,
     )
@@ -657,14 +652,15 @@ def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
     cte = np.asarray(model.centroid_to_end_point, np.float64)
     all_links = set(link_name)
     for e, link in enumerate(model.end_point_link):
-        end_name = f"{model.link_names[link - 1]}_end_point"
+        end_name = model.end_point_names[e]
         while end_name in all_links:
             end_name += "_"
         all_links.add(end_name)
         ET.SubElement(robot, "link", name=end_name)
         joint = ET.SubElement(robot, "joint", name=unique(f"{end_name}_joint"), type="fixed")
-        ET.SubElement(joint, "origin", xyz=_fmt(cte[e] - cj[link - 1]), rpy=_fmt(_urdf_rpy(end_rot[e])))
-        ET.SubElement(joint, "parent", link=model.link_names[link - 1])
+        origin = cj[link - 1] if link > 0 else np.zeros(3)  # body frame origin from its centroid
+        ET.SubElement(joint, "origin", xyz=_fmt(cte[e] - origin), rpy=_fmt(_urdf_rpy(end_rot[e])))
+        ET.SubElement(joint, "parent", link=link_name[link])
         ET.SubElement(joint, "child", link=end_name)
     ET.indent(robot, space="  ")
     return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n"
