@@ -194,6 +194,7 @@ def add_reaction_wheels(
         joint_rpy=jnp.concatenate([model.joint_rpy, axis_to_rpy(unit)]),
         end_point_link=model.end_point_link,
         end_point_names=model.end_point_names,
+        inertia_check=model.inertia_check,
         centroid_to_end_point=model.centroid_to_end_point,
         end_point_rpy=model.end_point_rpy,
         joint_stiffness=jnp.concatenate([model.joint_stiffness, zeros_k]),

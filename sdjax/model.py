@@ -19,6 +19,7 @@ about the link centroid, in the link frame. Units are SI.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,12 @@ JOINT_TYPES = ("R", "P")
 #: Relative tolerance of the symmetry and triangle-inequality checks of inertia tensors
 #: (float64 data typed in by hand or converted from other tools is exact to ~1e-12).
 INERTIA_RTOL = 1e-9
+
+#: Checks of every inertia tensor (``Model(inertia_check=...)``): ``"physical"`` (default):
+#: symmetric, positive definite and obeying the triangle inequality of principal moments (a mass
+#: distribution can have it); ``"positive_definite"``: symmetric and positive definite only (what
+#: SpaceDyn accepts; its own sample models carry tensors no body can have).
+INERTIA_CHECKS = ("physical", "positive_definite")
 
 
 class Model(eqx.Module):
@@ -55,6 +62,8 @@ class Model(eqx.Module):
             ``end_point1``, ``end_point2``, ...).
         link_names: ``(n,)`` static tuple of names (default ``link1``, ``link2``, ...).
         name: static model name.
+        inertia_check: static, which inertia tensors validation accepts (:data:`INERTIA_CHECKS`):
+            ``"physical"`` (default) or ``"positive_definite"`` (the SpaceDyn readers' choice).
         base_mass: ``()`` base mass, kg.
         base_inertia: ``(3, 3)`` base inertia about its centroid, base frame, kg m^2.
         link_mass: ``(n,)`` link masses, kg.
@@ -82,6 +91,7 @@ class Model(eqx.Module):
     end_point_names: tuple[str, ...] = eqx.field(static=True)
     link_names: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True)
+    inertia_check: str = eqx.field(static=True)
     base_mass: Array
     base_inertia: Array
     link_mass: Array
@@ -117,6 +127,7 @@ class Model(eqx.Module):
         end_point_names: Sequence[str] | None = None,
         name: str = "model",
         dtype: Any = None,
+        inertia_check: str = "physical",
     ):
         """Build and validate a model; see the class docstring for every field.
 
@@ -133,6 +144,7 @@ class Model(eqx.Module):
             tuple(end_point_names) if end_point_names is not None else tuple(f"end_point{e}" for e in range(1, ne + 1))
         )
         self.name = str(name)
+        self.inertia_check = inertia_check
         given = dict(
             base_mass=base_mass,
             base_inertia=base_inertia,
@@ -397,21 +409,24 @@ def validate(model: Model) -> None:
             raise ValueError(f"Model.{field}{list(where)}{label}: value is not finite ({value[where]})")
     if not float(model.base_mass) > 0:
         raise ValueError(f"Model.base_mass: mass must be positive, got {float(model.base_mass)}")
-    check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64))
+    if model.inertia_check not in INERTIA_CHECKS:
+        raise ValueError(f"Model.inertia_check: unknown value {model.inertia_check!r}; choose one of {list(INERTIA_CHECKS)}")
+    physical = model.inertia_check == "physical"
+    check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64), physical=physical)
     masses = np.asarray(model.link_mass, np.float64)
     inertias = np.asarray(model.link_inertia, np.float64)
     for k in range(n):
         if not masses[k] > 0:
             raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be positive, got {masses[k]}")
-        check_inertia(f"link_inertia[{k}]", _link_label(model, k), inertias[k])
+        check_inertia(f"link_inertia[{k}]", _link_label(model, k), inertias[k], physical=physical)
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)
         for k in np.flatnonzero(values < 0):
             raise ValueError(f"Model.{field}[{k}]: {_link_label(model, int(k))} must be non-negative, got {values[k]}")
 
 
-def check_inertia(field: str, body: str, inertia: np.ndarray) -> None:
-    """Symmetric, positive definite and satisfying the triangle inequality."""
+def check_inertia(field: str, body: str, inertia: np.ndarray, *, physical: bool = True) -> None:
+    """Symmetric, positive definite and (``physical``) satisfying the triangle inequality."""
     scale = float(np.max(np.abs(inertia)))
     asym = float(np.max(np.abs(inertia - inertia.T)))
     if asym > INERTIA_RTOL * scale:
@@ -425,12 +440,37 @@ def check_inertia(field: str, body: str, inertia: np.ndarray) -> None:
             f"Model.{field}: inertia tensor of {body} is not positive definite "
             f"(principal moments {moments.tolist()})"
         )
-    # Principal moments of a rigid body obey I1 + I2 >= I3 (for the largest I3).
-    if moments[0] + moments[1] < moments[2] - INERTIA_RTOL * float(np.sum(moments)):
+    if physical and violates_triangle_inequality(inertia):
         raise ValueError(
             f"Model.{field}: inertia tensor of {body} violates the triangle inequality: principal "
             f"moments {moments.tolist()} have {moments[0]:.6g} + {moments[1]:.6g} < {moments[2]:.6g}, "
-            "which no mass distribution can produce"
+            "which no mass distribution can produce (to accept it as SpaceDyn does, build the model "
+            "with inertia_check='positive_definite')"
+        )
+
+
+def violates_triangle_inequality(inertia: np.ndarray) -> bool:
+    """Whether the principal moments of a symmetric ``(3, 3)`` tensor break ``I1 + I2 >= I3``
+    (for the largest ``I3``), beyond round-off (:data:`INERTIA_RTOL`)."""
+    moments = np.linalg.eigvalsh(0.5 * (inertia + inertia.T))
+    return bool(moments[0] + moments[1] < moments[2] - INERTIA_RTOL * float(np.sum(np.abs(moments))))
+
+
+def warn_unphysical_inertia(model: Model, source: str) -> None:
+    """One ``UserWarning`` naming every body of ``model`` whose inertia tensor violates the
+    triangle inequality (used by the SpaceDyn readers, which accept such tensors as SpaceDyn
+    does); nothing if there is none or the arrays are traced."""
+    if isinstance(model.base_inertia, jax.core.Tracer):
+        return
+    bodies = ["the base"] if violates_triangle_inequality(np.asarray(model.base_inertia, np.float64)) else []
+    inertias = np.asarray(model.link_inertia, np.float64)
+    bodies += [_link_label(model, k) for k in range(model.num_joints) if violates_triangle_inequality(inertias[k])]
+    if bodies:
+        warnings.warn(
+            f"{source}: the inertia tensors of {', '.join(bodies)} violate the triangle inequality of principal "
+            "moments (no rigid body has them); accepted as SpaceDyn accepts them",
+            UserWarning,
+            stacklevel=3,
         )
 
 
@@ -440,11 +480,11 @@ def stack_models(models: Sequence[Model]) -> Model:
     if not models:
         raise ValueError("stack_models: expected at least one model")
     first = models[0]
-    static = lambda m: (m.parent, m.joint_type, m.end_point_link, m.end_point_names, m.link_names, m.name)  # noqa: E731
+    static = lambda m: (m.parent, m.joint_type, m.end_point_link, m.end_point_names, m.link_names, m.name, m.inertia_check)  # noqa: E731
     for k, m in enumerate(models[1:], start=1):
         if static(m) != static(first):
             raise ValueError(
                 f"stack_models: model {k} differs from model 0 in its static data "
-                "(parent, joint_type, end_point_link, end_point_names, link_names or name); a batch shares one topology"
+                "(parent, joint_type, end_point_link, end_point_names, link_names, name or inertia_check); a batch shares one topology"
             )
     return jax.tree.map(lambda *xs: jnp.stack(xs), *models)

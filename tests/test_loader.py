@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import shutil
 
@@ -182,3 +183,41 @@ def test_dh_file_limits(tmp_path, monkeypatch):
     monkeypatch.setattr(dh, "MAX_DH_FILE_BYTES", 10)
     with pytest.raises(ValueError, match="bytes exceeds the DH file size limit of 10"):
         model_from_dh_file(path)
+
+
+def _matlab_jsonencode(lp: dict) -> str:
+    """SpaceDyn's LP struct as MATLAB's jsonencode writes it: matrices as lists of rows, row
+    vectors as flat lists, 1x1 values as bare numbers, char arrays as strings."""
+
+    def encode(value):
+        if isinstance(value, str):
+            return value
+        arr = np.asarray(value)
+        if arr.size == 1:
+            return arr.reshape(()).item()
+        return arr.tolist()
+
+    return json.dumps({key: encode(value) for key, value in lp.items()})
+
+
+@pytest.mark.parametrize("builder", [spacedyn_sample, lambda: random_model(5, 1)], ids=["sample", "one_link"])
+def test_spacedyn_lp_json(tmp_path, builder):
+    """load_model reads SpaceDyn's LP struct saved by MATLAB's jsonencode, exactly (JSON keeps
+    every float64 digit), including a one-link model whose vectors jsonencode writes as numbers."""
+    model = builder()
+    path = tmp_path / "lp.json"
+    path.write_text(_matlab_jsonencode(sdjax.model_to_spacedyn_arrays(model)))
+    back = load_model(path)
+    assert back.name == "lp" and back.parent == model.parent and back.joint_type == model.joint_type
+    assert back.end_point_link == model.end_point_link
+    for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy"):
+        np.testing.assert_array_equal(getattr(back, field), getattr(model, field), err_msg=field)
+    data = json.loads(path.read_text())
+    data["cc"] = "oops"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"lp.json: SpaceDyn cc"):
+        load_model(path)
+    data.pop("cc")
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"lp.json: SpaceDyn LP: missing field\(s\) \['cc'\]"):
+        load_model(path)

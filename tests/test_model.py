@@ -130,8 +130,12 @@ def test_inertia_triangle_inequality():
     rot = np.asarray(sdjax.rpy_to_matrix(jnp.array([0.3, -0.2, 0.5])))
     inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
     inertia[0] = rot @ np.diag([1.0, 1.0, 3.0]) @ rot.T
-    with pytest.raises(ValueError, match=r"link_inertia\[0\]: inertia tensor of link 1 .* triangle inequality"):
+    with pytest.raises(ValueError, match=r"link_inertia\[0\]: inertia tensor of link 1 .* triangle inequality.*inertia_check='positive_definite'"):
         sdjax.Model(**base_kwargs(link_inertia=inertia))
+    accepted = sdjax.Model(**base_kwargs(link_inertia=inertia), inertia_check="positive_definite")  # the explicit opt-out
+    np.testing.assert_array_equal(accepted.link_inertia[0], inertia[0])
+    with pytest.raises(ValueError, match=r"Model.inertia_check: unknown value 'loose'"):
+        sdjax.Model(**base_kwargs(link_inertia=inertia), inertia_check="loose")
     # Equality (a flat plate: I3 = I1 + I2) is a valid rigid body.
     inertia[0] = np.diag([1.0, 2.0, 3.0])
     sdjax.Model(**base_kwargs(link_inertia=inertia))
@@ -210,11 +214,33 @@ def test_spacedyn_array_errors(change, pattern):
         sdjax.model_from_lp(lp)
 
 
-def test_spacedyn_inertia_errors_name_the_link():
+def test_spacedyn_inertia_policy(tmp_path):
+    """SpaceDyn readers accept what SpaceDyn accepts (positive definite) with one warning naming
+    every body that breaks the triangle inequality; "physical" refuses; not positive definite
+    is refused everywhere."""
     lp = sdjax.model_to_spacedyn_arrays(spacedyn_sample())
     lp["inertia"] = np.array(lp["inertia"])
     lp["inertia"][:, 6:9] = np.diag([1.0, 0.1, 3.0])  # link 3: 1 + 0.1 < 3
-    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 \('arm1_slider'\)|link 3 .* triangle"):
+    lp["inertia0"] = np.diag([1.0, 1.0, 2.5])  # the base: 1 + 1 < 2.5
+    with pytest.warns(UserWarning, match=r"the base, link 3 \('link3'\) violate the triangle inequality.*accepted as SpaceDyn"):
+        model = sdjax.model_from_lp(lp)
+    assert model.inertia_check == "positive_definite"
+    np.testing.assert_array_equal(model.link_inertia[2], np.diag([1.0, 0.1, 3.0]))  # kept as given
+    with pytest.raises(ValueError, match=r"base_inertia: inertia tensor of the base violates the triangle inequality"):
+        sdjax.model_from_lp(lp, inertia_check="physical")
+    path = tmp_path / "bad.def"
+    sdjax.save_model(model, path)  # the same tensors through a .def file, then an LP JSON file
+    with pytest.warns(UserWarning, match=r"bad.def: the inertia tensors of the base, link 3 \('link3'\) violate"):
+        sdjax.load_model(path)
+    path = tmp_path / "bad.json"  # an sdjax JSON file keeps the model's inertia check
+    sdjax.save_model(model, path)
+    assert sdjax.load_model(path).inertia_check == "positive_definite"
+    path = tmp_path / "bad_lp.json"
+    path.write_text(json.dumps({k: np.asarray(v).tolist() if not isinstance(v, str) else v for k, v in lp.items()}))
+    with pytest.warns(UserWarning, match=r"SpaceDyn model 'bad_lp': the inertia tensors of the base, link 3"):
+        sdjax.load_model(path)
+    lp["inertia"][:, 6:9] = np.diag([1.0, -0.1, 3.0])  # not positive definite: refused
+    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 \('link3'\) is not positive definite"):
         sdjax.model_from_lp(lp)
 
 

@@ -137,12 +137,23 @@ def _edit(old: str, new: str) -> str:
         (_edit("BB[ 0 1 2 0 4 5 ]", "BB[ 0 1 2 0 4 5"), r"line 9: BB\[ has no closing '\]' before the next block on line 12"),
         (_edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 10"), r"line 54: mass\[ has no closing '\]'$"),
         (_edit("###EOF 777", "EOF 777"), "line 117: cannot read 'EOF 777'"),
-        (_edit("###Link2\nI11= 1\nI22= 0.1\nI33= 1", "###Link2\nI11= 1\nI22= 0.1\nI33= 5"), "link 2.*triangle inequality"),
+        (_edit("###Link2\nI11= 1\nI22= 0.1\nI33= 1", "###Link2\nI11= 1\nI22= 0.1\nI33= -5"), "link 2.*not positive definite"),
     ],
 )
 def test_malformed(text, message):
     with pytest.raises(ValueError, match=message):
         model_from_def(text)
+
+
+def test_unphysical_inertia_is_accepted_as_spacedyn_does():
+    """Principal moments (1, 0.1, 5) break the triangle inequality: SpaceDyn simulates such
+    a model, so the reader accepts it with one warning naming the link; "physical" refuses."""
+    text = _edit("###Link2\nI11= 1\nI22= 0.1\nI33= 1", "###Link2\nI11= 1\nI22= 0.1\nI33= 5")
+    with pytest.warns(UserWarning, match=r"\.def text: the inertia tensors of link 2 .* violate the triangle inequality"):
+        model = model_from_def(text)
+    assert float(model.link_inertia[1, 2, 2]) == 5.0
+    with pytest.raises(ValueError, match=r"link 2.*triangle inequality.*inertia_check='positive_definite'"):
+        model_from_def(text, inertia_check="physical")
 
 
 def test_file_errors(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@ one set of checks and messages."""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -17,15 +18,17 @@ def numeric_array(prefix: str, name: str, value: Any, shape: tuple[int, ...], *,
         name: the argument or field name.
         value: anything ``np.asarray`` accepts.
         shape: the required shape.
-        matlab_vectors: also accept a MATLAB row or column ``(1, k)``/``(k, 1)`` for a
-            vector of shape ``(k,)``.
+        matlab_vectors: also accept MATLAB's shapes of the same data: singleton axes added or
+            dropped (a row ``(1, k)`` or column ``(k, 1)`` for a vector ``(k,)``; a bare number,
+            as MATLAB's ``jsonencode`` writes a 1x1 array, for ``(1,)``; ``(3,)`` for ``(3, 1)``).
     """
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{prefix}{name} must be real numbers ({err})") from None
     if arr.shape != shape:
-        if matlab_vectors and len(shape) == 1 and arr.ndim == 2 and 1 in arr.shape and arr.size == shape[0]:
+        squeeze = lambda dims: [d for d in dims if d != 1]  # noqa: E731
+        if matlab_vectors and arr.size == math.prod(shape) and squeeze(arr.shape) == squeeze(shape):
             arr = arr.reshape(shape)
         else:
             layout = " (MATLAB layout)" if matlab_vectors else ""

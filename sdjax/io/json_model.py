@@ -20,6 +20,7 @@ A file holds one object::
          "joint_stiffness": 0.0, "joint_damping": 0.0        # optional
         }
       ],
+      "inertia_check": "physical",                   # optional; or "positive_definite" (SpaceDyn's rule)
       "end_points": [                                # optional: named frames, any number per body
         {"name": "tool",                             # unique
          "body": 1,                                  # 0 = base, 1..n = links
@@ -48,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.io.inputs import read_text_file
+from sdjax.io.spacedyn_arrays import model_from_lp
 from sdjax.model import Model
 
 FORMAT = "sdjax-model"
@@ -60,7 +62,7 @@ MAX_LINKS = 10_000
 #: Largest number of end points, checked before allocating.
 MAX_END_POINTS = 10_000
 
-_TOP_KEYS = {"format", "version", "name", "gravity", "base", "links", "end_points", "description"}
+_TOP_KEYS = {"format", "version", "name", "gravity", "base", "links", "end_points", "inertia_check", "description"}
 _BASE_KEYS = {"mass", "inertia"}
 _LINK_KEYS = {
     "name",
@@ -116,6 +118,7 @@ def model_to_dict(model: Model) -> dict[str, Any]:
         "base": {"mass": float(model.base_mass), "inertia": _floats(model.base_inertia)},
         "links": links,
         "end_points": end_points,
+        "inertia_check": model.inertia_check,
     }
 
 
@@ -228,6 +231,7 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
         end_point_names=tuple(end_names),
         name=str(data.get("name", "model")),
         dtype=dtype,
+        inertia_check=data.get("inertia_check", "physical"),
     )
 
 
@@ -243,10 +247,23 @@ def save_json_model(model: Model, path: str | os.PathLike) -> None:
 
 
 def load_json_model(path: str | os.PathLike, dtype: Any = None) -> Model:
-    """Read an ``sdjax-model`` JSON file; ``ValueError`` naming the JSON path on bad content."""
+    """Read a JSON model file: an ``sdjax-model`` file, or SpaceDyn link parameters (the ``LP``
+    struct as MATLAB's ``jsonencode`` writes it: an object with ``BB``, ``J_type``, ``c0``,
+    ``cc``, ``ce``, ``Qi``, ``Qe``, ``SE``, ``m0``, ``m``, ``inertia0``, ``inertia``; read by
+    :func:`sdjax.io.spacedyn_arrays.model_from_lp`, inertia accepted as SpaceDyn accepts it).
+
+    Raises:
+        ValueError: naming the file and the JSON path (or LP field) of bad content.
+    """
     text = read_text_file(path, "JSON model", MAX_FILE_BYTES)
     try:
         data = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as err:
         raise ValueError(f"{os.fspath(path)}: not valid JSON ({err})") from None
+    if isinstance(data, Mapping) and "format" not in data and "BB" in data:
+        name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+        try:
+            return model_from_lp(data, name=name, dtype=dtype)
+        except ValueError as err:
+            raise ValueError(f"{os.fspath(path)}: {err}") from None
     return model_from_dict(data, dtype=dtype)

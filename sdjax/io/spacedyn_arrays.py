@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.io.inputs import numeric_array
-from sdjax.model import Model, check_spacedyn_end_points
+from sdjax.model import Model, check_spacedyn_end_points, warn_unphysical_inertia
 
 #: Largest number of links accepted from array data (refused before allocating).
 MAX_LINKS = 10_000
@@ -73,11 +73,15 @@ def model_from_spacedyn_arrays(
     name: str = "spacedyn_model",
     link_names: Any = None,
     dtype: Any = None,
+    inertia_check: str = "positive_definite",
 ) -> Model:
     """Build a :class:`~sdjax.Model` from SpaceDyn link-parameter arrays (table above).
 
     ``SS``, ``S0`` and ``mass`` are derived from ``BB`` and ``m``; when given they must agree
-    with them. Arrays are converted to ``dtype`` (default JAX's float).
+    with them. Arrays are converted to ``dtype`` (default JAX's float). Inertia tensors are
+    accepted as SpaceDyn accepts them (``inertia_check="positive_definite"``): one
+    ``UserWarning`` names the bodies whose tensors break the triangle inequality; pass
+    ``inertia_check="physical"`` to refuse them.
 
     Raises:
         ValueError: naming the array, the (1-based) entry and the rule broken.
@@ -145,7 +149,7 @@ def model_from_spacedyn_arrays(
     if mass is not None and not np.isclose(float(mass), float(m0) + float(np.sum(m)), rtol=1e-12, atol=0.0):
         raise ValueError(f"SpaceDyn mass: {float(mass)} is not m0 + sum(m) = {float(m0) + float(np.sum(m))}")
 
-    return Model(
+    model = Model(
         parent=tuple(int(b) for b in bb),
         joint_type=tuple(joint_type),
         base_mass=m0,
@@ -164,7 +168,10 @@ def model_from_spacedyn_arrays(
         link_names=link_names,
         name=name,
         dtype=dtype,
+        inertia_check=inertia_check,
     )
+    warn_unphysical_inertia(model, f"SpaceDyn model {name!r}")
+    return model
 
 
 def model_from_lp(lp: Mapping[str, Any], **kwargs: Any) -> Model:

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.io.inputs import read_text_file
-from sdjax.model import Model, check_spacedyn_end_points
+from sdjax.model import Model, check_spacedyn_end_points, warn_unphysical_inertia
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_LINKS = 10_000
@@ -147,13 +147,18 @@ def _scan(text: str) -> tuple[tuple[int, int] | None, dict[str, _Entry], dict[st
     return link_number, blocks, inertia
 
 
-def model_from_def(source: str | os.PathLike, *, name: str | None = None, dtype: Any = None) -> Model:
+def model_from_def(
+    source: str | os.PathLike, *, name: str | None = None, dtype: Any = None, inertia_check: str = "positive_definite"
+) -> Model:
     """Read a SpaceDyn C++ ``.def`` model (see the module docstring for the layout).
 
     Arguments:
         source: a file path, or the file's text (a string containing a newline).
         name: model name (default: the file stem, or ``"spacedyn_def"`` for text).
         dtype: floating dtype of the model arrays.
+        inertia_check: ``"positive_definite"`` (default) accepts inertia tensors as SpaceDyn does,
+            with one ``UserWarning`` naming the bodies whose tensors break the triangle
+            inequality; ``"physical"`` refuses them.
 
     Returns:
         The validated :class:`~sdjax.Model`.
@@ -162,11 +167,11 @@ def model_from_def(source: str | os.PathLike, *, name: str | None = None, dtype:
         ValueError: naming the line and key of the first malformation.
     """
     if isinstance(source, str) and "\n" in source:
-        text, default_name = source, "spacedyn_def"
+        text, default_name, source_label = source, "spacedyn_def", ".def text"
     else:
         path = os.fspath(source)
         text = read_text_file(path, ".def", MAX_FILE_BYTES)
-        default_name = os.path.splitext(os.path.basename(path))[0]
+        default_name, source_label = os.path.splitext(os.path.basename(path))[0], path
     link_number, blocks, inertia = _scan(text)
     if link_number is None:
         raise ValueError("missing ###LINK_NUMBER line")
@@ -269,7 +274,7 @@ def model_from_def(source: str | os.PathLike, *, name: str | None = None, dtype:
     unknown = sorted(set(blocks) - used, key=lambda k: blocks[k].line)
     if unknown:
         raise ValueError(f"{blocks[unknown[0]].where()}: unknown or unused key (links 1..{n}, end points 1..{ne})")
-    return Model(
+    model = Model(
         parent=tuple(parent),
         joint_type=tuple(joint_type),
         base_mass=mass[0],
@@ -284,7 +289,10 @@ def model_from_def(source: str | os.PathLike, *, name: str | None = None, dtype:
         end_point_rpy=erpy,
         name=name if name is not None else default_name,
         dtype=dtype,
+        inertia_check=inertia_check,
     )
+    warn_unphysical_inertia(model, source_label)
+    return model
 
 
 def _row(values: Any) -> str:

@@ -306,6 +306,7 @@ def import_urdf(
     end_points: Sequence[str] | None = None,
     gravity: Any = None,
     dtype: Any = None,
+    inertia_check: str = "physical",
 ) -> UrdfImport:
     """Read a URDF description into a free-floating sdjax model (see the module docstring).
 
@@ -317,6 +318,8 @@ def import_urdf(
             fixed child and moving leaf, see the module docstring).
         gravity: ``(3,)`` gravity, inertial frame, m/s^2 (default zero).
         dtype: floating dtype of the model arrays.
+        inertia_check: ``"physical"`` (default) refuses inertia tensors that break the triangle
+            inequality; ``"positive_definite"`` accepts them (see :class:`~sdjax.Model`).
 
     Returns:
         An :class:`UrdfImport` (model, root link, root-to-base offset, joint names, ...).
@@ -472,6 +475,7 @@ def import_urdf(
         end_point_names=tuple(chosen),
         name=name if name is not None else robot.get("name", "urdf_model"),
         dtype=dtype,
+        inertia_check=inertia_check,
     )
     return UrdfImport(
         model=model,
@@ -491,9 +495,12 @@ def model_from_urdf(
     end_points: Sequence[str] | None = None,
     gravity: Any = None,
     dtype: Any = None,
+    inertia_check: str = "physical",
 ) -> Model:
     """The sdjax model of a URDF file or string (see :func:`import_urdf` and the module docstring)."""
-    return import_urdf(source, base_link=base_link, name=name, end_points=end_points, gravity=gravity, dtype=dtype).model
+    return import_urdf(
+        source, base_link=base_link, name=name, end_points=end_points, gravity=gravity, dtype=dtype, inertia_check=inertia_check
+    ).model
 
 
 # ------------------------------------------------------------------------------------------
