@@ -416,17 +416,21 @@ def validate(model: Model) -> None:
     masses = np.asarray(model.link_mass, np.float64)
     inertias = np.asarray(model.link_inertia, np.float64)
     for k in range(n):
-        if not masses[k] > 0:
-            raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be positive, got {masses[k]}")
-        check_inertia(f"link_inertia[{k}]", _link_label(model, k), inertias[k], physical=physical)
+        if not masses[k] >= 0:
+            raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be non-negative, got {masses[k]}")
+        check_inertia(f"link_inertia[{k}]", _link_label(model, k), inertias[k], physical=physical, semidefinite=True)
+    degenerate = [k for k in range(n) if masses[k] == 0 or np.linalg.eigvalsh(inertias[k])[0] <= 0]
+    if degenerate:
+        check_well_posed(model)
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)
         for k in np.flatnonzero(values < 0):
             raise ValueError(f"Model.{field}[{k}]: {_link_label(model, int(k))} must be non-negative, got {values[k]}")
 
 
-def check_inertia(field: str, body: str, inertia: np.ndarray, *, physical: bool = True) -> None:
-    """Symmetric, positive definite and (``physical``) satisfying the triangle inequality."""
+def check_inertia(field: str, body: str, inertia: np.ndarray, *, physical: bool = True, semidefinite: bool = False) -> None:
+    """Symmetric, positive definite (``semidefinite``: positive semidefinite, zero allowed: a
+    massless frame link, a thin rod) and (``physical``) satisfying the triangle inequality."""
     scale = float(np.max(np.abs(inertia)))
     asym = float(np.max(np.abs(inertia - inertia.T)))
     if asym > INERTIA_RTOL * scale:
@@ -435,7 +439,10 @@ def check_inertia(field: str, body: str, inertia: np.ndarray, *, physical: bool 
             f"{asym:.3g}, tensor {inertia.tolist()})"
         )
     moments = np.linalg.eigvalsh(0.5 * (inertia + inertia.T))
-    if not moments[0] > 1e-12 * max(scale, np.finfo(np.float64).tiny):
+    if semidefinite:
+        if not moments[0] >= -1e-12 * scale:
+            raise ValueError(f"Model.{field}: inertia tensor of {body} is not positive semidefinite (principal moments {moments.tolist()})")
+    elif not moments[0] > 1e-12 * max(scale, np.finfo(np.float64).tiny):
         raise ValueError(
             f"Model.{field}: inertia tensor of {body} is not positive definite "
             f"(principal moments {moments.tolist()})"
@@ -447,6 +454,51 @@ def check_inertia(field: str, body: str, inertia: np.ndarray, *, physical: bool 
             "which no mass distribution can produce (to accept it as SpaceDyn does, build the model "
             "with inertia_check='positive_definite')"
         )
+
+
+#: Relative size (to the largest eigenvalue) below which the inertia matrix of a model with
+#: massless or inertia-less links counts as singular, at float64 (float32: scaled by the
+#: ratio of the two machine epsilons).
+SINGULAR_RTOL = 1e-10
+
+
+def check_well_posed(model: Model) -> None:
+    """Refuse a model whose generalized inertia matrix ``H`` is singular, naming the joint.
+
+    Run by validation when a link has zero mass or a singular inertia tensor (otherwise ``H``
+    is positive definite by construction). First, structurally: a joint whose whole subtree
+    carries no mass and no inertia moves nothing. Then numerically: ``H`` at ``q = 0`` and at
+    a generic configuration (``q_k = 0.37 + 0.61 k``, rad or m) must be positive definite;
+    the joint with the largest share of the null direction is named.
+    """
+    n = model.num_joints
+    masses = np.asarray(model.link_mass, np.float64)
+    inertias = np.asarray(model.link_inertia, np.float64)
+    empty = (masses == 0) & np.all(inertias == 0, axis=(1, 2))
+    support = np.asarray(model.tree.support)  # [j, k]: joint k moves link j
+    for k in range(n):
+        subtree = np.flatnonzero(support[:, k])
+        if np.all(empty[subtree]):
+            names = [model.link_names[j] for j in subtree]
+            raise ValueError(
+                f"Model: joint {k + 1} ({_link_label(model, k)}) moves no mass or inertia (its subtree {names} is "
+                "massless), so the inertia matrix is singular; give one of these links mass or inertia, or make "
+                "it a frame (an end point) of its parent"
+            )
+    from sdjax.dynamics import inertia_matrix  # the dynamics build on this module
+    from sdjax.state import make_state
+
+    eps_ratio = float(np.finfo(np.dtype(model.dtype)).eps / np.finfo(np.float64).eps)
+    for q in (np.zeros(n), 0.37 + 0.61 * np.arange(n)):
+        h = np.asarray(inertia_matrix(model, make_state(model, q=q.astype(np.dtype(model.dtype)))), np.float64)
+        values, vectors = np.linalg.eigh(0.5 * (h + h.T))
+        if not values[0] > SINGULAR_RTOL * eps_ratio * values[-1]:
+            k = int(np.argmax(np.abs(vectors[6:, 0]))) if n else 0
+            raise ValueError(
+                f"Model: the inertia matrix is singular at q = {np.round(q, 3).tolist()} (smallest eigenvalue "
+                f"{values[0]:.3g} of {values[-1]:.3g}), mostly along joint {k + 1} ({_link_label(model, k)}): its "
+                "massless or inertia-less links leave a motion without kinetic energy"
+            )
 
 
 def violates_triangle_inequality(inertia: np.ndarray) -> bool:

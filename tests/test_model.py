@@ -81,8 +81,8 @@ def test_sample_matches_shared_model_file(sample_model):
         (dict(parent=(0, -1, 1)), r"Model\.parent\[1\]"),
         (dict(joint_type="RXR"), r"Model\.joint_type\[1\]: unknown joint type 'X'.*link 2"),
         (dict(joint_type="RR"), r"Model\.joint_type: expected 3 joint types"),
-        (dict(link_mass=[1.0, 0.0, 1.0]), r"Model\.link_mass\[1\]: link 2.*mass must be positive"),
-        (dict(link_mass=[1.0, 1.0, -2.0]), r"Model\.link_mass\[2\]: link 3.*mass must be positive"),
+        (dict(link_mass=[1.0, -1e-3, 1.0]), r"Model\.link_mass\[1\]: link 2.*mass must be non-negative"),
+        (dict(link_mass=[1.0, 1.0, -2.0]), r"Model\.link_mass\[2\]: link 3.*mass must be non-negative"),
         (dict(base_mass=0.0), r"Model\.base_mass: mass must be positive"),
         (dict(link_mass=[1.0, 1.0]), r"Model\.link_mass: expected shape \(3,\)"),
         (dict(link_inertia=np.ones((3, 3))), r"Model\.link_inertia: expected shape \(3, 3, 3\)"),
@@ -118,11 +118,40 @@ def test_inertia_not_symmetric():
 
 def test_inertia_not_positive_definite():
     inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
-    inertia[2] = np.diag([0.1, 0.1, 0.0])
-    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 .* not positive definite"):
+    inertia[2] = np.diag([0.1, -0.1, 0.1])
+    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 .* not positive semidefinite"):
         sdjax.Model(**base_kwargs(link_inertia=inertia))
     with pytest.raises(ValueError, match=r"base_inertia: inertia tensor of the base is not positive definite"):
         sdjax.Model(**base_kwargs(base_inertia=np.diag([1.0, -1.0, 1.0])))
+
+
+def test_massless_and_inertia_less_links():
+    """Zero mass and singular inertia are accepted while the inertia matrix H stays positive
+    definite, and refused naming the joint when it does not (checked structurally, then H at
+    two configurations)."""
+    inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
+    # A massless, inertia-less middle link between two joints: its joint still moves link 3.
+    # Had joints 2 and 3 been coaxial (all joints of base_kwargs turn about one line), they
+    # would move link 3 alike and H would be singular: joint 3 is tilted by 90 degrees.
+    inertia[1] = 0.0
+    tilted = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [np.pi / 2, 0.0, 0.0]]
+    with pytest.raises(ValueError, match=r"inertia matrix is singular at q = \[0.0, 0.0, 0.0\].*mostly along joint [23]"):
+        sdjax.Model(**base_kwargs(link_mass=[1.0, 0.0, 1.0], link_inertia=inertia))
+    model = sdjax.Model(**base_kwargs(link_mass=[1.0, 0.0, 1.0], link_inertia=inertia, joint_rpy=tilted))
+    h = np.asarray(sdjax.inertia_matrix(model, random_state(model, 0)))
+    assert np.linalg.eigvalsh(h)[0] > 1e-6 * np.linalg.eigvalsh(h)[-1]  # well conditioned enough to factor
+    # The same link as the last of the chain: its joint moves nothing.
+    inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
+    inertia[2] = 0.0
+    with pytest.raises(ValueError, match=r"joint 3 \(link 3 \('link3'\)\) moves no mass or inertia .*subtree \['link3'\]"):
+        sdjax.Model(**base_kwargs(link_mass=[1.0, 1.0, 0.0], link_inertia=inertia))
+    # A thin rod along its own joint axis (z), centroid on the axis: positive mass, no inertia
+    # about the axis, so joint 3 moves no kinetic energy: H is singular.
+    inertia[2] = np.diag([0.1, 0.1, 0.0])
+    with pytest.raises(ValueError, match=r"inertia matrix is singular at q = \[0.0, 0.0, 0.0\].*mostly along joint 3"):
+        sdjax.Model(**base_kwargs(link_inertia=inertia))
+    # The same rod with its centroid off the axis is a valid body (Pinocchio accepts both).
+    sdjax.Model(**base_kwargs(link_inertia=inertia, centroid_to_joint=[[0.0, 0.0, -0.5]] * 2 + [[0.2, 0.0, -0.5]]))
 
 
 def test_inertia_triangle_inequality():
@@ -240,7 +269,7 @@ def test_spacedyn_inertia_policy(tmp_path):
     with pytest.warns(UserWarning, match=r"SpaceDyn model 'bad_lp': the inertia tensors of the base, link 3"):
         sdjax.load_model(path)
     lp["inertia"][:, 6:9] = np.diag([1.0, -0.1, 3.0])  # not positive definite: refused
-    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 \('link3'\) is not positive definite"):
+    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 \('link3'\) is not positive semidefinite"):
         sdjax.model_from_lp(lp)
 
 
@@ -269,7 +298,7 @@ def test_json_round_trip_exact(tmp_path):
         (lambda d: d["links"][1].pop("mass"), r"model\.links\[1\]: missing key\(s\) \['mass'\]"),
         (lambda d: d["links"][1].update(inertia=[[1, 0], [0, 1]]), r"model\.links\[1\]\.inertia: expected shape \(3, 3\)"),
         (lambda d: d["links"][2].update(parent="arm"), r"model\.links\[2\]\.parent: expected an integer"),
-        (lambda d: d["links"][0].update(mass=-1.0), r"link_mass\[0\]: link 1 .*mass must be positive"),
+        (lambda d: d["links"][0].update(mass=-1.0), r"link_mass\[0\]: link 1 .*mass must be non-negative"),
         (lambda d: d["end_points"][0].update(offset=[0, 0, 0]), r"end_points\[0\]: unknown key"),
         (lambda d: d["end_points"][1].update(body=7), r"end_points\[1\]\.body: expected a body index 0\.\.6"),
         (lambda d: d["end_points"][1].update(name=d["end_points"][0]["name"]), r"end_point_names: names must be unique"),

@@ -130,14 +130,14 @@ def _edit(old: str, new: str) -> str:
         (_edit("JtoC_5_5[ 0 0 0.5 ]", ""), r"missing block JtoC_5_5\["),
         (_edit("CtoE_2", "CtoE_4"), r"CtoE blocks \[1, 4\]: expected CtoE_1..CtoE_2 .* or CtoE_<link> for the end-point links \[3, 6\]"),
         (_edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 ]"), r"line 54: mass: expected 7 value\(s\), got 6"),
-        (_edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 -10 ]"), r"link_mass\[5\]: link 6 \('link6'\) mass must be positive"),
+        (_edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 -10 ]"), r"link_mass\[5\]: link 6 \('link6'\) mass must be non-negative"),
         (_edit("###Link6\nI11= 1\n", "###Link6\n"), r"I11=: expected 7 entries \(base and 6 links, in order\), got 6 \(lines"),
         (_edit("###Link6\nI11= 1\n", "###Link6\nI11= one\n"), "line 110: I11: 'one' is not a number"),
         (_edit("###Link6\nI11= 1\n", "###Link6\nI11=\n"), r"line 110: I11: expected 1 value\(s\), got 0"),
         (_edit("BB[ 0 1 2 0 4 5 ]", "BB[ 0 1 2 0 4 5"), r"line 9: BB\[ has no closing '\]' before the next block on line 12"),
         (_edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 10"), r"line 54: mass\[ has no closing '\]'$"),
         (_edit("###EOF 777", "EOF 777"), "line 117: cannot read 'EOF 777'"),
-        (_edit("###Link2\nI11= 1\nI22= 0.1\nI33= 1", "###Link2\nI11= 1\nI22= 0.1\nI33= -5"), "link 2.*not positive definite"),
+        (_edit("###Link2\nI11= 1\nI22= 0.1\nI33= 1", "###Link2\nI11= 1\nI22= 0.1\nI33= -5"), "link 2.*not positive semidefinite"),
     ],
 )
 def test_malformed(text, message):

@@ -39,7 +39,7 @@ from sdjax.models import random_model, spacedyn_sample
 from helpers import random_state
 
 DATA = pathlib.Path(__file__).parent / "data"
-URDFS = ["satellite_arm7", "two_arm_servicer", "wheel_satellite"]
+URDFS = ["satellite_arm7", "two_arm_servicer", "wheel_satellite", "massless_links"]
 NUM_STATES = 20
 
 
@@ -266,7 +266,7 @@ def _round_trip_models():
     return models
 
 
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(len(URDFS) + 2))
 def test_round_trip_same_dynamics(index, tmp_path):
     model = _round_trip_models()[index]
     path = tmp_path / "m.urdf"
@@ -334,9 +334,9 @@ def _robot(*parts: str) -> str:
         (_robot(_BASE, _LINK.format("a"), _LINK.format("c"), _JOINT.format("j", "revolute", "a", "c", ""), _JOINT.format("k", "revolute", "c", "a", "")), r"links \['a', 'c'\] are not connected to the root 'b'"),
         (_robot(_LINK.format("a"), _JOINT.format("j", "revolute", "a", "a", "")), "no root link"),
         (_robot(_BASE, _JOINT.format("j", "revolute", "b", "ghost", "")), "joint 'j': link 'ghost' is not defined"),
-        (_robot(_BASE, '<link name="a"/>', _JOINT.format("j", "revolute", "b", "a", "")), r"link 'a' \(moved by joint 'j'\) has no mass"),
-        (_robot(_BASE, '<link name="a"/>', _LINK.format("c"), _JOINT.format("j", "revolute", "b", "a", ""), _JOINT.format("k", "revolute", "a", "c", "")), r"link 'a' \(moved by joint 'j'\) has no mass.*massless intermediate links"),
-        (_robot('<link name="b"/>', _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", "")), r"the base \(root link\) has no mass"),
+        (_robot(_BASE, '<link name="a"/>', _JOINT.format("j", "revolute", "b", "a", "")), r"joint 1 \(link 1 \('a'\)\) moves no mass or inertia"),
+        (_robot(_BASE, '<link name="a"/>', _LINK.format("c"), _JOINT.format("j", "revolute", "b", "a", ""), _JOINT.format("k", "revolute", "a", "c", "")), r"inertia matrix is singular at q = \[0.0, 0.0\].*massless"),  # two coaxial joints around a massless link
+        (_robot('<link name="b"/>', _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", "")), r"the base \(root link 'b'\) has no mass"),
         (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<axis xyz="0 0 0"/>')), r"joint 'j' <axis xyz>: the joint axis must be non-zero"),
         (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<axis xyz="1 0"/>')), r"joint 'j' <axis xyz>: expected 3 number\(s\)"),
         (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin xyz="0 0 abc"/>')), r"joint 'j' <origin xyz>: expected 3 number\(s\), got '0 0 abc'"),

@@ -49,11 +49,12 @@ joint becomes one sdjax joint; every ``fixed`` joint is merged away.
 
 Refused with a ``ValueError`` naming the link or joint: joint types ``floating`` and
 ``planar`` (and unknown ones), ``<mimic>``, several roots, a link that is the child of two
-joints or a loop, joints naming undefined links, duplicate names, a zero axis, a moving body
-(after merging its fixed children) or a base without mass — sdjax, like SpaceDyn, needs a
-positive mass and a positive-definite inertia on every body, so massless intermediate links are
-not allowed — malformed numbers, DOCTYPE/entity declarations (no entity expansion), and files
-over :data:`MAX_FILE_BYTES` or :data:`MAX_ELEMENTS`.
+joints or a loop, joints naming undefined links, duplicate names, a zero axis, a base without
+mass, a model whose inertia matrix is singular (a joint moving only massless links; see
+:func:`sdjax.model.check_well_posed`), malformed numbers, DOCTYPE/entity declarations (no entity
+expansion), and files over :data:`MAX_FILE_BYTES` or :data:`MAX_ELEMENTS`. Massless moving
+links (dummy frames between two joints of a wrist, zero-inertia links) are accepted when the
+system stays well posed; a massless body's reference point is its link frame origin.
 
 Export (:func:`model_to_urdf`, :func:`save_urdf`)
 -------------------------------------------------
@@ -282,10 +283,11 @@ def _z_to_axis(axis: np.ndarray) -> np.ndarray:
 
 def _combine(parts: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[float, np.ndarray, np.ndarray]:
     """Mass, centroid and inertia about it of rigidly joined parts ``(m, c, I_c)`` (one frame):
-    parallel-axis theorem ``I = sum I_k + m_k (|d_k|^2 E - d_k d_k^T)``, ``d_k = c_k - c``."""
+    parallel-axis theorem ``I = sum I_k + m_k (|d_k|^2 E - d_k d_k^T)``, ``d_k = c_k - c``.
+    Massless parts: the "centroid" is the frame origin and the inertia the sum of theirs."""
     mass = sum(m for m, _, _ in parts)
     if not mass > 0:
-        return 0.0, np.zeros(3), np.zeros((3, 3))
+        return 0.0, np.zeros(3), sum((i for _, _, i in parts), np.zeros((3, 3)))
     centroid = sum(m * c for m, c, _ in parts) / mass
     inertia = np.zeros((3, 3))
     for m, c, i in parts:
@@ -408,14 +410,12 @@ def import_urdf(
                 rot, pos = pose[link_name]
                 parts.append((link.mass, rot @ link.centroid + pos, rot @ link.inertia @ rot.T))
         mass[b], centroid[b], inertia[b] = _combine(parts)
-        if not mass[b] > 0:
-            owner = root if b == 0 else moving[b - 1].child
-            what = "the base (root link)" if b == 0 else f"link {owner!r} (moved by joint {moving[b - 1].name!r})"
-            welded = sorted(set(body_links[b]) - {owner})
+        if b == 0 and not mass[b] > 0:
+            welded = sorted(set(body_links[0]) - {root})
             extra = f" with its fixed children {welded}" if welded else ""
             raise ValueError(
-                f"{what}{extra} has no mass: sdjax needs a positive mass and a positive-definite inertia on "
-                "every body (massless intermediate links are not supported); add an <inertial>"
+                f"the base (root link {root!r}){extra} has no mass: a floating base needs a positive mass and a "
+                "positive-definite inertia; add an <inertial>"
             )
 
     # sdjax link frames: F_b = URDF body frame * S_b (S_0 = identity, base origin moved to its centroid).
