@@ -42,10 +42,11 @@ GRAVITY = np.array([0.0, 0.0, -9.81])
 #: Message fragments that name why a file is refused (first match wins).
 REASONS = (
     ("<mimic>", "mimic joints"),
+    ("no <link> elements", "no links in the file"),
     ("moves no mass", "a joint moves only massless links"),
     ("singular", "singular inertia matrix"),
     ("has no mass", "massless base"),
-    ("triangle inequality", "inertia breaks the triangle inequality"),
+    ("triangle inequality", "inertia breaks the triangle inequality (loads with inertia_check='positive_definite')"),
     ("not positive", "inertia not positive (semi)definite"),
     ("floating", "floating/planar joint inside the tree"),
     ("planar", "floating/planar joint inside the tree"),

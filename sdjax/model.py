@@ -415,10 +415,13 @@ def validate(model: Model) -> None:
     check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64), physical=physical)
     masses = np.asarray(model.link_mass, np.float64)
     inertias = np.asarray(model.link_inertia, np.float64)
+    model_scale = float(max(np.max(np.abs(model.base_inertia)), np.max(np.abs(inertias), initial=0.0)))
     for k in range(n):
         if not masses[k] >= 0:
             raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be non-negative, got {masses[k]}")
-        check_inertia(f"link_inertia[{k}]", _link_label(model, k), inertias[k], physical=physical, semidefinite=True)
+        check_inertia(
+            f"link_inertia[{k}]", _link_label(model, k), inertias[k], physical=physical, semidefinite=True, model_scale=model_scale
+        )
     degenerate = [k for k in range(n) if masses[k] == 0 or np.linalg.eigvalsh(inertias[k])[0] <= 0]
     if degenerate:
         check_well_posed(model)
@@ -428,9 +431,13 @@ def validate(model: Model) -> None:
             raise ValueError(f"Model.{field}[{k}]: {_link_label(model, int(k))} must be non-negative, got {values[k]}")
 
 
-def check_inertia(field: str, body: str, inertia: np.ndarray, *, physical: bool = True, semidefinite: bool = False) -> None:
+def check_inertia(
+    field: str, body: str, inertia: np.ndarray, *, physical: bool = True, semidefinite: bool = False, model_scale: float = 0.0
+) -> None:
     """Symmetric, positive definite (``semidefinite``: positive semidefinite, zero allowed: a
-    massless frame link, a thin rod) and (``physical``) satisfying the triangle inequality."""
+    massless frame link, a thin rod) and (``physical``) satisfying the triangle inequality.
+    ``model_scale`` (largest inertia entry of the model, kg m^2) sets the size below which a
+    negative principal moment is round-off (files write zero as -5e-20)."""
     scale = float(np.max(np.abs(inertia)))
     asym = float(np.max(np.abs(inertia - inertia.T)))
     if asym > INERTIA_RTOL * scale:
@@ -440,14 +447,14 @@ def check_inertia(field: str, body: str, inertia: np.ndarray, *, physical: bool 
         )
     moments = np.linalg.eigvalsh(0.5 * (inertia + inertia.T))
     if semidefinite:
-        if not moments[0] >= -1e-12 * scale:
+        if not moments[0] >= -INERTIA_RTOL * max(scale, model_scale):
             raise ValueError(f"Model.{field}: inertia tensor of {body} is not positive semidefinite (principal moments {moments.tolist()})")
     elif not moments[0] > 1e-12 * max(scale, np.finfo(np.float64).tiny):
         raise ValueError(
             f"Model.{field}: inertia tensor of {body} is not positive definite "
             f"(principal moments {moments.tolist()})"
         )
-    if physical and violates_triangle_inequality(inertia):
+    if physical and violates_triangle_inequality(inertia, model_scale):
         raise ValueError(
             f"Model.{field}: inertia tensor of {body} violates the triangle inequality: principal "
             f"moments {moments.tolist()} have {moments[0]:.6g} + {moments[1]:.6g} < {moments[2]:.6g}, "
@@ -494,18 +501,24 @@ def check_well_posed(model: Model) -> None:
         values, vectors = np.linalg.eigh(0.5 * (h + h.T))
         if not values[0] > SINGULAR_RTOL * eps_ratio * values[-1]:
             k = int(np.argmax(np.abs(vectors[6:, 0]))) if n else 0
+            precision = (
+                f" at {np.dtype(model.dtype).name} precision (enable float64: jax.config.update('jax_enable_x64', True))"
+                if eps_ratio > 1
+                else ""
+            )
             raise ValueError(
-                f"Model: the inertia matrix is singular at q = {np.round(q, 3).tolist()} (smallest eigenvalue "
-                f"{values[0]:.3g} of {values[-1]:.3g}), mostly along joint {k + 1} ({_link_label(model, k)}): its "
-                "massless or inertia-less links leave a motion without kinetic energy"
+                f"Model: the inertia matrix is singular{precision} at q = {np.round(q, 3).tolist()} (smallest "
+                f"eigenvalue {values[0]:.3g} of {values[-1]:.3g}), mostly along joint {k + 1} ({_link_label(model, k)}): "
+                "its massless or inertia-less links leave a motion without kinetic energy"
             )
 
 
-def violates_triangle_inequality(inertia: np.ndarray) -> bool:
+def violates_triangle_inequality(inertia: np.ndarray, model_scale: float = 0.0) -> bool:
     """Whether the principal moments of a symmetric ``(3, 3)`` tensor break ``I1 + I2 >= I3``
-    (for the largest ``I3``), beyond round-off (:data:`INERTIA_RTOL`)."""
+    (for the largest ``I3``), beyond round-off (:data:`INERTIA_RTOL` of the tensor's size or
+    of ``model_scale``, the model's largest inertia entry)."""
     moments = np.linalg.eigvalsh(0.5 * (inertia + inertia.T))
-    return bool(moments[0] + moments[1] < moments[2] - INERTIA_RTOL * float(np.sum(np.abs(moments))))
+    return bool(moments[0] + moments[1] < moments[2] - INERTIA_RTOL * max(float(np.sum(np.abs(moments))), model_scale))
 
 
 def warn_unphysical_inertia(model: Model, source: str) -> None:
