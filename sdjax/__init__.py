@@ -65,7 +65,7 @@ from sdjax.identification import (
     identify,
     payload_parameters,
 )
-from sdjax.integrate import EnvironmentLoads, Trajectory, euler_step, rk4_step, rollout, state_derivative
+from sdjax.integrate import EnvironmentLoads, Trajectory, euler_step, max_stable_step, rk4_step, rollout, state_derivative
 from sdjax.io import (
     UrdfImport,
     import_urdf,
@@ -252,6 +252,7 @@ __all__ = [
     "load_run",
     "make_controls",
     "make_state",
+    "max_stable_step",
     "maneuver_law",
     "manipulability",
     "mass_dependence_table",

@@ -215,6 +215,9 @@ def _demo(args: argparse.Namespace) -> int:
 # info
 
 
+#: Default integration step of ``sdjax simulate``, s.
+SIMULATE_DT = 0.01
+
 #: Levels of the link tree that ``sdjax info`` indents; deeper links are printed with their depth.
 TREE_DRAWN_DEPTH = 24
 
@@ -286,8 +289,9 @@ def _info(args: argparse.Namespace) -> int:
     # Checks: the model passed validation when it was built; then its inertia matrix at q = 0
     # (positive definite and well conditioned, or forward dynamics will fail or lose digits).
     lines.append("checks:")
-    lines.append("  ok    validation: shapes, parent < link numbering, joint types, positive masses, symmetric positive-definite")
-    lines.append("        inertia tensors obeying the triangle inequality, non-negative stiffness/damping, finite values")
+    rule = "obeying the triangle inequality" if model.inertia_check == "physical" else "(triangle inequality not required: SpaceDyn's rule)"
+    lines.append("  ok    validation: shapes, parent < link numbering, joint types, positive base mass, non-negative link masses,")
+    lines.append(f"        symmetric positive-semidefinite link inertia {rule}, non-negative stiffness/damping, finite values")
     state = sdjax.make_state(model)
     h = np.asarray(sdjax.inertia_matrix(model, state), np.float64)
     eig = np.linalg.eigvalsh(0.5 * (h + h.T))
@@ -297,6 +301,15 @@ def _info(args: argparse.Namespace) -> int:
         f"  {'ok  ' if good else 'WARN'}  inertia matrix H ({h.shape[0]}x{h.shape[1]}) at q = 0: eigenvalues {eig[0]:.3g} .. {eig[-1]:.3g}, "
         f"condition number {condition:.3g}" + ("" if good else " (singular or ill-conditioned)")
     )
+    if good:
+        # Stiff passive joints (URDF damping on light links) limit explicit steps.
+        step = sdjax.max_stable_step(model, state)
+        if math.isfinite(step):
+            short = step < SIMULATE_DT
+            lines.append(
+                f"  {'WARN' if short else 'ok  '}  largest stable RK4 step of the passive joint terms at q = 0: {step:.3g} s"
+                + (f" (below simulate's default --dt {SIMULATE_DT}: use --dt {0.5 * step:.2g} or smaller)" if short else "")
+            )
     print("\n".join(lines))
     return 0
 
@@ -466,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("model", metavar="MODEL", help=model_help)
     sim.add_argument("--duration", type=_positive, default=10.0, help="simulated time, s (default 10)")
-    sim.add_argument("--dt", type=_positive, default=0.01, help="integration step, s (default 0.01)")
+    sim.add_argument("--dt", type=_positive, default=SIMULATE_DT, help=f"integration step, s (default {SIMULATE_DT})")
     sim.add_argument("--integrator", choices=("rk4", "euler"), default="rk4")
     sim.add_argument("--controller", choices=("none", "pd", "computed-torque"), default="none",
                      help="none (free motion), pd (joint PD, torque gains) or computed-torque (exact model, floating base)")

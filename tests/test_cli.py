@@ -158,3 +158,24 @@ def test_info_tree_of_a_very_deep_chain():
     lines = _tree_lines(model)
     assert len(lines) == 1 + 3000 and lines[-1].endswith("(depth 3000)")
     assert max(map(len, lines)) < 4 * TREE_DRAWN_DEPTH + 120
+
+
+def test_info_warns_of_stiff_passive_joints(capsys, tmp_path, sample_model):
+    """Damping of 5000 N m s/rad on the sample's 10 kg links needs steps far below simulate's
+    default 0.01 s: info says so with the step to use (the value is max_stable_step's, tested
+    against rollouts in test_integrate.py)."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from sdjax.cli import SIMULATE_DT
+
+    stiff = eqx.tree_at(lambda m: m.joint_damping, sample_model, jnp.full(6, 5000.0))
+    path = tmp_path / "stiff.json"
+    sdjax.save_json_model(stiff, path)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    step = sdjax.max_stable_step(stiff)
+    assert step < SIMULATE_DT
+    assert f"WARN  largest stable RK4 step of the passive joint terms at q = 0: {step:.3g} s (below simulate's default --dt" in out
+    assert main(["info", "spacedyn_sample"]) == 0  # no passive joints: no line
+    assert "largest stable" not in capsys.readouterr().out

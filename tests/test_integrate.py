@@ -1,6 +1,8 @@
 """Integration: conservation laws, energy balance, convergence orders, the Rodrigues step,
 rollout forms, checkpointing, checks."""
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -273,3 +275,28 @@ def test_rollout_refuses_a_bad_step(sample_model):
         sdjax.rollout(sample_model, state, jnp.asarray(jnp.nan), 3)
     good = sdjax.rollout(sample_model, state, jnp.asarray(0.01), 3)  # an array step runs
     assert np.all(np.isfinite(np.asarray(good.states.q)))
+
+
+@pytest.mark.parametrize("passive", ["damping", "stiffness"])
+def test_max_stable_step_separates_bounded_from_diverging_rollouts(passive):
+    """Below the reported step a rollout of a model with a stiff passive joint stays bounded,
+    just above it the fastest mode grows at once (RK4's stability function on the real axis
+    for damping, on the imaginary axis for stiffness); Euler is never stable on an undamped
+    spring."""
+    model = random_model(3, 3, gravity=False)
+    stiff = jnp.asarray([0.0, 0.0, 40.0], model.dtype)
+    zero = jnp.zeros(3, model.dtype)
+    model = eqx.tree_at(lambda m: (m.joint_damping, m.joint_stiffness), model, (stiff, zero) if passive == "damping" else (zero, stiff))
+    state = sdjax.make_state(model, q=[0.05, -0.03, 0.02], qd=[0.1, -0.1, 0.2])  # small motion about the linearisation
+    step = sdjax.max_stable_step(model, state)
+    assert 0 < step < 1.0
+    speed = lambda dt: float(np.max(np.abs(np.asarray(sdjax.rollout(model, state, dt, 400).states.qd[-1]))))  # noqa: E731
+    start = float(np.max(np.abs(np.asarray(state.qd))))
+    assert speed(0.9 * step) < 10 * start  # bounded (decays, or oscillates for the stiffness)
+    assert not speed(1.1 * step) < 1e6 * start  # |R| >= 1.4 per step over 400 steps (or non-finite)
+    if passive == "damping":  # real rates: Euler's limit 2 / lambda against RK4's 2.785 / lambda
+        assert sdjax.max_stable_step(model, state, integrator="euler") == pytest.approx(2 / 2.785 * step, rel=1e-3)
+    else:
+        assert sdjax.max_stable_step(model, state, integrator="euler") == 0.0
+    unforced = eqx.tree_at(lambda m: (m.joint_damping, m.joint_stiffness), model, (zero, zero))
+    assert sdjax.max_stable_step(unforced) == math.inf
