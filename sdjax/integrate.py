@@ -212,6 +212,7 @@ def euler_step(
 
 INTEGRATORS = {"rk4": rk4_step, "euler": euler_step}
 
+
 def _rk4_step_limit(mu: complex) -> float:
     """Largest ``h`` with ``|R(h mu)| <= 1``, ``R(z) = 1 + z + z^2/2 + z^3/6 + z^4/24`` (RK4's
     stability function), by bisection: ``|R(z)| > 1`` for every ``|z| >= 4`` off the origin."""
