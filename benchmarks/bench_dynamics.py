@@ -70,7 +70,7 @@ class PinocchioPeer:
     def __init__(self, model: sdjax.Model, states: list, inputs: dict):
         import pinocchio as pin
 
-        from sdjax.io.pinocchio import pinocchio_coordinates, to_pinocchio
+        from sdjax.io.pinocchio import pinocchio_acceleration_offset, pinocchio_coordinates, to_pinocchio
 
         self.pin = pin
         twin = to_pinocchio(model)
@@ -79,11 +79,7 @@ class PinocchioPeer:
         self.t = [c[2] for c in coords]
         self.q = [c[0] for c in coords]
         self.v = [c[1] for c in coords]
-        # Tdot nu_sd = [-A0^T (w0 x v0); 0; 0] (the base-frame twist's rate).
-        self.tdot_nu = []
-        for s, t in zip(states, self.t):
-            w0, v0 = np.asarray(s.base_angular_velocity), np.asarray(s.base_linear_velocity)
-            self.tdot_nu.append(np.concatenate([-t[:3, :3] @ np.cross(w0, v0), np.zeros(3 + model.num_joints)]))
+        self.tdot_nu = [pinocchio_acceleration_offset(s) for s in states]
         self.tau = [np.concatenate([np.zeros(6), twin.permutation @ t]) for t in inputs["tau"]]
         self.acc = [t @ np.concatenate([a, b]) + td for t, a, b, td in zip(self.t, inputs["base_acc"], inputs["qdd"], self.tdot_nu)]
         self.pool = pin.ModelPool(self.pm, os.cpu_count() or 1)

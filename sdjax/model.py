@@ -415,7 +415,7 @@ def validate(model: Model) -> None:
     check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64), physical=physical)
     masses = np.asarray(model.link_mass, np.float64)
     inertias = np.asarray(model.link_inertia, np.float64)
-    model_scale = float(max(np.max(np.abs(model.base_inertia)), np.max(np.abs(inertias), initial=0.0)))
+    model_scale = _inertia_scale(model)
     for k in range(n):
         if not masses[k] >= 0:
             raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be non-negative, got {masses[k]}")
@@ -513,6 +513,12 @@ def check_well_posed(model: Model) -> None:
             )
 
 
+def _inertia_scale(model: Model) -> float:
+    """Largest inertia entry of the model (kg m^2): the size against which round-off of a
+    single tensor's principal moments is judged."""
+    return float(max(np.max(np.abs(np.asarray(model.base_inertia))), np.max(np.abs(np.asarray(model.link_inertia)), initial=0.0)))
+
+
 def violates_triangle_inequality(inertia: np.ndarray, model_scale: float = 0.0) -> bool:
     """Whether the principal moments of a symmetric ``(3, 3)`` tensor break ``I1 + I2 >= I3``
     (for the largest ``I3``), beyond round-off (:data:`INERTIA_RTOL` of the tensor's size or
@@ -527,9 +533,10 @@ def warn_unphysical_inertia(model: Model, source: str) -> None:
     does); nothing if there is none or the arrays are traced."""
     if isinstance(model.base_inertia, jax.core.Tracer):
         return
-    bodies = ["the base"] if violates_triangle_inequality(np.asarray(model.base_inertia, np.float64)) else []
+    scale = _inertia_scale(model)  # the tolerance validation uses
+    bodies = ["the base"] if violates_triangle_inequality(np.asarray(model.base_inertia, np.float64), scale) else []
     inertias = np.asarray(model.link_inertia, np.float64)
-    bodies += [_link_label(model, k) for k in range(model.num_joints) if violates_triangle_inequality(inertias[k])]
+    bodies += [_link_label(model, k) for k in range(model.num_joints) if violates_triangle_inequality(inertias[k], scale)]
     if bodies:
         warnings.warn(
             f"{source}: the inertia tensors of {', '.join(bodies)} violate the triangle inequality of principal "

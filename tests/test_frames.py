@@ -134,7 +134,8 @@ def test_cli_info_lists_every_frame(capsys, tmp_path, framed):
     sdjax.save_json_model(framed, path)
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "base  (" in out and "[end point: frame1]" in out.splitlines()[[k for k, line in enumerate(out.splitlines()) if "base  (" in line][0]]
+    base_line = next(line for line in out.splitlines() if line.startswith("  base  ("))
+    assert base_line.endswith("[end point: frame1]")  # the frame on the base
     on_first = framed.end_point_link[0]
     names = [framed.end_point_names[e] for e, link in enumerate(framed.end_point_link) if link == on_first]
     assert f"[end points: {', '.join(names)}]" in out

@@ -36,7 +36,7 @@ import pytest
 
 import sdjax
 from sdjax.models import free_flying_arm_7dof, random_model, spacedyn_sample
-from sdjax.io.pinocchio import PinocchioTwin, pinocchio_coordinates, to_pinocchio
+from sdjax.io.pinocchio import PinocchioTwin, pinocchio_acceleration_offset, pinocchio_coordinates, to_pinocchio
 from helpers import random_state, with_frames
 
 pin = pytest.importorskip("pinocchio")
@@ -192,14 +192,10 @@ def case(request) -> Case:
     state = random_state(model, 1000 + index)
     inputs = random_inputs(model, 2000 + index)
     sd = sdjax_results(model, state, inputs)
-    n = model.num_joints
     twin = to_pinocchio(model)
-    a0 = np.asarray(state.base_rotation)
-    v0, w0 = np.asarray(state.base_linear_velocity), np.asarray(state.base_angular_velocity)
     q_pin, v_pin, t = pinocchio_coordinates(twin, state)
     nu_sd = np.asarray(state.generalized_velocity)
-    tdot_nu = np.zeros(6 + n)
-    tdot_nu[:3] = -a0.T @ np.cross(w0, v0)
+    tdot_nu = pinocchio_acceleration_offset(state)
     return Case(
         model=model,
         state=state,

@@ -152,3 +152,15 @@ def pinocchio_coordinates(twin: PinocchioTwin, state: State) -> tuple[np.ndarray
     t[6:, 6:] = twin.permutation
     q_pin = np.concatenate([np.asarray(state.base_position), np.asarray(state.base_quaternion), twin.permutation @ np.asarray(state.q)])
     return q_pin, t @ np.asarray(state.generalized_velocity, np.float64), t
+
+
+def pinocchio_acceleration_offset(state: State) -> np.ndarray:
+    """``Tdot nu_sd`` (6 + n,): Pinocchio's acceleration of an sdjax motion is
+    ``a_pin = T a_sd + Tdot nu_sd`` (``T`` of :func:`pinocchio_coordinates`). Only the
+    free-flyer's linear part has a rate term, that of the base-frame velocity ``A0^T v0``:
+    ``[-A0^T (w0 x v0); 0; 0]``."""
+    rotation = np.asarray(state.base_rotation, np.float64)
+    w0, v0 = np.asarray(state.base_angular_velocity, np.float64), np.asarray(state.base_linear_velocity, np.float64)
+    offset = np.zeros(6 + np.shape(state.q)[-1])
+    offset[:3] = -rotation.T @ np.cross(w0, v0)
+    return offset
