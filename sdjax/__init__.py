@@ -32,6 +32,7 @@ from sdjax.dynamics import (
     bias_forces,
     forward_dynamics,
     generalized_acceleration,
+    generalized_velocity,
     inertia_matrix,
     inertia_matrix_blocks,
     inverse_dynamics,
@@ -125,7 +126,7 @@ from sdjax.maneuver import (
     reaction_wheel_joints,
     realised_base_wrench,
 )
-from sdjax.model import Model, stack_models
+from sdjax.model import BASE_MODES, Model, edit_model, stack_models
 from sdjax.momentum import (
     angular_momentum,
     center_of_mass_velocity,
@@ -186,6 +187,7 @@ __all__ = [
     "ManeuverLaw",
     "Manipulability",
     "MassDependence",
+    "BASE_MODES",
     "Model",
     "MODES",
     "MonteCarloResults",
@@ -226,6 +228,7 @@ __all__ = [
     "forward_dynamics",
     "forward_kinematics",
     "generalized_acceleration",
+    "generalized_velocity",
     "generalized_bias",
     "generalized_inertia_derivatives",
     "generalized_inertia_matrix",
@@ -305,6 +308,7 @@ __all__ = [
     "simulate",
     "simulate_plan",
     "stack_models",
+    "edit_model",
     "state_derivative",
     "state_from_pinocchio",
     "straight_line_plan",

@@ -9,6 +9,14 @@ velocity in the inertial frame), ``F0``/``N0`` the force and torque applied at t
 centroid, ``tau_passive = -K q - D qd`` the model's visco-elastic joint torques, and
 ``F_e``/``T_e`` forces and torques applied *to the robot* at its end points (inertial frame).
 The bias ``c`` contains Coriolis, centrifugal and gravity terms.
+
+Base modes (:data:`sdjax.BASE_MODES`). A planar or fixed base moves only along some components
+of ``[v0, w0]``: the generalized velocity keeps those and ``qd`` (``model.velocity_indices``),
+and the equations above are restricted to them, ``H_r = H[idx][:, idx]``, ``c_r = c[idx]``
+(the other rows carry the bearing's or the mount's reaction and drop out; the projection of
+Lagrange's equation onto the free coordinates). Inertia matrix, bias, generalized
+acceleration and Jacobians are given in these coordinates; forward and inverse dynamics keep
+their 6-vector base arguments, with the constrained components of the base acceleration zero.
 """
 
 from __future__ import annotations
@@ -38,10 +46,10 @@ from sdjax.kinematics import (
     subtree_mass_moments,
     world_inertias,
 )
-from sdjax.model import Model
+from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.algebra import cross3, dot, matvec3
 from sdjax.rotation import skew
-from sdjax.state import State, check_state, check_vector
+from sdjax.state import BASE_TWIST_NAMES, State, check_state, check_vector, is_traced
 from sdjax.tree import accumulate_up
 
 
@@ -131,6 +139,13 @@ def point_loads(
     )
 
 
+def generalized_velocity(model: Model, state: State) -> Array:
+    """``(num_velocities,)`` generalized velocity of the model's base mode: ``[v0, w0, qd]``
+    (floating), ``[v0_x, v0_y, w0_z, qd]`` (planar) or ``qd`` (fixed). ``State`` always holds
+    the whole base twist; see :func:`sdjax.state.check_base_motion`."""
+    return free_coordinates(model, state.generalized_velocity)
+
+
 def passive_joint_torques(model: Model, state: State) -> Array:
     """Visco-elastic joint torques ``-K q - D qd`` of the model's passive joints; ``(n,)``."""
     return -model.joint_stiffness * state.q - model.joint_damping * state.qd
@@ -204,6 +219,10 @@ def inverse_dynamics(
     the end-point loads and the model's passive joint torques:
     ``[F0; N0; tau] = H a + c - J_e^T [F_e; T_e] - [0; 0; tau_passive]``.
 
+    Planar or fixed base: the constrained components of ``base_acceleration`` must be zero,
+    and the base wrench returned includes the reaction of the bearing or mount (all of it
+    for a fixed base: the load on the mounting interface).
+
     Sign convention: ``end_point_force``/``end_point_torque`` are applied **to** the robot
     (``F_h`` of eq 3.18), the same inputs :func:`forward_dynamics` takes, so that
     ``forward_dynamics(inverse_dynamics(a)) == a``. Eq 3.32's ``f_e`` is the opposite load (the
@@ -227,6 +246,13 @@ def inverse_dynamics(
     dtype = state.q.dtype
     n, ne = model.num_joints, model.num_end_points
     base_acceleration = check_vector("base_acceleration", base_acceleration, (6,), dtype)
+    if model.base != "floating" and not is_traced(base_acceleration):
+        fixed = [k for k in range(6) if k not in model.base_coordinates and float(base_acceleration[k]) != 0]
+        if fixed:
+            raise ValueError(
+                f"inverse_dynamics: the {model.base} base cannot accelerate along "
+                f"{', '.join(BASE_TWIST_NAMES[k] + '/dt' for k in fixed)}; base_acceleration was {np.asarray(base_acceleration).tolist()}"
+            )
     qdd = check_vector("qdd", qdd, (n,), dtype)
     end_point_force = check_vector("end_point_force", end_point_force, (ne, 3), dtype)
     end_point_torque = check_vector("end_point_torque", end_point_torque, (ne, 3), dtype)
@@ -238,14 +264,16 @@ def inverse_dynamics(
 
 @eqx.filter_jit
 def bias_forces(model: Model, state: State) -> Array:
-    """Velocity-dependent and gravity forces ``c`` (6 + n,): inverse dynamics at zero
-    acceleration with no applied loads (SpaceDyn's ``Force0``; Pinocchio's ``nle``).
+    """Velocity-dependent and gravity forces ``c`` (``num_velocities``,: ``6 + n`` for a
+    floating base): inverse dynamics at zero acceleration with no applied loads (SpaceDyn's
+    ``Force0``; Pinocchio's ``nle``), in the base mode's coordinates.
 
     Passive joint torques are not included (they are applied forces)."""
     check_state(model, state)
     zero = jnp.zeros(6 + model.num_joints, state.q.dtype)
     frames, axes, twists, accelerations = _motion(model, state, zero[:6], zero[6:])
-    return _newton_euler(model, frames, axes, twists, accelerations, jnp.zeros((model.num_bodies, 6), zero.dtype))
+    bias = _newton_euler(model, frames, axes, twists, accelerations, jnp.zeros((model.num_bodies, 6), zero.dtype))
+    return free_coordinates(model, bias)
 
 
 # ------------------------------------------------------------------------------------------
@@ -281,6 +309,14 @@ def inertia_matrix_from_frames(model: Model, frames: Frames, axes: Array) -> Arr
     return jnp.block([[h_b, h_bm], [h_bm.T, h_m]])
 
 
+def floating_inertia_matrix(model: Model, state: State) -> Array:
+    """``(6 + n, 6 + n)`` inertia matrix of the floating-base layout ``[v0, w0, qd]`` whatever the
+    base mode (its first six rows give the system momentum about the base centroid for any
+    base motion). Internal building block; the public entry is :func:`inertia_matrix`."""
+    frames = relative_frames(model, state.base_rotation, state.q)
+    return inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
+
+
 @eqx.filter_jit
 def inertia_matrix(model: Model, state: State) -> Array:
     """System inertia matrix ``H`` (SpaceDyn ``calc_hh``, eqs 3.18-3.28), by composite bodies.
@@ -290,18 +326,22 @@ def inertia_matrix(model: Model, state: State) -> Array:
         state: its state (only positions are used).
 
     Returns:
-        ``(6 + n, 6 + n)`` symmetric positive-definite matrix for the generalized velocity
-        ``[v0, w0, qd]``; blocks ``H_b = H[:6, :6]``, ``H_bm = H[:6, 6:]``, ``H_m = H[6:, 6:]``.
+        ``(nv, nv)`` symmetric positive-definite matrix for the generalized velocity (``nv =
+        model.num_velocities``): ``[v0, w0, qd]`` for a floating base, with blocks
+        ``H_b = H[:6, :6]``, ``H_bm = H[:6, 6:]``, ``H_m = H[6:, 6:]``; ``[v0_x, v0_y, w0_z, qd]``
+        for a planar base (``H_b`` 3 x 3); ``qd`` for a fixed base (``H = H_m``).
     """
     check_state(model, state)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    return inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
+    h = floating_inertia_matrix(model, state)
+    return free_coordinates(model, free_coordinates(model, h, 0), 1)
 
 
 def inertia_matrix_blocks(model: Model, state: State) -> tuple[Array, Array, Array]:
-    """Blocks ``(H_b (6, 6), H_bm (6, n), H_m (n, n))`` of :func:`inertia_matrix` (eq 3.18)."""
+    """Blocks ``(H_b (nb, nb), H_bm (nb, n), H_m (n, n))`` of :func:`inertia_matrix` (eq 3.18),
+    ``nb = model.num_base_velocities`` (6 floating, 3 planar, 0 fixed)."""
     h = inertia_matrix(model, state)
-    return h[:6, :6], h[:6, 6:], h[6:, 6:]
+    nb = model.num_base_velocities
+    return h[:nb, :nb], h[:nb, nb:], h[nb:, nb:]
 
 
 # ------------------------------------------------------------------------------------------
@@ -324,7 +364,10 @@ def forward_dynamics(
 
     Solves ``H a = [F0; N0; tau + tau_passive] + J_e^T [F_e; T_e] - c`` with a Cholesky
     factorisation of ``H`` (never an explicit inverse). The right-hand side comes from one
-    Newton-Euler pass at zero acceleration with the end-point loads applied.
+    Newton-Euler pass at zero acceleration with the end-point loads applied. For a planar or
+    fixed base the equations are those of the free coordinates (module docstring): the base
+    acceleration is zero along the constrained components and base loads along them are
+    carried by the bearing or mount.
 
     Arguments:
         model: the system.
@@ -342,7 +385,7 @@ def forward_dynamics(
     """
     check_state(model, state)
     controls = make_controls(model, tau, base_force, base_torque, end_point_force, end_point_torque, state.q.dtype)
-    acceleration = generalized_acceleration(model, state, controls)
+    acceleration = floating_acceleration(model, state, controls)
     if check:
         acceleration = eqx.error_if(
             acceleration,
@@ -354,10 +397,20 @@ def forward_dynamics(
 
 @eqx.filter_jit
 def generalized_acceleration(model: Model, state: State, controls: Controls) -> Array:
-    """Forward dynamics for a :class:`Controls` (see :func:`forward_dynamics`).
+    """Forward dynamics for a :class:`Controls` (see :func:`forward_dynamics`), in the base
+    mode's generalized coordinates.
 
     Returns:
-        ``(6 + n,)`` accelerations ``[dv0/dt, dw0/dt, qdd]``.
+        ``(num_velocities,)`` accelerations: ``[dv0/dt, dw0/dt, qdd]`` for a floating base
+        (``[dv0_x/dt, dv0_y/dt, dw0_z/dt, qdd]`` planar, ``qdd`` fixed).
+    """
+    return free_coordinates(model, _forward_dynamics(model, state, controls))
+
+
+def floating_acceleration(model: Model, state: State, controls: Controls) -> Array:
+    """Forward dynamics for a :class:`Controls` as the ``(6 + n,)`` floating-base vector
+    ``[dv0/dt, dw0/dt, qdd]`` whatever the base mode (the components it fixes are zero): what
+    the state's time derivative needs.
 
     Derivatives (forward and reverse mode) use the implicit-function rule of
     :func:`_dynamics_residual` instead of differentiating the composite-body and Cholesky
@@ -369,17 +422,19 @@ def generalized_acceleration(model: Model, state: State, controls: Controls) -> 
 
 
 def _dynamics_residual(model: Model, state: State, controls: Controls, acceleration: Array) -> Array:
-    """``H a + c - [F0; N0; tau + tau_passive] - J_e^T [F_e; T_e]`` (6 + n,), by one Newton-Euler
-    pass; zero at the forward-dynamics solution."""
+    """``H a + c - [F0; N0; tau + tau_passive] - J_e^T [F_e; T_e]`` in the free coordinates
+    (``num_velocities``,), by one Newton-Euler pass; zero at the forward-dynamics solution
+    ``acceleration`` (6 + n,)."""
     frames, axes, twists, accelerations = _motion(model, state, acceleration[:6], acceleration[6:])
     external = _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
     force = _newton_euler(model, frames, axes, twists, accelerations, external)
     applied = jnp.concatenate([controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)])
-    return force - applied
+    return free_coordinates(model, force - applied)
 
 
 def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
-    """Accelerations and the lower Cholesky factor of ``H`` (eq 3.29)."""
+    """Accelerations ``(6 + n,)`` and the lower Cholesky factor of the free coordinates' ``H``
+    (eq 3.29)."""
     n = model.num_joints
     zero = jnp.zeros(6 + n, state.q.dtype)
     frames, axes, twists, accelerations = _motion(model, state, zero[:6], zero[6:])
@@ -387,8 +442,9 @@ def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> t
     external = _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
     bias = _newton_euler(model, frames, axes, twists, accelerations, external)
     applied = jnp.concatenate([controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)])
+    h = free_coordinates(model, free_coordinates(model, h, 0), 1)
     factor, _ = jsl.cho_factor(h, lower=True)
-    return jsl.cho_solve((factor, True), applied - bias), factor
+    return floating_coordinates(model, jsl.cho_solve((factor, True), free_coordinates(model, applied - bias))), factor
 
 
 #: Working-set budget of one chunk of a batched forward dynamics, in units of ``(6 + n)^2``
@@ -458,14 +514,16 @@ def _forward_dynamics_jvp(primals, tangents):
     model, state, controls = primals
     acceleration, factor = _batchable_solve(model, state, controls)
     _, residual_tangent = jax.jvp(lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals, tangents)
-    return acceleration, -jsl.cho_solve((factor, True), residual_tangent)
+    return acceleration, floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent))
 
 
 __all__ = [
     "Controls",
     "bias_forces",
+    "floating_acceleration",
     "forward_dynamics",
     "generalized_acceleration",
+    "generalized_velocity",
     "inertia_matrix",
     "inertia_matrix_blocks",
     "inverse_dynamics",

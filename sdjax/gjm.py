@@ -15,6 +15,11 @@ and any point moves as ``J_b [v0; w0] + J_m qd = J* qd + J_b H_b^-1 M_r0`` with 
 generalized Jacobian ``J* = J_m - J_b H_b^-1 H_bm`` (eq 110) and a momentum offset that
 vanishes for zero momentum.
 
+Base modes. A planar base conserves only ``P_x``, ``P_y`` and ``L_z`` (the bearing carries the
+rest), and a fixed base nothing: everything here is written with the base block of the model's
+free coordinates (``H_b`` 6 x 6, 3 x 3 or empty), so a planar base gets the planar generalized
+Jacobian and a fixed base ``J* = J_m``, ``H* = H_m``, with no base motion.
+
 Momentum argument. Functions that take ``momentum`` want the *conserved* quantity: a ``(6,)``
 vector ``[P; L_O]`` of the total linear momentum and the angular momentum about the inertial
 origin (both inertial frame; what :func:`sdjax.linear_momentum` and
@@ -33,15 +38,29 @@ import jax.scipy.linalg as jsl
 from jax import Array
 
 from sdjax.algebra import cross3
-from sdjax.dynamics import bias_forces, inertia_matrix, passive_joint_torques
+from sdjax.dynamics import bias_forces, floating_inertia_matrix, inertia_matrix, passive_joint_torques
 from sdjax.jacobians import end_point_jacobians, point_jacobian
-from sdjax.model import Model
+from sdjax.model import Model, floating_coordinates
 from sdjax.state import State, check_state, check_vector
 
 
-def _base_solve(h: Array, rhs: Array) -> Array:
-    """``H_b^-1 rhs`` by Cholesky (``H_b`` is the SPD 6x6 base block of ``h``)."""
-    return jsl.cho_solve(jsl.cho_factor(h[:6, :6], lower=True), rhs)
+def _base_solve(model: Model, h: Array, rhs: Array) -> Array:
+    """``H_b^-1 rhs`` by Cholesky (``H_b`` the SPD base block of ``h``, ``nb x nb`` with ``nb``
+    the number of free base coordinates; empty for a fixed base)."""
+    nb = model.num_base_velocities
+    if nb == 0:
+        return rhs
+    return jsl.cho_solve(jsl.cho_factor(h[:nb, :nb], lower=True), rhs)
+
+
+def _free_base(model: Model, value: Array) -> Array:
+    """The components of a ``(6,)`` base vector (twist or momentum) the base mode leaves free."""
+    return value[jnp.asarray(model.base_coordinates, dtype=jnp.int32)]
+
+
+def _base_twist(model: Model, free: Array) -> Array:
+    """``(6,)`` base twist ``[v0; w0]`` from its free components (zero elsewhere)."""
+    return floating_coordinates(model, jnp.concatenate([free, jnp.zeros(model.num_joints, free.dtype)]))[:6]
 
 
 def momentum_about_base(model: Model, state: State, momentum: Any) -> Array:
@@ -54,10 +73,11 @@ def momentum_about_base(model: Model, state: State, momentum: Any) -> Array:
     return jnp.concatenate([linear, angular - cross3(state.base_position, linear)])
 
 
-def _reduced(h: Array) -> Array:
-    """``H* = H_m - H_bm^T H_b^-1 H_bm`` from the full inertia matrix."""
-    h_bm = h[:6, 6:]
-    return h[6:, 6:] - h_bm.T @ _base_solve(h, h_bm)
+def _reduced(model: Model, h: Array) -> Array:
+    """``H* = H_m - H_bm^T H_b^-1 H_bm`` from the inertia matrix of the free coordinates."""
+    nb = model.num_base_velocities
+    h_bm = h[:nb, nb:]
+    return h[nb:, nb:] - h_bm.T @ _base_solve(model, h, h_bm)
 
 
 # ------------------------------------------------------------------------------------------
@@ -69,11 +89,12 @@ def system_momentum(model: Model, state: State) -> Array:
     """Conserved momentum ``[P; L_O]`` of a state, ``(6,)``, inertial frame (kg m/s, kg m^2/s).
 
     From the inertia matrix (eq 42: ``[P; L_r0] = H_b [v0; w0] + H_bm qd``) and
-    ``L_O = L_r0 + r0 x P``; the argument ``momentum`` of the other functions here.
+    ``L_O = L_r0 + r0 x P``; the argument ``momentum`` of the other functions here. The
+    whole momentum whatever the base mode (a planar base conserves only ``P_x, P_y, L_z``).
     """
     check_state(model, state)
-    h = inertia_matrix(model, state)
-    nu = jnp.concatenate([state.base_linear_velocity, state.base_angular_velocity, state.qd])
+    h = floating_inertia_matrix(model, state)
+    nu = state.generalized_velocity
     about_base = h[:6] @ nu
     return jnp.concatenate([about_base[:3], about_base[3:] + cross3(state.base_position, about_base[:3])])
 
@@ -89,12 +110,16 @@ def base_twist_from_joint_rates(model: Model, state: State, qd: Any = None, mome
         momentum: ``(6,)`` conserved ``[P; L_O]`` (default zero; see the module docstring).
 
     Returns:
-        ``(6,)`` ``[v0; w0]``, inertial frame (m/s, rad/s): ``H_b^-1 (M_r0 - H_bm qd)``.
+        ``(6,)`` ``[v0; w0]``, inertial frame (m/s, rad/s): ``H_b^-1 (M_r0 - H_bm qd)``; for a
+        planar base the three free components from the conserved ``P_x, P_y, L_z`` (the others
+        zero), for a fixed base zero.
     """
     check_state(model, state)
     qd = state.qd if qd is None else check_vector("qd", qd, (model.num_joints,), state.q.dtype)
     h = inertia_matrix(model, state)
-    return _base_solve(h, momentum_about_base(model, state, momentum) - h[:6, 6:] @ qd)
+    nb = model.num_base_velocities
+    free = _base_solve(model, h, _free_base(model, momentum_about_base(model, state, momentum)) - h[:nb, nb:] @ qd)
+    return _base_twist(model, free)
 
 
 @eqx.filter_jit
@@ -116,7 +141,7 @@ def generalized_inertia_matrix(model: Model, state: State) -> Array:
     ``1/2 qd^T H* qd`` is the kinetic energy of a zero-momentum motion, so ``H*`` depends on
     ``q`` only (not on the base pose)."""
     check_state(model, state)
-    return _reduced(inertia_matrix(model, state))
+    return _reduced(model, inertia_matrix(model, state))
 
 
 @eqx.filter_jit
@@ -163,7 +188,8 @@ def generalized_bias(model: Model, state: State, momentum: Any = None) -> Array:
     consistent = with_momentum(model, state, momentum)
     h = inertia_matrix(model, consistent)
     bias = bias_forces(model, consistent)
-    return bias[6:] - h[:6, 6:].T @ _base_solve(h, bias[:6])
+    nb = model.num_base_velocities
+    return bias[nb:] - h[:nb, nb:].T @ _base_solve(model, h, bias[:nb])
 
 
 @eqx.filter_jit
@@ -187,26 +213,29 @@ def reduced_forward_dynamics(model: Model, state: State, tau: Any = None, moment
     tau = check_vector("tau", tau, (model.num_joints,), state.q.dtype)
     h = inertia_matrix(model, consistent)
     bias = bias_forces(model, consistent)
-    h_bm = h[:6, 6:]
-    base_bias = _base_solve(h, bias[:6])
-    reduced = h[6:, 6:] - h_bm.T @ _base_solve(h, h_bm)
-    applied = tau + passive_joint_torques(model, consistent) - (bias[6:] - h_bm.T @ base_bias)
+    nb = model.num_base_velocities
+    h_bm = h[:nb, nb:]
+    base_bias = _base_solve(model, h, bias[:nb])
+    reduced = _reduced(model, h)
+    applied = tau + passive_joint_torques(model, consistent) - (bias[nb:] - h_bm.T @ base_bias)
     qdd = jsl.cho_solve(jsl.cho_factor(reduced, lower=True), applied)
-    return -base_bias - _base_solve(h, h_bm @ qdd), qdd
+    return _base_twist(model, -base_bias - _base_solve(model, h, h_bm @ qdd)), qdd
 
 
 # ------------------------------------------------------------------------------------------
 # Generalized Jacobian (eqs 103-111) and manipulability.
 
 
-def _generalized(h: Array, jacobian: Array) -> Array:
-    """``J_m - J_b H_b^-1 H_bm`` for Jacobians ``(..., 6, 6 + n)``."""
-    return jacobian[..., 6:] - jacobian[..., :6] @ _base_solve(h, h[:6, 6:])
+def _generalized(model: Model, h: Array, jacobian: Array) -> Array:
+    """``J_m - J_b H_b^-1 H_bm`` for Jacobians ``(..., 6, nv)`` of the free coordinates."""
+    nb = model.num_base_velocities
+    return jacobian[..., nb:] - jacobian[..., :nb] @ _base_solve(model, h, h[:nb, nb:])
 
 
 def _offset(model: Model, state: State, h: Array, jacobian: Array, momentum: Any) -> Array:
-    """``J_b H_b^-1 M_r0`` for Jacobians ``(..., 6, 6 + n)``: the velocity due to momentum."""
-    return jacobian[..., :6] @ _base_solve(h, momentum_about_base(model, state, momentum))
+    """``J_b H_b^-1 M_r0`` for Jacobians ``(..., 6, nv)``: the velocity due to momentum."""
+    nb = model.num_base_velocities
+    return jacobian[..., :nb] @ _base_solve(model, h, _free_base(model, momentum_about_base(model, state, momentum)))
 
 
 @eqx.filter_jit
@@ -224,7 +253,7 @@ def generalized_jacobian(model: Model, state: State, link: int, point: Any = Non
         (inertial frame) when the momentum is zero; see :func:`generalized_velocity_offset`.
     """
     check_state(model, state)
-    return _generalized(inertia_matrix(model, state), point_jacobian(model, state, link, point))
+    return _generalized(model, inertia_matrix(model, state), point_jacobian(model, state, link, point))
 
 
 @eqx.filter_jit
@@ -247,7 +276,7 @@ def generalized_velocity_offset(model: Model, state: State, link: int, point: An
 def end_point_generalized_jacobians(model: Model, state: State) -> Array:
     """Generalized Jacobians (eq 110) of every end point; ``(ne, 6, n)``."""
     check_state(model, state)
-    return _generalized(inertia_matrix(model, state), end_point_jacobians(model, state))
+    return _generalized(model, inertia_matrix(model, state), end_point_jacobians(model, state))
 
 
 @eqx.filter_jit

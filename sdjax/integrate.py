@@ -24,10 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from sdjax.dynamics import Controls, generalized_acceleration, inertia_matrix, make_controls
+from sdjax.dynamics import Controls, floating_acceleration, inertia_matrix, make_controls
 from sdjax.model import Model
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
-from sdjax.state import State, check_state, is_traced, make_state
+from sdjax.state import State, check_base_motion, check_state, is_traced, make_state
 
 ControlLaw = Callable[[Array, State], Any]
 
@@ -40,9 +40,9 @@ def state_derivative(model: Model, state: State, controls: Controls) -> State:
     """Time derivative of the state (a :class:`State` of rates).
 
     ``d r0/dt = v0``, ``d quat/dt = 1/2 [w0, 0] * quat``, base and joint accelerations from
-    :func:`sdjax.forward_dynamics`.
+    :func:`sdjax.forward_dynamics` (zero along base components the base mode fixes).
     """
-    acceleration = generalized_acceleration(model, state, controls)
+    acceleration = floating_acceleration(model, state, controls)
     return State(
         base_position=state.base_linear_velocity,
         base_quaternion=quat_rate(state.base_quaternion, state.base_angular_velocity),
@@ -190,7 +190,7 @@ def euler_step(
     check_state(model, state)
     controls = make_controls(model, dtype=state.q.dtype) if controls is None else controls
     controls = _with_environment(model, controls, environment, jnp.asarray(t, state.q.dtype), state)
-    acceleration = generalized_acceleration(model, state, controls)
+    acceleration = floating_acceleration(model, state, controls)
     v0 = state.base_linear_velocity + dt * acceleration[:3]
     w0 = state.base_angular_velocity + dt * acceleration[3:6]
     qd = state.qd + dt * acceleration[6:]
@@ -253,9 +253,10 @@ def max_stable_step(model: Model, state: State | None = None, integrator: str = 
         return math.inf
     state = make_state(model) if state is None else state
     h = np.asarray(inertia_matrix(model, state), np.float64)
-    k_full, d_full = np.zeros((6 + n, 6 + n)), np.zeros((6 + n, 6 + n))
-    k_full[6:, 6:], d_full[6:, 6:] = np.diag(stiffness), np.diag(damping)
-    system = np.block([[np.zeros_like(h), np.eye(6 + n)], [-np.linalg.solve(h, k_full), -np.linalg.solve(h, d_full)]])
+    nv, nb = model.num_velocities, model.num_base_velocities
+    k_full, d_full = np.zeros((nv, nv)), np.zeros((nv, nv))
+    k_full[nb:, nb:], d_full[nb:, nb:] = np.diag(stiffness), np.diag(damping)
+    system = np.block([[np.zeros_like(h), np.eye(nv)], [-np.linalg.solve(h, k_full), -np.linalg.solve(h, d_full)]])
     rates = np.linalg.eigvals(system)
     rates = rates[np.abs(rates) > 1e-12 * np.max(np.abs(rates))]  # the rigid (zero) modes
     limit = math.inf
@@ -330,6 +331,7 @@ def rollout(
         :class:`Trajectory` with ``N + 1`` states.
     """
     check_state(model, initial_state)
+    check_base_motion(model, initial_state, "rollout: initial_state")
     if integrator not in INTEGRATORS:
         raise ValueError(f"rollout: unknown integrator {integrator!r}; choose one of {sorted(INTEGRATORS)}")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:

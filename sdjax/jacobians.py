@@ -7,6 +7,10 @@ angular velocity of a point (inertial frame): rows ``[linear (3); angular (3)]``
 the path from the base to the point's link: ``[k_j x (x - p_j); k_j]`` for a revolute joint
 and ``[k_j; 0]`` for a prismatic one. Base columns are ``[[E, -skew(x - r0)], [0, E]]``.
 
+For a planar or fixed base (:data:`sdjax.BASE_MODES`) the public functions return the
+columns of the free coordinates only (``model.velocity_indices``): ``[J_b S | J_m]``, with
+``J_b S`` the three planar columns, or ``J_m`` alone.
+
 Time derivatives use ``d s_j/dt = twist_j x s_j`` for the spatial joint axes (see
 :mod:`sdjax.kinematics`), so ``dJ/dt qd_gen + J a_gen`` is the point's acceleration (eq 3.17).
 """
@@ -31,7 +35,7 @@ from sdjax.kinematics import (
     relative_frames,
 )
 from sdjax.algebra import cross3
-from sdjax.model import Model
+from sdjax.model import Model, free_coordinates
 from sdjax.rotation import skew
 from sdjax.state import State, check_state, check_vector
 
@@ -125,58 +129,58 @@ def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> 
             frame, m (default: the centroid).
 
     Returns:
-        ``(6, 6 + n)`` Jacobian ``[linear; angular]`` w.r.t. ``[v0, w0, qd]``.
+        ``(6, nv)`` Jacobian ``[linear; angular]`` w.r.t. the generalized velocity
+        (``[v0, w0, qd]`` for a floating base, ``nv = 6 + n``; see the module docstring).
     """
     link = _check_body(model, link)
     frames, axes = _kinematic_inputs(model, state)
     point = check_vector("point", point, (3,), frames.centroid.dtype)
     x = _point_on_body(model, frames, link, point)
-    return jacobians_at_points(model, axes, np.array([link]), x[None])[0]
+    return free_coordinates(model, jacobians_at_points(model, axes, np.array([link]), x[None])[0], -1)
 
 
 @eqx.filter_jit
 def point_jacobian_derivative(model: Model, state: State, link: int, point: Any = None) -> Array:
-    """Time derivative of :func:`point_jacobian` along the state's velocities; ``(6, 6 + n)``."""
+    """Time derivative of :func:`point_jacobian` along the state's velocities; ``(6, nv)``."""
     link = _check_body(model, link)
     frames, axes = _kinematic_inputs(model, state)
     point = check_vector("point", point, (3,), frames.centroid.dtype)
     twists = body_twists(model, axes, base_twist(state), state.qd)
     x = _point_on_body(model, frames, link, point)
-    return _jacobian_derivatives_at(model, axes, twists, np.array([link]), x[None])[0]
+    return free_coordinates(model, _jacobian_derivatives_at(model, axes, twists, np.array([link]), x[None])[0], -1)
 
 
 @eqx.filter_jit
 def link_jacobians(model: Model, state: State) -> Array:
-    """Jacobians of every body centroid (base included); ``(n + 1, 6, 6 + n)``.
+    """Jacobians of every body centroid (base included); ``(n + 1, 6, nv)``.
 
     ``[i, :3, 6:]`` and ``[i, 3:, 6:]`` are SpaceDyn's ``J_Ti`` and ``J_Ri`` (eqs 3.25-3.26).
     """
     frames, axes = _kinematic_inputs(model, state)
-    return jacobians_at_points(model, axes, np.arange(model.num_bodies), frames.centroid)
+    return free_coordinates(model, jacobians_at_points(model, axes, np.arange(model.num_bodies), frames.centroid), -1)
 
 
 @eqx.filter_jit
 def link_jacobian_derivatives(model: Model, state: State) -> Array:
-    """Time derivatives of :func:`link_jacobians`; ``(n + 1, 6, 6 + n)``."""
+    """Time derivatives of :func:`link_jacobians`; ``(n + 1, 6, nv)``."""
     frames, axes = _kinematic_inputs(model, state)
     twists = body_twists(model, axes, base_twist(state), state.qd)
-    return _jacobian_derivatives_at(model, axes, twists, np.arange(model.num_bodies), frames.centroid)
+    return free_coordinates(model, _jacobian_derivatives_at(model, axes, twists, np.arange(model.num_bodies), frames.centroid), -1)
 
 
 @eqx.filter_jit
 def end_point_jacobians(model: Model, state: State) -> Array:
-    """Jacobians of every end point (eq 3.16: ``[J_b | J_m]``); ``(ne, 6, 6 + n)``."""
+    """Jacobians of every end point (eq 3.16: ``[J_b | J_m]``); ``(ne, 6, nv)``."""
     frames, axes = _kinematic_inputs(model, state)
     position, _ = end_point_frames(model, frames)
-    return jacobians_at_points(model, axes, np.asarray(model.end_point_link, dtype=np.int64), position)
+    return free_coordinates(model, jacobians_at_points(model, axes, np.asarray(model.end_point_link, dtype=np.int64), position), -1)
 
 
 @eqx.filter_jit
 def end_point_jacobian_derivatives(model: Model, state: State) -> Array:
-    """Time derivatives of :func:`end_point_jacobians` (eq 3.17); ``(ne, 6, 6 + n)``."""
+    """Time derivatives of :func:`end_point_jacobians` (eq 3.17); ``(ne, 6, nv)``."""
     frames, axes = _kinematic_inputs(model, state)
     twists = body_twists(model, axes, base_twist(state), state.qd)
     position, _ = end_point_frames(model, frames)
-    return _jacobian_derivatives_at(
-        model, axes, twists, np.asarray(model.end_point_link, dtype=np.int64), position
-    )
+    derivatives = _jacobian_derivatives_at(model, axes, twists, np.asarray(model.end_point_link, dtype=np.int64), position)
+    return free_coordinates(model, derivatives, -1)

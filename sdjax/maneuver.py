@@ -195,6 +195,7 @@ def add_reaction_wheels(
         end_point_link=model.end_point_link,
         end_point_names=model.end_point_names,
         inertia_check=model.inertia_check,
+        base=model.base,
         centroid_to_end_point=model.centroid_to_end_point,
         end_point_rpy=model.end_point_rpy,
         joint_stiffness=jnp.concatenate([model.joint_stiffness, zeros_k]),

@@ -43,6 +43,16 @@ INERTIA_RTOL = 1e-9
 #: SpaceDyn accepts; its own sample models carry tensors no body can have).
 INERTIA_CHECKS = ("physical", "positive_definite")
 
+#: Base modes (``Model(base=...)``) and, for each, the components of the base twist
+#: ``[v0, w0]`` (inertial frame) that are free:
+#: ``"floating"`` (default): all six (a free-floating or free-flying spacecraft);
+#: ``"planar"``: ``v0_x``, ``v0_y`` and ``w0_z``, the base centroid moving in the inertial x-y
+#: plane and the base turning about the inertial z axis (an air-bearing test bed; gravity along
+#: z is carried by the bearing);
+#: ``"fixed"``: none, the base welded to the inertial frame at its state pose (a ground test bed,
+#: an arm on a large station). The generalized velocity is ``[free base components, qd]``.
+BASE_MODES: dict[str, tuple[int, ...]] = {"floating": (0, 1, 2, 3, 4, 5), "planar": (0, 1, 5), "fixed": ()}
+
 
 class Model(eqx.Module):
     """A moving-base tree of rigid bodies (SpaceDyn's LP, as a pytree).
@@ -64,6 +74,8 @@ class Model(eqx.Module):
         name: static model name.
         inertia_check: static, which inertia tensors validation accepts (:data:`INERTIA_CHECKS`):
             ``"physical"`` (default) or ``"positive_definite"`` (the SpaceDyn readers' choice).
+        base: static base mode (:data:`BASE_MODES`): ``"floating"`` (default), ``"planar"``
+            or ``"fixed"``. A fixed base may be massless (a ``world`` root).
         base_mass: ``()`` base mass, kg.
         base_inertia: ``(3, 3)`` base inertia about its centroid, base frame, kg m^2.
         link_mass: ``(n,)`` link masses, kg.
@@ -92,6 +104,7 @@ class Model(eqx.Module):
     link_names: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True)
     inertia_check: str = eqx.field(static=True)
+    base: str = eqx.field(static=True)
     base_mass: Array
     base_inertia: Array
     link_mass: Array
@@ -128,6 +141,7 @@ class Model(eqx.Module):
         name: str = "model",
         dtype: Any = None,
         inertia_check: str = "physical",
+        base: str = "floating",
     ):
         """Build and validate a model; see the class docstring for every field.
 
@@ -145,6 +159,7 @@ class Model(eqx.Module):
         )
         self.name = str(name)
         self.inertia_check = inertia_check
+        self.base = base
         given = dict(
             base_mass=base_mass,
             base_inertia=base_inertia,
@@ -197,9 +212,28 @@ class Model(eqx.Module):
         return len(self.end_point_link)
 
     @property
+    def base_coordinates(self) -> tuple[int, ...]:
+        """Components of the base twist ``[v0, w0]`` that the base mode leaves free (indices
+        0..5; :data:`BASE_MODES`)."""
+        return BASE_MODES[self.base]
+
+    @property
+    def num_base_velocities(self) -> int:
+        """Number of free base coordinates: 6 (floating), 3 (planar) or 0 (fixed)."""
+        return len(BASE_MODES[self.base])
+
+    @property
     def num_velocities(self) -> int:
-        """Size ``6 + n`` of the generalized velocity ``[v0, w0, qd]``."""
-        return 6 + len(self.parent)
+        """Size of the generalized velocity ``[free base components, qd]``: ``6 + n`` for a
+        floating base, ``3 + n`` planar, ``n`` fixed."""
+        return len(BASE_MODES[self.base]) + len(self.parent)
+
+    @property
+    def velocity_indices(self) -> np.ndarray:
+        """``(num_velocities,)`` positions of the generalized velocity's entries in the
+        floating-base vector ``[v0, w0, qd]`` (6 + n): the free base components, then the
+        joints. ``H = H_floating[idx][:, idx]`` and ``J = J_floating[:, idx]``."""
+        return np.concatenate([np.asarray(BASE_MODES[self.base], np.int64), 6 + np.arange(len(self.parent))])
 
     @property
     def tree(self) -> TreeIndex:
@@ -278,6 +312,28 @@ class Model(eqx.Module):
 
 
 # --------------------------------------------------------------------------------------
+# Base modes: between the free coordinates and the floating-base layout.
+
+
+def free_coordinates(model: Model, x: Array, axis: int = 0) -> Array:
+    """The entries of ``x`` along ``axis`` (of size ``6 + n``, floating-base order
+    ``[v0, w0, qd]``) that the model's base mode leaves free: ``model.velocity_indices``.
+    The identity for a floating base."""
+    if model.base == "floating":
+        return x
+    return jnp.take(x, jnp.asarray(model.velocity_indices), axis=axis)
+
+
+def floating_coordinates(model: Model, x: Array) -> Array:
+    """``(..., 6 + n)`` from ``(..., num_velocities)``: the inverse of :func:`free_coordinates`
+    on the last axis, zero in the base components the base mode fixes."""
+    if model.base == "floating":
+        return x
+    out = jnp.zeros(x.shape[:-1] + (6 + model.num_joints,), x.dtype)
+    return out.at[..., jnp.asarray(model.velocity_indices)].set(x)
+
+
+# --------------------------------------------------------------------------------------
 # Input conversion.
 
 
@@ -343,6 +399,8 @@ def validate(model: Model) -> None:
     concrete (not traced inside ``jit``/``vmap``).
     """
     n, ne = len(model.parent), len(model.end_point_link)
+    if not isinstance(model.base, str) or model.base not in BASE_MODES:
+        raise ValueError(f"Model.base: unknown base mode {model.base!r}; choose one of {list(BASE_MODES)}")
     # Topology.
     for k, p in enumerate(model.parent):
         if not 0 <= p <= k:
@@ -407,15 +465,25 @@ def validate(model: Model) -> None:
             else:
                 label = ""
             raise ValueError(f"Model.{field}{list(where)}{label}: value is not finite ({value[where]})")
-    if not float(model.base_mass) > 0:
-        raise ValueError(f"Model.base_mass: mass must be positive, got {float(model.base_mass)}")
     if model.inertia_check not in INERTIA_CHECKS:
         raise ValueError(f"Model.inertia_check: unknown value {model.inertia_check!r}; choose one of {list(INERTIA_CHECKS)}")
     physical = model.inertia_check == "physical"
-    check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64), physical=physical)
+    model_scale = _inertia_scale(model)
+    if model.base == "fixed":  # the base never moves: its mass and inertia may be zero (a world root)
+        if not float(model.base_mass) >= 0:
+            raise ValueError(f"Model.base_mass: mass must be non-negative, got {float(model.base_mass)}")
+        check_inertia(
+            "base_inertia", "the base", np.asarray(model.base_inertia, np.float64), physical=physical, semidefinite=True, model_scale=model_scale
+        )
+    else:
+        if not float(model.base_mass) > 0:
+            raise ValueError(
+                f"Model.base_mass: mass must be positive for a {model.base} base, got {float(model.base_mass)} "
+                "(a base welded to the world may be massless: base='fixed')"
+            )
+        check_inertia("base_inertia", "the base", np.asarray(model.base_inertia, np.float64), physical=physical)
     masses = np.asarray(model.link_mass, np.float64)
     inertias = np.asarray(model.link_inertia, np.float64)
-    model_scale = _inertia_scale(model)
     for k in range(n):
         if not masses[k] >= 0:
             raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be non-negative, got {masses[k]}")
@@ -500,7 +568,7 @@ def check_well_posed(model: Model) -> None:
         h = np.asarray(inertia_matrix(model, make_state(model, q=q.astype(np.dtype(model.dtype)))), np.float64)
         values, vectors = np.linalg.eigh(0.5 * (h + h.T))
         if not values[0] > SINGULAR_RTOL * eps_ratio * values[-1]:
-            k = int(np.argmax(np.abs(vectors[6:, 0]))) if n else 0
+            k = int(np.argmax(np.abs(vectors[model.num_base_velocities :, 0]))) if n else 0
             precision = (
                 f" at {np.dtype(model.dtype).name} precision (enable float64: jax.config.update('jax_enable_x64', True))"
                 if eps_ratio > 1
@@ -546,17 +614,60 @@ def warn_unphysical_inertia(model: Model, source: str) -> None:
         )
 
 
+#: The constructor fields of :class:`Model` (what :func:`edit_model` may replace).
+MODEL_FIELDS = (
+    "parent",
+    "joint_type",
+    "base_mass",
+    "base_inertia",
+    "link_mass",
+    "link_inertia",
+    "parent_centroid_to_joint",
+    "centroid_to_joint",
+    "joint_rpy",
+    "end_point_link",
+    "centroid_to_end_point",
+    "end_point_rpy",
+    "joint_stiffness",
+    "joint_damping",
+    "gravity",
+    "link_names",
+    "end_point_names",
+    "name",
+    "inertia_check",
+    "base",
+)
+
+
+def edit_model(model: Model, **changes: Any) -> Model:
+    """A copy of ``model`` with some constructor fields replaced, validated again.
+
+    Any field of :data:`MODEL_FIELDS` may be given, static ones included, e.g.
+    ``edit_model(model, base="fixed")`` welds the base to the world and
+    ``edit_model(model, gravity=[0, 0, -9.81])`` adds gravity. Arrays keep the model's dtype
+    unless ``dtype=`` is given. ``TypeError`` names an unknown field.
+    """
+    unknown = sorted(set(changes) - set(MODEL_FIELDS) - {"dtype"})
+    if unknown:
+        raise TypeError(f"edit_model: unknown field(s) {unknown}; fields are {list(MODEL_FIELDS)}")
+    fields = {field: getattr(model, field) for field in MODEL_FIELDS}
+    fields.update(changes)
+    fields.setdefault("dtype", model.dtype)
+    parent, joint_type = fields.pop("parent"), fields.pop("joint_type")
+    return Model(parent, joint_type, **fields)
+
+
 def stack_models(models: Sequence[Model]) -> Model:
     """Stack models of one topology into a batched model (leading axis on every array) for
     ``jax.vmap``; raises ``ValueError`` if topologies differ."""
     if not models:
         raise ValueError("stack_models: expected at least one model")
     first = models[0]
-    static = lambda m: (m.parent, m.joint_type, m.end_point_link, m.end_point_names, m.link_names, m.name, m.inertia_check)  # noqa: E731
+    static = lambda m: (m.parent, m.joint_type, m.end_point_link, m.end_point_names, m.link_names, m.name, m.inertia_check, m.base)  # noqa: E731
     for k, m in enumerate(models[1:], start=1):
         if static(m) != static(first):
             raise ValueError(
                 f"stack_models: model {k} differs from model 0 in its static data "
-                "(parent, joint_type, end_point_link, end_point_names, link_names, name or inertia_check); a batch shares one topology"
+                "(parent, joint_type, end_point_link, end_point_names, link_names, name, inertia_check or base); a batch shares one topology"
             )
     return jax.tree.map(lambda *xs: jnp.stack(xs), *models)

@@ -7,6 +7,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from sdjax.model import Model
@@ -120,7 +121,7 @@ def make_state(
         quat = quat_normalize(quat)
     else:
         quat = jnp.array([0.0, 0.0, 0.0, 1.0], dtype)
-    return State(
+    state = State(
         base_position=vec("base_position", base_position, 3),
         base_quaternion=quat,
         base_linear_velocity=vec("base_linear_velocity", base_linear_velocity, 3),
@@ -128,6 +129,27 @@ def make_state(
         q=vec("q", q, n),
         qd=vec("qd", qd, n),
     )
+    check_base_motion(model, state, "make_state")
+    return state
+
+
+#: Names of the base twist components ``[v0, w0]`` (inertial frame), for messages.
+BASE_TWIST_NAMES = ("v0_x", "v0_y", "v0_z", "w0_x", "w0_y", "w0_z")
+
+
+def check_base_motion(model: Model, state: State, what: str = "state") -> None:
+    """Refuse a concrete state whose base twist moves along a component the model's base mode
+    fixes (:data:`sdjax.BASE_MODES`); nothing can be checked under tracing."""
+    linear, angular = state.base_linear_velocity, state.base_angular_velocity
+    if model.base == "floating" or is_traced(linear, angular):
+        return
+    twist = np.concatenate([np.asarray(linear), np.asarray(angular)])
+    moving = [BASE_TWIST_NAMES[k] for k in range(6) if k not in model.base_coordinates and twist[k] != 0]
+    if moving:
+        raise ValueError(
+            f"{what}: the {model.base} base of model {model.name!r} cannot move along {', '.join(moving)} (base "
+            f"twist {twist.tolist()}); set those components to zero"
+        )
 
 
 def normalize_state(state: State) -> State:

@@ -12,15 +12,19 @@ from sdjax.rotation import rpy_to_matrix
 
 
 def random_state(model: sdjax.Model, seed: int, scale: float = 1.0) -> sdjax.State:
-    """A random state: random base pose and twist, joint positions and rates."""
+    """A random state: random base pose and twist (its components the base mode fixes zero),
+    joint positions and rates."""
     rng = np.random.default_rng(seed)
     n = model.num_joints
+    twist = scale * rng.normal(size=6)
+    free = np.zeros(6)
+    free[list(model.base_coordinates)] = 1.0
     return sdjax.make_state(
         model,
         base_position=rng.normal(size=3),
         base_rotation=np.asarray(rpy_to_matrix(rng.uniform(-np.pi, np.pi, size=3))),
-        base_linear_velocity=scale * rng.normal(size=3),
-        base_angular_velocity=scale * rng.normal(size=3),
+        base_linear_velocity=twist[:3] * free[:3],
+        base_angular_velocity=twist[3:] * free[3:],
         q=rng.uniform(-np.pi, np.pi, size=n),
         qd=scale * rng.normal(size=n),
     )

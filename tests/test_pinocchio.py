@@ -45,13 +45,16 @@ pin = pytest.importorskip("pinocchio")
 # ------------------------------------------------------------------------------------------
 # Test cases: one model, one state, random inputs, the sdjax results and the Pinocchio twin.
 
-def _random(n: int, seed: int, chain_probability: float = 0.7) -> Callable[[], sdjax.Model]:
+def _random(n: int, seed: int, chain_probability: float = 0.7, base: str = "floating") -> Callable[[], sdjax.Model]:
     """Random tree with gravity; passive joints on odd seeds so that the ``-K q - D qd`` terms
     of inverse and forward dynamics are checked too; on seeds 1 (mod 4) four more end points
-    (several on one body, one on the base, out of body order) checked as Pinocchio frames."""
+    (several on one body, one on the base, out of body order) checked as Pinocchio frames.
+    ``base``: the base mode (planar and fixed bases become Pinocchio's PX-PY-RZ joints and a
+    universe body)."""
 
     def build() -> sdjax.Model:
         model = random_model(seed, n, chain_probability=chain_probability, gravity=True, passive=seed % 2 == 1)
+        model = sdjax.edit_model(model, base=base)
         return with_frames(model, seed) if seed % 4 == 1 else model
 
     return build
@@ -84,6 +87,9 @@ CASES = {
         for n, seeds, chain_probability in ((6, (10, 11, 12, 13), 0.7), (7, (0, 1, 2, 3), 0.7), (20, (32, 33, 34, 35), 0.9))
         for seed in seeds
     },
+    # Base modes: a tilted base (the planar twin's reference attitude is the state's), frames
+    # on the base, passive joints and a non-depth-first numbering among them.
+    **{f"{base}_n7_seed{seed}": _random(7, seed, 0.7, base) for base in ("planar", "fixed") for seed in (1, 2)},
 }
 CASE_IDS = list(CASES)
 
@@ -134,7 +140,7 @@ def random_inputs(model: sdjax.Model, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     n, ne = model.num_joints, model.num_end_points
     return dict(
-        acceleration=rng.normal(size=6 + n),
+        acceleration=np.asarray(sdjax.model.floating_coordinates(model, rng.normal(size=model.num_velocities))),
         id_force=rng.normal(scale=10.0, size=(ne, 3)),
         id_torque=rng.normal(scale=5.0, size=(ne, 3)),
         tau=rng.normal(scale=5.0, size=n),
@@ -192,10 +198,10 @@ def case(request) -> Case:
     state = random_state(model, 1000 + index)
     inputs = random_inputs(model, 2000 + index)
     sd = sdjax_results(model, state, inputs)
-    twin = to_pinocchio(model)
+    twin = to_pinocchio(model, base_pose=state)
     q_pin, v_pin, t = pinocchio_coordinates(twin, state)
-    nu_sd = np.asarray(state.generalized_velocity)
-    tdot_nu = pinocchio_acceleration_offset(state)
+    nu_sd = np.asarray(sdjax.generalized_velocity(model, state))
+    tdot_nu = pinocchio_acceleration_offset(state, model.base)
     return Case(
         model=model,
         state=state,
@@ -239,6 +245,7 @@ def test_forward_kinematics(case: Case):
     oMi = [c.data.oMi[j] for j in c.twin.joint_id]
     centroid = np.array([m.act(c.pm.inertias[j].lever) for j, m in zip(c.twin.joint_id, oMi)])
     rotation = np.array([m.rotation for m in oMi])
+    rotation[0] = (oMi[0] * c.twin.base_placement).rotation  # the base frame in its Pinocchio joint
     axis = rotation[1:, :, 2]
     # sdjax's joint position of a prismatic joint is the slider origin at zero displacement.
     slide = np.where(np.array([t == "P" for t in c.model.joint_type]), np.asarray(c.state.q), 0.0)
@@ -253,7 +260,11 @@ def test_forward_kinematics(case: Case):
     assert_close(sd["rotation"], rotation, 1e-12, "link rotations", 1.0)
     assert_close(sd["joint_axis"], axis, 1e-12, "joint axes", 1.0)
     # Centre of mass: mass-weighted mean of the centroids, same round-off as the centroids.
-    assert_close(sd["center_of_mass"], pin.centerOfMass(c.pm, c.data, c.q_pin), 1e-12, "centre of mass", scale)
+    com = pin.centerOfMass(c.pm, c.data, c.q_pin)
+    if c.model.base == "fixed":  # Pinocchio leaves the universe's bodies out; sdjax counts the base
+        moving, base = c.data.mass[0], float(c.model.base_mass)
+        com = (moving * com + base * np.asarray(c.state.base_position)) / (moving + base)
+    assert_close(sd["center_of_mass"], com, 1e-12, "centre of mass", scale)
     if c.model.num_end_points:
         end_pos = np.array([c.data.oMf[f].translation for f in c.twin.frame_id])
         end_rot = np.array([c.data.oMf[f].rotation for f in c.twin.frame_id])
@@ -302,14 +313,17 @@ def test_bias_forces(case: Case):
 def test_inverse_dynamics(case: Case):
     c, inputs = case, case.inputs
     fext = c.end_point_fext(inputs["id_force"], inputs["id_torque"])
-    a_pin = c.T @ inputs["acceleration"] + c.tdot_nu
+    free = lambda x: np.asarray(sdjax.model.free_coordinates(c.model, x))  # noqa: E731
+    a_pin = c.T @ free(inputs["acceleration"]) + c.tdot_nu
     tau_pin = pin.rnea(c.pm, c.data, c.q_pin, c.v_pin, a_pin, fext)
     expected = c.T.T @ tau_pin
-    expected[6:] -= c.passive  # sdjax's tau is what the actuators add to -K q - D qd
+    expected[c.model.num_base_velocities :] -= c.passive  # sdjax's tau is what the actuators add to -K q - D qd
     # 1e-12 relative to the largest generalized force: as for the bias forces, both sides sum
     # O(n) wrenches (n <= 20) of O(1)-conditioned products: ~n * 1e-16 round-off (measured
     # <= 1.5e-15), so ~500x margin.
-    assert_close(c.sd["inverse_dynamics"], expected, 1e-12, "inverse dynamics")
+    # (A planar or fixed base's other wrench components are the bearing's or mount's reaction,
+    # which Pinocchio's reduced model does not compute.)
+    assert_close(free(c.sd["inverse_dynamics"]), expected, 1e-12, "inverse dynamics")
 
 
 # ------------------------------------------------------------------------------------------
@@ -319,7 +333,8 @@ def test_inverse_dynamics(case: Case):
 def test_forward_dynamics(case: Case):
     c, inputs = case, case.inputs
     fext = c.end_point_fext(inputs["fd_force"], inputs["fd_torque"])
-    tau_sd = np.concatenate([inputs["base_force"], inputs["base_torque"], inputs["tau"] + c.passive])
+    free = lambda x: np.asarray(sdjax.model.free_coordinates(c.model, x))  # noqa: E731
+    tau_sd = free(np.concatenate([inputs["base_force"], inputs["base_torque"], inputs["tau"] + c.passive]))
     tau_pin = c.T @ tau_sd  # T^-T = T (orthogonal)
     a_pin = pin.aba(c.pm, c.data, c.q_pin, c.v_pin, tau_pin, fext)
     expected = c.T.T @ (a_pin - c.tdot_nu)  # T^-1 = T^T
@@ -328,7 +343,9 @@ def test_forward_dynamics(case: Case):
     # reaches ~5e4 here (200 kg bases, 1 kg links, short levers): the bound 1e-14 * cond(H)
     # is ~50x that worst case (measured errors stay below 2e-13), with a floor of 1e-12.
     cond = np.linalg.cond(c.mass_matrix())
-    assert_close(c.sd["forward_dynamics"], expected, max(1e-12, 1e-14 * cond), f"forward dynamics (cond(H) {cond:.1e})")
+    assert_close(free(c.sd["forward_dynamics"]), expected, max(1e-12, 1e-14 * cond), f"forward dynamics (cond(H) {cond:.1e})")
+    # The components a planar or fixed base cannot move along stay exactly zero.
+    assert np.all(np.delete(c.sd["forward_dynamics"], c.model.velocity_indices) == 0)
 
 
 # ------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ A file holds one object::
       "name": "my_robot",
       "gravity": [0, 0, 0],                          # optional, m/s^2, inertial frame
       "base": {"mass": 100.0,                        # kg
-               "inertia": [[10, 0, 0], [0, 10, 0], [0, 0, 10]]},   # kg m^2, base frame
+               "inertia": [[10, 0, 0], [0, 10, 0], [0, 0, 10]],    # kg m^2, base frame
+               "mode": "floating"},                  # optional; or "planar", "fixed" (sdjax.BASE_MODES)
       "links": [                                     # in order: link 1, 2, ..., n
         {"name": "shoulder",                         # unique
          "parent": 0,                                # 0 = base, else a lower link index
@@ -63,7 +64,7 @@ MAX_LINKS = 10_000
 MAX_END_POINTS = 10_000
 
 _TOP_KEYS = {"format", "version", "name", "gravity", "base", "links", "end_points", "inertia_check", "description"}
-_BASE_KEYS = {"mass", "inertia"}
+_BASE_KEYS = {"mass", "inertia", "mode"}
 _LINK_KEYS = {
     "name",
     "parent",
@@ -115,7 +116,7 @@ def model_to_dict(model: Model) -> dict[str, Any]:
         "version": VERSION,
         "name": model.name,
         "gravity": _floats(model.gravity),
-        "base": {"mass": float(model.base_mass), "inertia": _floats(model.base_inertia)},
+        "base": {"mass": float(model.base_mass), "inertia": _floats(model.base_inertia), "mode": model.base},
         "links": links,
         "end_points": end_points,
         "inertia_check": model.inertia_check,
@@ -154,7 +155,7 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
     if isinstance(version, bool) or version not in READS_VERSIONS:
         raise ValueError(f"model.version: this sdjax reads versions {list(READS_VERSIONS)}, got {version!r}")
     base = data["base"]
-    _check_keys("model.base", base, _BASE_KEYS, _BASE_KEYS)
+    _check_keys("model.base", base, _BASE_KEYS, {"mass", "inertia"})
     links = data["links"]
     if not isinstance(links, list):
         raise ValueError(f"model.links: expected a list, got {type(links).__name__}")
@@ -232,6 +233,7 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
         name=str(data.get("name", "model")),
         dtype=dtype,
         inertia_check=data.get("inertia_check", "physical"),
+        base=base.get("mode", "floating"),
     )
 
 

@@ -14,6 +14,12 @@ force at and torque about the base centroid, inertial frame), hence ``H_sd = T^T
 Pinocchio's free-flyer acceleration is the time derivative of the base-frame twist:
 ``a_pin = T a_sd + Tdot nu_sd`` with ``Tdot nu_sd = [-A0^T (w0 x v0); 0; 0]``. Therefore
 ``c_sd = T^T (M Tdot nu_sd + nle)``. ``T`` is orthogonal, so ``T^-1 = T^T``.
+
+Base modes. A planar base becomes three Pinocchio joints ``PX``, ``PY``, ``RZ`` (world-aligned,
+massless between them): their rates are sdjax's ``[v0_x, v0_y, w0_z]`` directly, so
+``T = blockdiag(E_3, P)`` and ``Tdot nu = 0``. A fixed base is a body of Pinocchio's universe:
+``T = P``. Both place the base frame at a reference pose (the base centroid's height and the
+attitude at ``RZ`` angle zero) given when the twin is built.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.model import Model
+from sdjax.model import BASE_MODES, Model
 from sdjax.rotation import rpy_to_matrix
 from sdjax.state import State
 
@@ -38,12 +44,17 @@ class PinocchioTwin:
         frame_id: ``(ne,)`` Pinocchio frame id of each sdjax end point.
         permutation: ``(n, n)`` 0/1 matrix mapping sdjax joint vectors to Pinocchio's joint
             order: ``q_pin[7:] = permutation @ q``, ``v_pin[6:] = permutation @ qd``.
+        base: the sdjax base mode.
+        base_placement: ``pin.SE3`` of the sdjax base frame (origin on the base centroid) in
+            the frame of Pinocchio joint ``joint_id[0]`` (identity for a floating base).
     """
 
     model: Any  # pinocchio.Model
     joint_id: list[int]
     frame_id: list[int]
     permutation: np.ndarray
+    base: str = "floating"
+    base_placement: Any = None
 
 
 def depth_first_order(parent: tuple[int, ...]) -> list[int]:
@@ -68,12 +79,15 @@ def depth_first_order(parent: tuple[int, ...]) -> list[int]:
     return order
 
 
-def to_pinocchio(model: Model) -> PinocchioTwin:
+def to_pinocchio(model: Model, base_pose: State | None = None) -> PinocchioTwin:
     """Build the Pinocchio model of an sdjax model.
 
     Joints: Pinocchio joint 1 is a ``JointModelFreeFlyer`` whose frame is the sdjax base frame
     (origin on the base centroid); the links follow in depth-first order (see
     :func:`depth_first_order`), so Pinocchio's joint vectors are a permutation of sdjax's.
+    A planar base is the joints ``PX``, ``PY``, ``RZ`` and a fixed base a body of the universe
+    (module docstring), placed at ``base_pose``'s base pose (default: the origin, identity
+    attitude; a planar twin takes its height and its attitude as that at ``RZ`` angle 0).
 
     Geometry (sdjax conventions, see :mod:`sdjax.model` and :mod:`sdjax.kinematics`):
 
@@ -110,17 +124,31 @@ def to_pinocchio(model: Model) -> PinocchioTwin:
     pm.name = model.name
     pm.gravity = pin.Motion(np.asarray(model.gravity, np.float64), np.zeros(3))
     joint_id = [0] * (n + 1)
-    joint_id[0] = pm.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), "base")
+    if base_pose is None:
+        pose = pin.SE3.Identity()
+    else:
+        pose = pin.SE3(np.asarray(base_pose.base_rotation, np.float64), np.asarray(base_pose.base_position, np.float64))
+    if model.base == "floating":
+        joint_id[0], base_placement = pm.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), "base"), pin.SE3.Identity()
+    elif model.base == "planar":
+        slider_x = pm.addJoint(0, pin.JointModelPX(), pin.SE3.Identity(), "base_x")
+        slider_y = pm.addJoint(slider_x, pin.JointModelPY(), pin.SE3.Identity(), "base_y")
+        joint_id[0] = pm.addJoint(slider_y, pin.JointModelRZ(), pin.SE3.Identity(), "base_yaw")
+        base_placement = pin.SE3(pose.rotation, np.array([0.0, 0.0, pose.translation[2]]))
+    else:
+        joint_id[0], base_placement = 0, pose
     pm.appendBodyToJoint(
         joint_id[0],
         pin.Inertia(float(model.base_mass), np.zeros(3), np.asarray(model.base_inertia, np.float64)),
-        pin.SE3.Identity(),
+        base_placement,
     )
     for i in depth_first_order(model.parent):
         p = model.parent[i - 1]
         offset = pcj[i - 1] - (cj[p - 1] if p > 0 else 0.0)
         joint_model = pin.JointModelRZ() if model.joint_type[i - 1] == "R" else pin.JointModelPZ()
         placement = pin.SE3(joint_rot[i - 1], offset)
+        if p == 0:
+            placement = base_placement * placement
         joint_id[i] = pm.addJoint(joint_id[p], joint_model, placement, model.link_names[i - 1])
         pm.appendBodyToJoint(joint_id[i], pin.Inertia(float(masses[i - 1]), -cj[i - 1], inertias[i - 1]), pin.SE3.Identity())
     end_rot = np.asarray(rpy_to_matrix(model.end_point_rpy), np.float64).reshape(-1, 3, 3)
@@ -128,14 +156,16 @@ def to_pinocchio(model: Model) -> PinocchioTwin:
     frame_id = []
     for k, link in enumerate(model.end_point_link):
         placement = pin.SE3(end_rot[k], cte[k] - (cj[link - 1] if link > 0 else 0.0))
+        if link == 0:
+            placement = base_placement * placement
         frame = pin.Frame(model.end_point_names[k], joint_id[link], placement, pin.FrameType.OP_FRAME)
         frame_id.append(pm.addFrame(frame, False))
-    assert pm.nq == 7 + n and pm.nv == 6 + n
+    nb = model.num_base_velocities
+    assert pm.nv == nb + n and pm.nq == nb + n + (1 if model.base == "floating" else 0)
     permutation = np.zeros((n, n))
     for i in range(1, n + 1):
-        permutation[pm.idx_vs[joint_id[i]] - 6, i - 1] = 1.0
-    return PinocchioTwin(pm, joint_id, frame_id, permutation)
-
+        permutation[pm.idx_vs[joint_id[i]] - nb, i - 1] = 1.0
+    return PinocchioTwin(pm, joint_id, frame_id, permutation, model.base, base_placement)
 
 
 def pinocchio_coordinates(twin: PinocchioTwin, state: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,22 +173,39 @@ def pinocchio_coordinates(twin: PinocchioTwin, state: State) -> tuple[np.ndarray
 
     Returns:
         ``q_pin (7 + n,)`` = ``[r0, quat (x, y, z, w), P q]``, ``v_pin (6 + n,)`` = ``T nu_sd``,
-        and ``T (6 + n, 6 + n)``.
+        and ``T (6 + n, 6 + n)`` (planar base: ``q_pin = [x0, y0, yaw, P q]``, where ``yaw``
+        turns the twin's reference attitude into the state's, and ``T = blockdiag(E_3, P)``;
+        fixed base: ``P q``, ``T = P``; ``nu_sd`` the state's generalized velocity).
     """
     rotation = np.asarray(state.base_rotation, np.float64)
     n = twin.permutation.shape[0]
-    t = np.zeros((6 + n, 6 + n))
-    t[:3, :3] = t[3:6, 3:6] = rotation.T
-    t[6:, 6:] = twin.permutation
-    q_pin = np.concatenate([np.asarray(state.base_position), np.asarray(state.base_quaternion), twin.permutation @ np.asarray(state.q)])
-    return q_pin, t @ np.asarray(state.generalized_velocity, np.float64), t
+    joints = twin.permutation @ np.asarray(state.q)
+    if twin.base == "floating":
+        t = np.zeros((6 + n, 6 + n))
+        t[:3, :3] = t[3:6, 3:6] = rotation.T
+        t[6:, 6:] = twin.permutation
+        q_pin = np.concatenate([np.asarray(state.base_position), np.asarray(state.base_quaternion), joints])
+        nu_sd = np.asarray(state.generalized_velocity, np.float64)
+    elif twin.base == "planar":
+        t = np.eye(3 + n)
+        t[3:, 3:] = twin.permutation
+        turn = rotation @ np.asarray(twin.base_placement.rotation).T  # Rz(yaw)
+        yaw = np.arctan2(turn[1, 0], turn[0, 0])
+        q_pin = np.concatenate([np.asarray(state.base_position)[:2], [yaw], joints])
+        nu_sd = np.concatenate([np.asarray(state.base_linear_velocity)[:2], np.asarray(state.base_angular_velocity)[2:], np.asarray(state.qd)])
+    else:
+        t, q_pin, nu_sd = twin.permutation, joints, np.asarray(state.qd, np.float64)
+    return q_pin, t @ nu_sd, t
 
 
-def pinocchio_acceleration_offset(state: State) -> np.ndarray:
+def pinocchio_acceleration_offset(state: State, base: str = "floating") -> np.ndarray:
     """``Tdot nu_sd`` (6 + n,): Pinocchio's acceleration of an sdjax motion is
     ``a_pin = T a_sd + Tdot nu_sd`` (``T`` of :func:`pinocchio_coordinates`). Only the
     free-flyer's linear part has a rate term, that of the base-frame velocity ``A0^T v0``:
-    ``[-A0^T (w0 x v0); 0; 0]``."""
+    ``[-A0^T (w0 x v0); 0; 0]``; zero for planar and fixed bases (``T`` constant), of the
+    size of their generalized velocity."""
+    if base != "floating":
+        return np.zeros(len(BASE_MODES[base]) + np.shape(state.q)[-1])
     rotation = np.asarray(state.base_rotation, np.float64)
     w0, v0 = np.asarray(state.base_angular_velocity, np.float64), np.asarray(state.base_linear_velocity, np.float64)
     offset = np.zeros(6 + np.shape(state.q)[-1])
