@@ -20,22 +20,40 @@ CASES = {
     "arm7": free_flying_arm_7dof,
     # Several end points on one body and one on the base: MuJoCo sites on the same bodies.
     "random_tree": lambda: with_frames(random_model(81, 9, gravity=True, passive=True, chain_probability=0.5)),
+    # Base modes: MuJoCo slides and a hinge for a planar base (tilted reference attitude), a
+    # jointless base body for a fixed one.
+    "planar_tree": lambda: with_frames(sdjax.edit_model(random_model(83, 6, gravity=True, passive=True), base="planar")),
+    "fixed_tree": lambda: sdjax.edit_model(random_model(84, 6, gravity=True, passive=True), base="fixed"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_mass_matrix_bias_and_forward_dynamics(name):
     model = CASES[name]()
-    mj_model = mujoco.MjModel.from_xml_string(to_mjcf(model))
+    pose = random_state(model, 99)  # places a fixed base; a planar base's height and reference attitude
+    mj_model = mujoco.MjModel.from_xml_string(to_mjcf(model, base_pose=pose))
     assert mj_model.nv == model.num_velocities and mj_model.nsite == model.num_end_points
     data = mujoco.MjData(mj_model)
     rng = np.random.default_rng(0)
     for seed in range(3):
         state = random_state(model, seed)
-        qpos, qvel, t = mujoco_coordinates(model, state)
+        if model.base != "floating":  # the pose the MJCF fixes (planar: its height, and any yaw)
+            turn = np.asarray(sdjax.rotation.rpy_to_matrix(np.array([0.0, 0.0, rng.uniform(-3, 3)])))
+            attitude = turn @ np.asarray(pose.base_rotation) if model.base == "planar" else np.asarray(pose.base_rotation)
+            position = np.asarray(pose.base_position) if model.base == "fixed" else np.append(np.asarray(state.base_position)[:2], np.asarray(pose.base_position)[2])
+            state = sdjax.make_state(
+                model,
+                base_position=position,
+                base_rotation=attitude,
+                base_linear_velocity=state.base_linear_velocity,
+                base_angular_velocity=state.base_angular_velocity,
+                q=state.q,
+                qd=state.qd,
+            )
+        qpos, qvel, t = mujoco_coordinates(model, state, pose)
         tau = rng.normal(size=model.num_joints)
         data.qpos[:], data.qvel[:] = qpos, qvel
-        data.qfrc_applied[:] = t @ np.concatenate([np.zeros(6), tau])
+        data.qfrc_applied[:] = t @ np.concatenate([np.zeros(model.num_base_velocities), tau])
         mujoco.mj_forward(mj_model, data)
         full = np.zeros((mj_model.nv, mj_model.nv))
         mujoco.mj_fullM(mj_model, data, full)
@@ -45,7 +63,8 @@ def test_mass_matrix_bias_and_forward_dynamics(name):
         assert_close(sdjax.bias_forces(model, state), t.T @ data.qfrc_bias, 1e-11, "bias")
         base_acc, qdd = sdjax.forward_dynamics(model, state, tau)
         # MuJoCo includes joint springs and dampers (qfrc_passive) as sdjax does.
-        assert_close(t @ np.concatenate([base_acc, qdd]), data.qacc, 1e-9, "forward dynamics")  # cond(H)
+        free = np.asarray(sdjax.model.free_coordinates(model, np.concatenate([base_acc, qdd])))
+        assert_close(t @ free, data.qacc, 1e-9, "forward dynamics")  # cond(H)
         kin = sdjax.forward_kinematics(model, state)
         # Sites are numbered in body (depth-first) order; look them up by name.
         sites = [mujoco.mj_name2id(mj_model, mujoco.mjtObj.mjOBJ_SITE, name) for name in model.end_point_names]

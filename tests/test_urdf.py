@@ -407,3 +407,92 @@ def test_pinocchio_helpers_refuse_another_model():
     other = pin.buildModelFromUrdf(str(DATA / "two_arm_servicer.urdf"), pin.JointModelFreeFlyer())
     with pytest.raises(ValueError, match="joint 'shoulder_yaw' is not in the Pinocchio model"):
         pinocchio_from_state(info, other, random_state(info.model, 0))
+
+
+# ------------------------------------------------------------------------------------------
+# Base modes from the file: a world root.
+
+
+def test_fixed_base_against_pinocchio():
+    """A root link ``world`` welded to the arm gives a fixed base; checked against Pinocchio's
+    own parse of the file without a root joint (its universe is the world link)."""
+    pin = pytest.importorskip("pinocchio")
+    path = DATA / "fixed_base_arm.urdf"
+    gravity = np.array([0.0, 0.0, -9.81])
+    info = import_urdf(path, gravity=gravity)
+    model = info.model
+    assert model.base == "fixed" and info.root_link == "world" and model.num_velocities == model.num_joints
+    pm = pin.buildModelFromUrdf(str(path))
+    pm.gravity = pin.Motion(gravity, np.zeros(3))
+    data = pm.createData()
+    n = model.num_joints
+    assert pm.nv == n
+    perm = np.zeros((n, n))
+    for k, joint in enumerate(info.joint_names):
+        perm[pm.idx_vs[pm.getJointId(joint)], k] = 1.0
+    rng = np.random.default_rng(3)
+    damping = np.asarray(model.joint_damping)
+    for _ in range(5):
+        # Continuous joints are (cos q, sin q) pairs in Pinocchio: go through an angle vector.
+        angles = sdjax.make_state(model, base_position=info.root_to_base, q=rng.uniform(-np.pi, np.pi, size=n))
+        q_pin, _ = pinocchio_from_state(info, pm, angles)
+        v_pin = rng.normal(size=pm.nv)
+        state = state_from_pinocchio(info, pm, q_pin, v_pin)
+        # The base sits where the file welds it: the world origin moved to the base centroid.
+        np.testing.assert_allclose(np.asarray(state.base_position), info.root_to_base, rtol=0, atol=0)
+        tau = rng.normal(scale=5.0, size=n)
+        m = pin.crba(pm, data, q_pin)
+        m = np.triu(m) + np.triu(m, 1).T
+        # As test_against_pinocchio_urdf_parser: sums of O(n) composite-inertia terms, round-off
+        # ~n * 1e-16 of the largest entry or term; 1e-12 leaves a wide margin.
+        assert _rel(sdjax.inertia_matrix(model, state), perm.T @ m @ perm) < 1e-12
+        nle = pin.rnea(pm, data, q_pin, v_pin, np.zeros(n))
+        assert _rel(sdjax.bias_forces(model, state), perm.T @ nle) < 1e-12
+        base_acc, qdd = sdjax.forward_dynamics(model, state, tau)
+        expected = perm.T @ pin.aba(pm, data, q_pin, v_pin, perm @ (tau - damping * np.asarray(state.qd)))
+        # Cholesky against articulated bodies: ~cond(M) * eps relative (cond(M) < 1e3 here).
+        assert _rel(qdd, expected) < max(1e-12, 1e-14 * np.linalg.cond(m))
+        assert np.all(np.asarray(base_acc) == 0)
+        # The reaction the mount carries at rest under gravity: the whole weight (sdjax's base
+        # wrench holds the system still: F0 = -M g), to round-off of a sum of n + 1 weights.
+        rest = eqx.tree_at(lambda s: s.qd, state, jnp.zeros(n))
+        wrench, _ = sdjax.inverse_dynamics(model, rest)
+        np.testing.assert_allclose(np.asarray(wrench[:3]), -float(model.total_mass) * gravity, rtol=1e-13, atol=1e-10)
+        q_back, v_back = pinocchio_from_state(info, pm, state)
+        np.testing.assert_allclose(v_back, v_pin, rtol=0, atol=0)
+        np.testing.assert_allclose(q_back, q_pin, rtol=0, atol=1e-15)  # cos/sin of arctan2 of them
+
+
+_PLANAR_WORLD = '<link name="world"/><joint name="float" type="planar"><parent link="world"/><child link="b"/>{0}</joint>'
+
+
+def test_world_joint_sets_the_base_mode():
+    chain = (_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin xyz="0.5 0 0"/>'))
+    floating = model_from_urdf(_robot(*chain))
+    assert floating.base == "floating"
+    # world -planar-> b: a planar base (the plane normal is the default axis rotated onto z).
+    planar = model_from_urdf(_robot(_PLANAR_WORLD.format('<axis xyz="0 0 1"/>'), *chain))
+    assert planar.base == "planar" and planar.link_names == ("a",) and planar.num_velocities == 4
+    tilted = model_from_urdf(_robot(_PLANAR_WORLD.format('<origin rpy="0 1.5707963267948966 0"/>'), *chain))
+    assert tilted.base == "planar"
+    # The same arrays as the file without the world link, given the mode explicitly.
+    explicit = model_from_urdf(_robot(*chain), base="planar")
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(np.all(a == b)), planar, explicit))
+    free = model_from_urdf(_robot('<link name="world"/><joint name="f" type="floating"><parent link="world"/><child link="b"/></joint>', *chain))
+    assert free.base == "floating" and free.link_names == ("a",)
+    # Overrides: a file without a world link as a fixed base, a welded world as a floating one.
+    assert model_from_urdf(_robot(*chain), base="fixed").base == "fixed"
+    welded = _robot('<link name="world"/><joint name="w" type="fixed"><parent link="world"/><child link="b"/></joint>', *chain)
+    assert model_from_urdf(welded).base == "fixed"
+    assert model_from_urdf(welded, base="floating").base == "floating"
+    # A massless world welded to a massless link: fine for a fixed base, refused floating.
+    bare = _robot('<link name="world"/>', _LINK.format("a"), _JOINT.format("j", "revolute", "world", "a", ""))
+    assert model_from_urdf(bare).base == "fixed"
+    with pytest.raises(ValueError, match=r"the base \(root link 'world'\) has no mass: a floating base.*base='fixed'"):
+        model_from_urdf(bare, base="floating")
+    with pytest.raises(ValueError, match="plane of this planar joint has normal"):
+        model_from_urdf(_robot(_PLANAR_WORLD.format(""), *chain))  # default axis x: a vertical plane
+    with pytest.raises(ValueError, match="link 'world' joins the tree by the planar joint 'float'.*only joint"):
+        model_from_urdf(_robot(_PLANAR_WORLD.format('<axis xyz="0 0 1"/>'), *chain, _LINK.format("c"), _JOINT.format("k", "fixed", "world", "c", "")))
+    with pytest.raises(ValueError, match="base: unknown base mode 'hovering'"):
+        model_from_urdf(_robot(*chain), base="hovering")

@@ -1,7 +1,9 @@
 """Export to MuJoCo's MJCF (XML), for cross-checks and for MuJoCo / MJX users.
 
-The base becomes a body with a free joint at its centroid; every link becomes a body nested
-in its parent's, with its frame on the joint (SpaceDyn's link frame) and a hinge (``'R'``)
+The base becomes a body with a free joint at its centroid (a planar base: slides along the
+world x and y axes and a hinge about the world z axis through its centroid, its height and
+reference attitude those of a given pose; a fixed base: no joint, at that pose); every link
+becomes a body nested in its parent's, with its frame on the joint (SpaceDyn's link frame) and a hinge (``'R'``)
 or slide (``'P'``) joint along its z axis. Contacts are disabled; gravity, the time step and
 the integrator are options. End points become ``<site>`` elements.
 
@@ -9,7 +11,8 @@ Coordinates. MuJoCo's free joint uses ``qpos = [r0, quat (w, x, y, z)]`` and
 ``qvel = [v0 (world frame), A0^T w0 (body frame)]``, and its joints follow the nesting
 (depth-first) order, so ``qvel = T nu_sd`` with ``T = blockdiag(E, A0^T, P)``
 (``P``: :func:`sdjax.io.pinocchio.depth_first_order`). Because the linear part is in the
-world frame and ``w0 x w0 = 0``, ``d(qvel)/dt = T d(nu_sd)/dt`` exactly.
+world frame and ``w0 x w0 = 0``, ``d(qvel)/dt = T d(nu_sd)/dt`` exactly. A planar base has
+``qvel = [v0_x, v0_y, w0_z, P qd]`` (``T = blockdiag(E_3, P)``), a fixed one ``qvel = P qd``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
-from sdjax.io.pinocchio import depth_first_order
+from sdjax.io.pinocchio import depth_first_order, planar_yaw
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_quat, rpy_to_matrix
 
@@ -38,13 +41,15 @@ def _inertia(mass: float, inertia: np.ndarray, centroid: np.ndarray) -> str:
     return f'<inertial pos="{_vec(centroid)}" mass="{float(mass)!r}" fullinertia="{_vec(full)}"/>'
 
 
-def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4") -> str:
+def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4", base_pose=None) -> str:
     """MJCF text of ``model`` (see the module docstring).
 
     Arguments:
         model: the system.
         timestep: MuJoCo's ``option/timestep``, s.
         integrator: MuJoCo integrator name (``"RK4"``, ``"Euler"``, ``"implicitfast"``).
+        base_pose: a :class:`~sdjax.State` whose base pose places a fixed base, or gives a
+            planar base its height and reference attitude (default: origin, identity).
 
     Returns:
         The XML document as a string (load with ``mujoco.MjModel.from_xml_string``).
@@ -86,14 +91,25 @@ def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4") -> st
         lines.append(f"{pad}</body>")
         return lines
 
+    position = np.zeros(3) if base_pose is None else np.asarray(base_pose.base_position, np.float64)
+    attitude = np.eye(3) if base_pose is None else np.asarray(base_pose.base_rotation, np.float64)
+    if model.base == "floating":
+        base = ['    <body name="base">', '      <freejoint name="base"/>']
+    elif model.base == "planar":
+        base = [f'    <body name="base" pos="0 0 {float(position[2])!r}" quat="{_quat_wxyz(attitude)}">']
+        base += [
+            f'      <joint name="base_{name}" type="{kind}" axis="{_vec(attitude.T[:, axis])}" limited="false"/>'
+            for name, kind, axis in (("x", "slide", 0), ("y", "slide", 1), ("yaw", "hinge", 2))
+        ]
+    else:
+        base = [f'    <body name="base" pos="{_vec(position)}" quat="{_quat_wxyz(attitude)}">']
     lines = [
         f"<mujoco model={quoteattr(model.name)}>",
         f'  <option gravity="{_vec(model.gravity)}" timestep="{float(timestep)!r}" integrator="{integrator}">',
         '    <flag contact="disable"/>',
         "  </option>",
         "  <worldbody>",
-        '    <body name="base">',
-        '      <freejoint name="base"/>',
+        *base,
         "      " + _inertia(float(model.base_mass), model.base_inertia, np.zeros(3)),
         *site_lines(0, "      "),
     ]
@@ -103,18 +119,28 @@ def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4") -> st
     return "\n".join(lines) + "\n"
 
 
-def mujoco_coordinates(model: Model, state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """MuJoCo ``qpos``, ``qvel`` of an sdjax state and the map ``T`` (``qvel = T nu_sd``)."""
+def mujoco_coordinates(model: Model, state, base_pose=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MuJoCo ``qpos``, ``qvel`` of an sdjax state and the map ``T`` (``qvel = T nu_sd``, with
+    ``nu_sd`` the model's generalized velocity); ``base_pose`` as given to :func:`to_mjcf`."""
     n = model.num_joints
     order = depth_first_order(model.parent)
     permutation = np.zeros((n, n))
     for row, link in enumerate(order):
         permutation[row, link - 1] = 1.0
+    joints, nu = permutation @ np.asarray(state.q), np.asarray(state.generalized_velocity, np.float64)
+    if model.base == "fixed":
+        return joints, permutation @ nu[6:], permutation
+    if model.base == "planar":
+        reference = np.eye(3) if base_pose is None else np.asarray(base_pose.base_rotation, np.float64)
+        t = np.eye(3 + n)
+        t[3:, 3:] = permutation
+        qpos = np.concatenate([np.asarray(state.base_position, np.float64)[:2], [planar_yaw(state, reference)], joints])
+        return qpos, t @ nu[[0, 1, 5, *range(6, 6 + n)]], t
     rotation = np.asarray(state.base_rotation, np.float64)
     t = np.zeros((6 + n, 6 + n))
     t[:3, :3] = np.eye(3)
     t[3:6, 3:6] = rotation.T
     t[6:, 6:] = permutation
     x, y, z, w = np.asarray(state.base_quaternion, np.float64)
-    qpos = np.concatenate([np.asarray(state.base_position, np.float64), [w, x, y, z], permutation @ np.asarray(state.q)])
-    return qpos, t @ np.asarray(state.generalized_velocity, np.float64), t
+    qpos = np.concatenate([np.asarray(state.base_position, np.float64), [w, x, y, z], joints])
+    return qpos, t @ nu, t

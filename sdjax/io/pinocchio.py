@@ -189,13 +189,18 @@ def pinocchio_coordinates(twin: PinocchioTwin, state: State) -> tuple[np.ndarray
     elif twin.base == "planar":
         t = np.eye(3 + n)
         t[3:, 3:] = twin.permutation
-        turn = rotation @ np.asarray(twin.base_placement.rotation).T  # Rz(yaw)
-        yaw = np.arctan2(turn[1, 0], turn[0, 0])
+        yaw = planar_yaw(state, np.asarray(twin.base_placement.rotation))
         q_pin = np.concatenate([np.asarray(state.base_position)[:2], [yaw], joints])
         nu_sd = np.concatenate([np.asarray(state.base_linear_velocity)[:2], np.asarray(state.base_angular_velocity)[2:], np.asarray(state.qd)])
     else:
         t, q_pin, nu_sd = twin.permutation, joints, np.asarray(state.qd, np.float64)
     return q_pin, t @ nu_sd, t
+
+
+def planar_yaw(state: State, reference: np.ndarray) -> float:
+    """The angle ``yaw`` (rad) of a planar base's attitude ``A0 = Rz(yaw) reference``."""
+    turn = np.asarray(state.base_rotation, np.float64) @ np.asarray(reference, np.float64).T
+    return float(np.arctan2(turn[1, 0], turn[0, 0]))
 
 
 def pinocchio_acceleration_offset(state: State, base: str = "floating") -> np.ndarray:

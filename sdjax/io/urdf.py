@@ -6,6 +6,14 @@ The URDF tree's single root link becomes the sdjax base (body 0), joined to the 
 by a free flyer (a space robot floats). Every ``revolute``, ``continuous`` or ``prismatic``
 joint becomes one sdjax joint; every ``fixed`` joint is merged away.
 
+- **Base mode** (:data:`sdjax.BASE_MODES`). The ROS convention: a root link called ``world``
+  welded (``fixed`` joints) to the tree is the inertial frame, so the base is fixed (the world
+  link merged with what is welded to it; it may be massless). A massless ``world`` joined to
+  one link by a ``floating`` joint makes that link a floating base, by a ``planar`` joint whose
+  plane is the world's x-y plane a planar base (the joint's offset is not kept: the state gives
+  the base pose). Any other root floats. ``base=`` overrides the file (a fixed-base arm file
+  without a world link, ``base="fixed"``).
+
 - **Fixed joints** (chains and leaves included) weld the child link onto the nearest ancestor
   body whose own joint moves (or the root). Masses add; the centroid is the mass-weighted mean;
   inertias are rotated into the body frame (``R I R^T``) and moved to the merged centroid by the
@@ -48,7 +56,7 @@ joint becomes one sdjax joint; every ``fixed`` joint is merged away.
   model's gravity is the ``gravity`` argument (default zero: a space robot).
 
 Refused with a ``ValueError`` naming the link or joint: joint types ``floating`` and
-``planar`` (and unknown ones), ``<mimic>``, several roots, a link that is the child of two
+``planar`` inside the tree (and unknown ones), ``<mimic>``, several roots, a link that is the child of two
 joints or a loop, joints naming undefined links, duplicate names, a zero axis, a base without
 mass, a model whose inertia matrix is singular (a joint moving only massless links; see
 :func:`sdjax.model.check_well_posed`), malformed numbers, DOCTYPE/entity declarations (no entity
@@ -95,9 +103,14 @@ EXPORT_PRISMATIC_LIMIT = 1.0e6
 
 _MOVING = {"revolute": "R", "continuous": "R", "prismatic": "P"}
 _REFUSED = {
-    "floating": "a floating joint inside the tree (only the root floats in sdjax)",
-    "planar": "a planar joint (sdjax joints are revolute or prismatic)",
+    "floating": "a floating joint inside the tree (only the base moves freely in sdjax: give it with base=)",
+    "planar": "a planar joint inside the tree (sdjax joints are revolute or prismatic; a planar base is base='planar')",
 }
+#: The name of the URDF link that stands for the inertial frame (the ROS convention): a root
+#: of this name welded to the tree makes a fixed base; joined by one ``floating`` or ``planar``
+#: joint, a floating or planar base.
+WORLD_LINK = "world"
+_WORLD_JOINT_BASES = {"fixed": "fixed", "floating": "floating", "planar": "planar"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,9 +248,7 @@ def _parse_joint(element: ET.Element) -> _Joint:
     kind = element.get("type")
     if kind is None:
         raise ValueError(f"{where}: missing type attribute")
-    if kind in _REFUSED:
-        raise ValueError(f"{where}: type {kind!r} is not supported: {_REFUSED[kind]}")
-    if kind not in _MOVING and kind != "fixed":
+    if kind not in _MOVING and kind not in _REFUSED and kind != "fixed":
         raise ValueError(f"{where}: unknown joint type {kind!r}; expected revolute, continuous, prismatic or fixed")
     if element.find("mimic") is not None:
         raise ValueError(f"{where}: <mimic> joints are not supported (every sdjax joint is an independent coordinate)")
@@ -256,7 +267,7 @@ def _parse_joint(element: ET.Element) -> _Joint:
         damping = float(_numbers(f"{where} <dynamics damping>", dyn.get("damping"), 1)[0])
         if damping < 0:
             raise ValueError(f"{where} <dynamics damping>: must be non-negative, got {damping}")
-    if kind in _MOVING:
+    if kind in _MOVING or kind == "planar":  # (a planar joint's axis is its plane's normal)
         norm = float(np.linalg.norm(axis))
         if not norm > 0:
             raise ValueError(f"{where} <axis xyz>: the joint axis must be non-zero, got {axis.tolist()}")
@@ -279,6 +290,42 @@ def _z_to_axis(axis: np.ndarray) -> np.ndarray:
         return np.eye(3) if c > 0 else np.diag([1.0, -1.0, -1.0])
     vx = np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
     return np.eye(3) + vx + vx @ vx * ((1.0 - c) / s2)
+
+
+def _world_root(
+    label: str, root: str, links: dict[str, _Link], children: dict[str, list[_Joint]], parent_joint: dict[str, _Joint]
+) -> tuple[str, str]:
+    """The base link and the base mode a URDF tree implies (see :func:`import_urdf`).
+
+    A root called :data:`WORLD_LINK` welded to the tree is a fixed base (the world link is the
+    base body, merged with what is welded to it). Joined to one child by a ``floating`` or
+    ``planar`` joint it only names the base's freedom: it and that joint are dropped here
+    (from ``links``, ``children`` and ``parent_joint``) and the child is the base. A planar
+    joint's plane must be the inertial x-y plane (its normal, ``<axis>`` in the joint frame,
+    along z), the plane of sdjax's planar base.
+    """
+    if root != WORLD_LINK:
+        return root, "floating"
+    free = [j for j in children[root] if j.kind in _REFUSED]
+    if not free:
+        return root, "fixed"
+    joint = free[0]
+    world = links[root]
+    if len(children[root]) != 1 or world.mass > 0 or np.any(world.inertia):
+        raise ValueError(
+            f"{label}: link {root!r} joins the tree by the {joint.kind} joint {joint.name!r}, so it must be a massless "
+            f"link with that joint as its only joint (it has {len(children[root])} child joints"
+            f"{', and mass or inertia' if world.mass > 0 or np.any(world.inertia) else ''})"
+        )
+    if joint.kind == "planar":
+        normal = joint.rotation @ (joint.axis / np.linalg.norm(joint.axis))
+        if not abs(abs(normal[2]) - 1.0) <= 1e-9:
+            raise ValueError(
+                f"joint {joint.name!r}: the plane of this planar joint has normal {normal.tolist()} in the world frame; "
+                "sdjax's planar base moves in the inertial x-y plane (normal along z): rotate the world frame"
+            )
+    del links[root], children[root], parent_joint[joint.child]
+    return joint.child, joint.kind
 
 
 def _combine(parts: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[float, np.ndarray, np.ndarray]:
@@ -309,8 +356,9 @@ def import_urdf(
     gravity: Any = None,
     dtype: Any = None,
     inertia_check: str = "physical",
+    base: str | None = None,
 ) -> UrdfImport:
-    """Read a URDF description into a free-floating sdjax model (see the module docstring).
+    """Read a URDF description into an sdjax model (see the module docstring).
 
     Arguments:
         source: a file path, or the URDF text itself (a string starting with ``<``).
@@ -322,6 +370,9 @@ def import_urdf(
         dtype: floating dtype of the model arrays.
         inertia_check: ``"physical"`` (default) refuses inertia tensors that break the triangle
             inequality; ``"positive_definite"`` accepts them (see :class:`~sdjax.Model`).
+        base: the base mode (:data:`sdjax.BASE_MODES`). Default: from the file, a root link
+            called ``world`` (:data:`WORLD_LINK`) welded to the tree gives ``"fixed"``, joined by a
+            ``floating`` or ``planar`` joint ``"floating"`` or ``"planar"``; any other root floats.
 
     Returns:
         An :class:`UrdfImport` (model, root link, root-to-base offset, joint names, ...).
@@ -362,11 +413,18 @@ def import_urdf(
             raise ValueError(f"{label}: no root link (every link has a parent joint): the joints form a loop")
         raise ValueError(f"{label}: several root links {roots}; a URDF model must be one tree with one root (the base)")
     root = roots[0]
-    if base_link is not None and base_link != root:
-        raise ValueError(f"base_link {base_link!r}: the root link of the URDF tree is {root!r} (sdjax's base is the root)")
     children: dict[str, list[_Joint]] = {n: [] for n in links}
     for joint in joints:
         children[joint.parent].append(joint)
+    root, file_base = _world_root(label, root, links, children, parent_joint)
+    if base is not None and base not in _WORLD_JOINT_BASES:
+        raise ValueError(f"base: unknown base mode {base!r}; choose one of {sorted(_WORLD_JOINT_BASES)}")
+    base = file_base if base is None else base
+    for joint in parent_joint.values():
+        if joint.kind in _REFUSED:
+            raise ValueError(f"joint {joint.name!r}: type {joint.kind!r} is not supported: {_REFUSED[joint.kind]}")
+    if base_link is not None and base_link != root:
+        raise ValueError(f"base_link {base_link!r}: the root link of the URDF tree is {root!r} (sdjax's base is the root)")
 
     # Depth-first pre-order walk (children in document order): the body of each link (a new
     # body at each moving joint, so parent < child and every subtree is contiguous) and the
@@ -410,12 +468,12 @@ def import_urdf(
                 rot, pos = pose[link_name]
                 parts.append((link.mass, rot @ link.centroid + pos, rot @ link.inertia @ rot.T))
         mass[b], centroid[b], inertia[b] = _combine(parts)
-        if b == 0 and not mass[b] > 0:
+        if b == 0 and not mass[b] > 0 and base != "fixed":
             welded = sorted(set(body_links[0]) - {root})
             extra = f" with its fixed children {welded}" if welded else ""
             raise ValueError(
-                f"the base (root link {root!r}){extra} has no mass: a floating base needs a positive mass and a "
-                "positive-definite inertia; add an <inertial>"
+                f"the base (root link {root!r}){extra} has no mass: a {base} base needs a positive mass and a "
+                "positive-definite inertia; add an <inertial> (or weld the base to the world: base='fixed')"
             )
 
     # sdjax link frames: F_b = URDF body frame * S_b (S_0 = identity, base origin moved to its centroid).
@@ -476,6 +534,7 @@ def import_urdf(
         name=name if name is not None else robot.get("name", "urdf_model"),
         dtype=dtype,
         inertia_check=inertia_check,
+        base=base,
     )
     return UrdfImport(
         model=model,
@@ -496,10 +555,18 @@ def model_from_urdf(
     gravity: Any = None,
     dtype: Any = None,
     inertia_check: str = "physical",
+    base: str | None = None,
 ) -> Model:
     """The sdjax model of a URDF file or string (see :func:`import_urdf` and the module docstring)."""
     return import_urdf(
-        source, base_link=base_link, name=name, end_points=end_points, gravity=gravity, dtype=dtype, inertia_check=inertia_check
+        source,
+        base_link=base_link,
+        name=name,
+        end_points=end_points,
+        gravity=gravity,
+        dtype=dtype,
+        inertia_check=inertia_check,
+        base=base,
     ).model
 
 
@@ -508,13 +575,15 @@ def model_from_urdf(
 
 
 def _joint_slots(info: UrdfImport, pin_model: Any) -> list[tuple[int, int, int]]:
-    """``(idx_q, nq, idx_v)`` of each sdjax joint in a Pinocchio model built from the URDF."""
+    """``(idx_q, nq, idx_v)`` of each sdjax joint in a Pinocchio model built from the URDF, in
+    free-flyer layout (a fixed-base model's indices shifted by the free flyer's 7 and 6)."""
+    shift_q, shift_v = (7, 6) if info.model.base == "fixed" else (0, 0)
     slots = []
     for joint_name in info.joint_names:
         jid = pin_model.getJointId(joint_name)
         if jid >= pin_model.njoints:
             raise ValueError(f"joint {joint_name!r} is not in the Pinocchio model")
-        slots.append((pin_model.idx_qs[jid], pin_model.nqs[jid], pin_model.idx_vs[jid]))
+        slots.append((pin_model.idx_qs[jid] + shift_q, pin_model.nqs[jid], pin_model.idx_vs[jid] + shift_v))
     return slots
 
 
@@ -530,10 +599,17 @@ def state_from_pinocchio(info: UrdfImport, pin_model: Any, q: Any, v: Any) -> St
         v: ``(nv,)`` ``[v, w, qd]``: root-link origin velocity and angular velocity in the
             root-link frame, joint rates.
 
+    A fixed-base model pairs with ``pin.buildModelFromUrdf(path)`` (no root joint; ``q`` and
+    ``v`` hold the joints only): the root link's frame is then the inertial frame.
+
     Returns:
         The :class:`~sdjax.State` (base centroid position and velocity, inertial frame).
     """
     q, v = np.asarray(q, np.float64), np.asarray(v, np.float64)
+    _check_pinocchio_base(info)
+    if info.model.base == "fixed":
+        q = np.concatenate([np.zeros(3), [0.0, 0.0, 0.0, 1.0], q])
+        v = np.concatenate([np.zeros(6), v])
     quat = q[3:7] / np.linalg.norm(q[3:7])
     rot = np.asarray(quat_to_matrix(quat), np.float64)
     c = info.root_to_base
@@ -553,12 +629,15 @@ def state_from_pinocchio(info: UrdfImport, pin_model: Any, q: Any, v: Any) -> St
 
 
 def pinocchio_from_state(info: UrdfImport, pin_model: Any, state: State) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of :func:`state_from_pinocchio`: ``(q (nq,), v (nv,))`` of an sdjax state."""
+    """Inverse of :func:`state_from_pinocchio`: ``(q (nq,), v (nv,))`` of an sdjax state (of a
+    fixed base: the joints only; its base pose is taken to be the file's world)."""
+    _check_pinocchio_base(info)
     rot = np.asarray(state.base_rotation, np.float64)
     c = info.root_to_base
     w_local = rot.T @ np.asarray(state.base_angular_velocity, np.float64)
-    q = np.zeros(pin_model.nq)
-    v = np.zeros(pin_model.nv)
+    fixed = info.model.base == "fixed"
+    q = np.zeros(pin_model.nq + (7 if fixed else 0))
+    v = np.zeros(pin_model.nv + (6 if fixed else 0))
     q[:3] = np.asarray(state.base_position, np.float64) - rot @ c
     q[3:7] = np.asarray(state.base_quaternion, np.float64)
     v[:3] = rot.T @ np.asarray(state.base_linear_velocity, np.float64) - np.cross(w_local, c)
@@ -570,7 +649,17 @@ def pinocchio_from_state(info: UrdfImport, pin_model: Any, state: State) -> tupl
         else:
             q[iq] = joint_q[k]
         v[iv] = joint_qd[k]
+    if fixed:
+        return q[7:], v[6:]
     return q, v
+
+
+def _check_pinocchio_base(info: UrdfImport) -> None:
+    if info.model.base == "planar":
+        raise ValueError(
+            "state_from_pinocchio / pinocchio_from_state: planar bases are not converted (Pinocchio's URDF reader has "
+            "no root joint that matches them); build the twin with sdjax.io.pinocchio.to_pinocchio"
+        )
 
 
 # ------------------------------------------------------------------------------------------
