@@ -97,7 +97,9 @@ def _numbers(text: str) -> list[float]:
     return [_number(part) for part in text.split(",") if part.strip()] or [_number(text)]
 
 
-def _vector(name: str, words: list[list[float]] | None, size: int, *, allow_scalar: bool = False) -> np.ndarray | None:
+def _vector(
+    name: str, words: list[list[float]] | None, size: int, *, allow_scalar: bool = False, per_joint: bool = True
+) -> np.ndarray | None:
     if words is None:
         return None
     values = np.asarray([v for word in words for v in word], np.float64)
@@ -105,7 +107,8 @@ def _vector(name: str, words: list[list[float]] | None, size: int, *, allow_scal
         return np.full(size, values[0])
     if values.size != size:
         expected = f"1 or {size}" if allow_scalar else f"{size}"
-        raise UsageError(f"{name}: expected {expected} values (the model has {size} joints), got {values.size}")
+        hint = f" (the model has {size} joints)" if per_joint else ""
+        raise UsageError(f"{name}: expected {expected} values{hint}, got {values.size}")
     return values
 
 
@@ -125,20 +128,35 @@ def _setup_jax(float32: bool):
     return jax
 
 
-def _load_model(spec: str, float32: bool = False):
-    """A built-in model by name, or a model file (``sdjax.io.loader.load_model``)."""
+def _reader_options(args: argparse.Namespace) -> dict:
+    """The reader options given on the command line (see :func:`_add_reader_options`)."""
+    options = {
+        "base": args.base,
+        "inertia_check": args.inertia_check,
+        "gravity": _vector("--gravity", args.gravity, 3, per_joint=False) if args.gravity is not None else None,
+        "end_points": args.end_points,
+    }
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def _load_model(spec: str, float32: bool = False, options: dict | None = None):
+    """A built-in model by name, or a model file (``sdjax.io.loader.load_model``), with the
+    reader options of :func:`_reader_options`."""
     import jax.numpy as jnp
 
+    from sdjax.model import edit_model
     from sdjax.models import BUILTIN_MODELS
 
+    options = options or {}
     if spec in BUILTIN_MODELS:
+        if "end_points" in options:
+            raise UsageError("--end-points selects URDF links; built-in models have their end points")
         model = BUILTIN_MODELS[spec]()
+        model = edit_model(model, **options) if options else model
     elif os.path.isfile(spec):
-        try:
-            from sdjax.io.loader import load_model
-        except ImportError:  # pragma: no cover - the loader ships with sdjax; JSON as a fallback
-            from sdjax.io.json_model import load_json_model as load_model
-        model = load_model(spec)
+        from sdjax.io.loader import load_model
+
+        model = load_model(spec, **options)
     elif os.path.exists(spec):
         raise CommandError(f"{spec}: not a model file")
     else:
@@ -259,7 +277,7 @@ def _info(args: argparse.Namespace) -> int:
 
     import sdjax
 
-    model = _load_model(args.model)
+    model = _load_model(args.model, options=_reader_options(args))
     n, ne = model.num_joints, model.num_end_points
     revolute = sum(t == "R" for t in model.joint_type)
     link_mass = float(jnp.sum(model.link_mass))
@@ -268,7 +286,7 @@ def _info(args: argparse.Namespace) -> int:
     lines = [
         f"model {model.name}  ({source})",
         f"  bodies {n + 1} (base + {n} links), joints {n} ({revolute} revolute, {n - revolute} prismatic), "
-        f"DOF {model.num_velocities} (6 base + {n} joints), end points {ne}",
+        f"DOF {model.num_velocities} ({model.num_base_velocities} base + {n} joints; {model.base} base), end points {ne}",
         f"  mass: base {float(model.base_mass):g} kg, links {link_mass:g} kg, total {float(model.total_mass):g} kg",
         f"  base principal moments of inertia [kg m^2]: {np.array2string(moments, precision=4)}",
         f"  gravity [m/s^2]: {np.array2string(np.asarray(model.gravity), precision=4)}",
@@ -290,7 +308,8 @@ def _info(args: argparse.Namespace) -> int:
     # (positive definite and well conditioned, or forward dynamics will fail or lose digits).
     lines.append("checks:")
     rule = "obeying the triangle inequality" if model.inertia_check == "physical" else "(triangle inequality not required: SpaceDyn's rule)"
-    lines.append("  ok    validation: shapes, parent < link numbering, joint types, positive base mass, non-negative link masses,")
+    base_rule = "non-negative base mass" if model.base == "fixed" else "positive base mass"
+    lines.append(f"  ok    validation: shapes, parent < link numbering, joint types, {base_rule}, non-negative link masses,")
     lines.append(f"        symmetric positive-semidefinite link inertia {rule}, non-negative stiffness/damping, finite values")
     state = sdjax.make_state(model)
     h = np.asarray(sdjax.inertia_matrix(model, state), np.float64)
@@ -344,14 +363,14 @@ def _simulate(args: argparse.Namespace) -> int:
         raise CommandError(f"{out}: exists; pass --force to overwrite it")
     if os.path.isdir(out):
         raise CommandError(f"{out}: is a directory")
-    model = _load_model(args.model, args.float32)
+    model = _load_model(args.model, args.float32, _reader_options(args))
     n, dtype = model.num_joints, model.dtype
     q0 = _vector("--initial-q", args.initial_q, n)
     qd0 = _vector("--initial-qd", args.initial_qd, n)
     target = _vector("--target", args.target, n)
     kp = _vector("--kp", args.kp, n, allow_scalar=True)
     kd = _vector("--kd", args.kd, n, allow_scalar=True)
-    base_rpy = _vector("--base-rpy", args.base_rpy, 3) if args.base_rpy is not None else None
+    base_rpy = _vector("--base-rpy", args.base_rpy, 3, per_joint=False) if args.base_rpy is not None else None
     if (kp is not None and np.any(kp < 0)) or (kd is not None and np.any(kd < 0)):
         raise UsageError("--kp and --kd must be non-negative")
     state = sdjax.make_state(model, q=q0, qd=qd0, base_rpy=base_rpy)
@@ -454,6 +473,18 @@ def _plot(args: argparse.Namespace) -> int:
 # The parser.
 
 
+def _add_reader_options(command: argparse.ArgumentParser) -> None:
+    """The model reader's options (``sdjax.io.loader.load_model``) on a command."""
+    group = command.add_argument_group("model options")
+    group.add_argument("--base", choices=("floating", "planar", "fixed"), help="base mode (default: the file's; URDF: from its root)")
+    group.add_argument(
+        "--inertia-check", choices=("physical", "positive_definite"),
+        help="inertia tensors accepted: physical (triangle inequality) or positive_definite (SpaceDyn's rule)",
+    )
+    group.add_argument("--gravity", type=_numbers, nargs="+", metavar="G", help="gravity, inertial frame, m/s^2 (3 values)")
+    group.add_argument("--end-points", nargs="+", metavar="LINK", help="URDF links whose frames are the end points, in order")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``sdjax`` argument parser (errors raise :class:`UsageError`)."""
     from sdjax.models import BUILTIN_MODELS
@@ -470,14 +501,16 @@ def build_parser() -> argparse.ArgumentParser:
     model_help = f"a built-in model ({builtin}) or a model file (.json, ...)"
     info = commands.add_parser("info", help="describe a model: tree, masses, end points, checks")
     info.add_argument("model", metavar="MODEL", help=model_help)
+    _add_reader_options(info)
 
     sim = commands.add_parser(
         "simulate",
         help="simulate a model and write a run file (.npz)",
-        description="Simulate MODEL from rest (or the given initial state), free floating, and write a run file "
+        description="Simulate MODEL from rest (or the given initial state) and write a run file "
         "that 'sdjax plot' draws. Vectors are given as separate numbers or comma-separated.",
     )
     sim.add_argument("model", metavar="MODEL", help=model_help)
+    _add_reader_options(sim)
     sim.add_argument("--duration", type=_positive, default=10.0, help="simulated time, s (default 10)")
     sim.add_argument("--dt", type=_positive, default=SIMULATE_DT, help=f"integration step, s (default {SIMULATE_DT})")
     sim.add_argument("--integrator", choices=("rk4", "euler"), default="rk4")

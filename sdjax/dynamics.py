@@ -49,7 +49,7 @@ from sdjax.kinematics import (
 from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.algebra import cross3, dot, matvec3
 from sdjax.rotation import skew
-from sdjax.state import BASE_TWIST_NAMES, State, check_state, check_vector, is_traced
+from sdjax.state import BASE_TWIST_NAMES, State, check_state, check_vector
 from sdjax.tree import accumulate_up
 
 
@@ -246,13 +246,14 @@ def inverse_dynamics(
     dtype = state.q.dtype
     n, ne = model.num_joints, model.num_end_points
     base_acceleration = check_vector("base_acceleration", base_acceleration, (6,), dtype)
-    if model.base != "floating" and not is_traced(base_acceleration):
-        fixed = [k for k in range(6) if k not in model.base_coordinates and float(base_acceleration[k]) != 0]
-        if fixed:
-            raise ValueError(
-                f"inverse_dynamics: the {model.base} base cannot accelerate along "
-                f"{', '.join(BASE_TWIST_NAMES[k] + '/dt' for k in fixed)}; base_acceleration was {np.asarray(base_acceleration).tolist()}"
-            )
+    if model.base != "floating":  # (inside jit: checked when the program runs)
+        fixed = [k for k in range(6) if k not in model.base_coordinates]
+        base_acceleration = eqx.error_if(
+            base_acceleration,
+            jnp.any(base_acceleration[jnp.asarray(fixed)] != 0),
+            f"inverse_dynamics: the {model.base} base cannot accelerate along "
+            f"{', '.join('d' + BASE_TWIST_NAMES[k] + '/dt' for k in fixed)}: give zero there",
+        )
     qdd = check_vector("qdd", qdd, (n,), dtype)
     end_point_force = check_vector("end_point_force", end_point_force, (ne, 3), dtype)
     end_point_torque = check_vector("end_point_torque", end_point_torque, (ne, 3), dtype)

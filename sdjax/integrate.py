@@ -27,7 +27,7 @@ from jax import Array, lax
 from sdjax.dynamics import Controls, floating_acceleration, inertia_matrix, make_controls
 from sdjax.model import Model
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
-from sdjax.state import State, check_base_motion, check_state, is_traced, make_state
+from sdjax.state import State, check_state, is_traced, make_state, with_base_motion_checked
 
 ControlLaw = Callable[[Array, State], Any]
 
@@ -331,7 +331,7 @@ def rollout(
         :class:`Trajectory` with ``N + 1`` states.
     """
     check_state(model, initial_state)
-    check_base_motion(model, initial_state, "rollout: initial_state")
+    initial_state = with_base_motion_checked(model, initial_state, "rollout: initial_state")
     if integrator not in INTEGRATORS:
         raise ValueError(f"rollout: unknown integrator {integrator!r}; choose one of {sorted(INTEGRATORS)}")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:

@@ -330,7 +330,7 @@ def floating_coordinates(model: Model, x: Array) -> Array:
     if model.base == "floating":
         return x
     out = jnp.zeros(x.shape[:-1] + (6 + model.num_joints,), x.dtype)
-    return out.at[..., jnp.asarray(model.velocity_indices)].set(x)
+    return out.at[..., jnp.asarray(model.velocity_indices)].set(x, indices_are_sorted=True, unique_indices=True)
 
 
 # --------------------------------------------------------------------------------------

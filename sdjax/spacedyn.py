@@ -39,13 +39,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from sdjax.dynamics import Controls, generalized_acceleration, inertia_matrix, inverse_dynamics, passive_joint_torques
+from sdjax.dynamics import Controls, floating_acceleration, inertia_matrix, inverse_dynamics, passive_joint_torques
 from sdjax.gjm import generalized_jacobian
 from sdjax.integrate import runge_kutta4, state_derivative
 from sdjax.io.spacedyn_arrays import model_from_lp as _model_from_lp
 from sdjax.jacobians import end_point_jacobians, link_jacobians
 from sdjax.kinematics import forward_kinematics, link_accelerations, link_velocities
-from sdjax.model import Model, check_spacedyn_end_points
+from sdjax.model import Model, check_spacedyn_end_points, edit_model
 from sdjax.rotation import matrix_to_quat, matrix_to_rpy, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix, skew
 from sdjax.state import State
 
@@ -62,9 +62,11 @@ __all__ = [
     "dc2qtn",
     "dc2rpy",
     "f_dyn",
+    "f_dyn_fix",
     "f_dyn_rk2",
     "f_kin_e",
     "f_kin_j",
+    "i_dyn_fix",
     "init_SV",
     "j_num",
     "model_from_lp",
@@ -91,6 +93,12 @@ def _model(model: Model | Mapping[str, Any], gravity: Any = None) -> Model:
         model = model_from_lp(model)
     if not isinstance(model, Model):
         raise ValueError(f"expected an sdjax Model or a SpaceDyn LP mapping, got {type(model).__name__}")
+    if model.base != "floating":
+        raise ValueError(
+            f"model {model.name!r} has a {model.base} base; the SpaceDyn-compatible functions use SpaceDyn's "
+            "floating-base layouts ([v0; w0; qd]): use sdjax's own functions, or f_dyn_fix / i_dyn_fix for a base "
+            "held fixed"
+        )
     if gravity is not None:
         g = jnp.asarray(gravity, model.dtype).reshape(-1)
         if g.shape != (3,):
@@ -338,8 +346,40 @@ def _controls(model: Model, SV: Mapping[str, Any]) -> Controls:
 def f_dyn(model: Model | Mapping[str, Any], SV: Mapping[str, Any], *, gravity: Any = None) -> SV:
     """Forward dynamics: ``SV.vd0, SV.wd0, SV.qdd`` from ``F0, T0, tau, Fe, Te`` (eq 3.29)."""
     model = _model(model, gravity)
-    acc = generalized_acceleration(model, _state(model, SV), _controls(model, SV))
+    acc = floating_acceleration(model, _state(model, SV), _controls(model, SV))
     return {**SV, "vd0": acc[:3], "wd0": acc[3:6], "qdd": acc[6:]}
+
+
+def _held_fixed(model: Model | Mapping[str, Any], SV: Mapping[str, Any], gravity: Any) -> tuple[Model, State]:
+    """The model with its base welded at ``SV.R0``, ``SV.A0`` and the state there at rest."""
+    model = edit_model(_model(model, gravity), base="fixed")
+    state = _state(model, SV)
+    zero = jnp.zeros(3, model.dtype)
+    return model, State(state.base_position, state.base_quaternion, zero, zero, state.q, state.qd)
+
+
+def f_dyn_fix(model: Model | Mapping[str, Any], SV: Mapping[str, Any], *, gravity: Any = None) -> SV:
+    """Forward dynamics with the base held fixed at ``SV.R0``, ``SV.A0`` (a manipulator on a
+    ground test bed): ``SV.qdd`` from ``tau``, ``Fe``, ``Te`` (as :func:`f_dyn`); ``vd0``,
+    ``wd0`` are set to zero and ``v0``, ``w0``, ``F0``, ``T0`` are not used (the mount carries
+    the base loads). The fixed-base counterpart of :func:`f_dyn` (SpaceDyn C++'s
+    fixed-base dynamics); sdjax's own is a ``Model(base="fixed")``."""
+    model, state = _held_fixed(model, SV, gravity)
+    acc = floating_acceleration(model, state, _controls(model, SV))
+    return {**SV, "vd0": acc[:3], "wd0": acc[3:6], "qdd": acc[6:]}
+
+
+def i_dyn_fix(model: Model | Mapping[str, Any], SV: Mapping[str, Any], *, gravity: Any = None) -> Array:
+    """Inverse dynamics with the base held fixed at ``SV.R0``, ``SV.A0``: ``[F0; T0; tau]``
+    (6 + n,) for ``qdd`` (``v0``, ``w0``, ``vd0``, ``wd0`` taken as zero), ``F0``/``T0`` the
+    wrench the mount applies to the base (at its centroid, inertial frame), ``Fe``/``Te`` with
+    :func:`r_ne`'s sign (loads the end points exert on the environment)."""
+    model, state = _held_fixed(model, SV, gravity)
+    fe, te = _end_point_loads(model, SV)
+    base, tau = inverse_dynamics(
+        model, state, None, _field(SV, "qdd", (model.num_joints,), model.dtype), end_point_force=-fe, end_point_torque=-te
+    )
+    return jnp.concatenate([base, tau + passive_joint_torques(model, state)])
 
 
 @eqx.filter_jit

@@ -152,6 +152,22 @@ def check_base_motion(model: Model, state: State, what: str = "state") -> None:
         )
 
 
+def with_base_motion_checked(model: Model, state: State, what: str = "state") -> State:
+    """``state``, failing when the program runs (``equinox.error_if``, also under ``jit``) if its
+    base twist moves along a component the model's base mode fixes."""
+    if model.base == "floating":
+        return state
+    fixed = [k for k in range(6) if k not in model.base_coordinates]
+    twist = jnp.concatenate([state.base_linear_velocity, state.base_angular_velocity])
+    linear = eqx.error_if(
+        state.base_linear_velocity,
+        jnp.any(twist[jnp.asarray(fixed)] != 0),
+        f"{what}: the {model.base} base of model {model.name!r} cannot move along "
+        f"{', '.join(BASE_TWIST_NAMES[k] for k in fixed)}; set those components to zero",
+    )
+    return eqx.tree_at(lambda s: s.base_linear_velocity, state, linear)
+
+
 def normalize_state(state: State) -> State:
     """The same state with a unit base quaternion."""
     return eqx.tree_at(lambda s: s.base_quaternion, state, quat_normalize(state.base_quaternion))

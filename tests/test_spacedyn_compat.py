@@ -190,3 +190,38 @@ def test_model_from_lp_with_shared_file():
     model = sd.model_from_lp(data)
     assert model.num_joints == 6 and model.end_point_link == (3, 6)
     assert jnp.allclose(sd.calc_hh(model, sd.init_SV(model)), sd.calc_hh(spacedyn_sample(), sd.init_SV(model)), rtol=0, atol=0)
+
+
+def test_fixed_base_functions(system):
+    """``f_dyn_fix``/``i_dyn_fix`` against the NumPy oracle's equations restricted to the
+    joints (base twist and acceleration zero: ``H_m qdd = tau + J_m^T F_h - c_m``), and the
+    mount wrench of ``i_dyn_fix`` against the floating-base dynamics (applied to the free base
+    it holds the base still)."""
+    model, lp, oracle = system
+    SV = random_sv(model, 5)
+    zero = np.zeros(3)
+    still = dict(SV, v0=zero, w0=zero)
+    n = model.num_joints
+    AA = oracle.rotations(SV["A0"], SV["q"])
+    RR, PP = oracle.positions(SV["R0"], SV["A0"], AA, SV["q"])
+    h = oracle.inertia_matrix(SV["R0"], SV["A0"], AA, RR, PP)
+    # The oracle's floating forward dynamics with the base force of a still base removed: the
+    # joint rows of H a + c = f with a_base = 0, solved on the joint block.
+    bias = oracle.newton_euler(SV["R0"], SV["A0"], AA, RR, SV["q"], zero, zero, zero, zero, SV["qd"], np.zeros(n), -SV["Fe"], -SV["Te"])
+    expected = np.linalg.solve(h[6:, 6:], SV["tau"] - bias[6:])
+    out = sd.f_dyn_fix(model, SV)
+    assert_close(out["qdd"], expected, 1e-9, "f_dyn_fix")  # a solve: cond(H_m) * eps
+    assert np.all(np.asarray(out["vd0"]) == 0) and np.all(np.asarray(out["wd0"]) == 0)
+    # i_dyn_fix: the oracle's Newton-Euler with a still base (r_ne's sign of Fe/Te).
+    expected = oracle.newton_euler(SV["R0"], SV["A0"], AA, RR, SV["q"], zero, zero, zero, zero, SV["qd"], SV["qdd"], SV["Fe"], SV["Te"])
+    force = np.asarray(sd.i_dyn_fix(model, SV))
+    assert_close(force, expected, RTOL, "i_dyn_fix")
+    # The mount wrench holds a free base still: f_dyn of the floating model with F0/T0 = that
+    # wrench, tau = the joint forces and the end-point loads reversed (f_dyn's sign) gives zero
+    # base acceleration and SV.qdd back (a different solve: the full H; cond(H) * eps).
+    back = sd.f_dyn(model, dict(still, F0=force[:3], T0=force[3:6], tau=force[6:], Fe=-SV["Fe"], Te=-SV["Te"]))
+    assert_close(np.concatenate([back["vd0"], back["wd0"]]), np.zeros(6), 1e-9, "base held still")  # scale 1: |qdd| ~ 1
+    assert_close(back["qdd"], SV["qdd"], 1e-9, "qdd round trip")
+    # The other compat functions keep SpaceDyn's floating layouts and refuse other bases.
+    with pytest.raises(ValueError, match="has a fixed base; the SpaceDyn-compatible functions.*f_dyn_fix"):
+        sd.calc_hh(sdjax.edit_model(model, base="fixed"), SV)

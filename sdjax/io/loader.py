@@ -11,24 +11,26 @@ suffix   reader                                       writer
 ======== ============================================ ==========================================
 
 Suffixes are matched case-insensitively. Readers take their defaults (a URDF's end points are
-its leaf links, gravity zero); call the format's own reader for its options.
+its welded and leaf links, its base mode from its root, gravity zero) unless :func:`load_model`
+is given reader options: ``base`` (:data:`sdjax.BASE_MODES`), ``inertia_check``, ``gravity``
+(every format) and ``end_points`` (URDF links; other formats name their end points inside).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sdjax.io.dh import model_from_dh_file
 from sdjax.io.json_model import load_json_model, save_json_model
 from sdjax.io.spacedyn_def import model_from_def, save_def
 from sdjax.io.urdf import model_from_urdf, save_urdf
-from sdjax.model import Model
+from sdjax.model import Model, edit_model
 
 _READERS: dict[str, Callable[..., Model]] = {
     ".json": lambda path, dtype: load_json_model(path, dtype=dtype),
-    ".urdf": lambda path, dtype: model_from_urdf(path, dtype=dtype),
+    ".urdf": lambda path, dtype, **options: model_from_urdf(path, dtype=dtype, **options),
     ".def": lambda path, dtype: model_from_def(path, dtype=dtype),
     ".dh": lambda path, dtype: model_from_dh_file(path, dtype=dtype),
 }
@@ -39,15 +41,28 @@ _WRITERS: dict[str, Callable[[Model, str], None]] = {
 }
 
 
-def load_model(path: str | os.PathLike, dtype: Any = None) -> Model:
+def load_model(
+    path: str | os.PathLike,
+    dtype: Any = None,
+    *,
+    base: str | None = None,
+    inertia_check: str | None = None,
+    gravity: Any = None,
+    end_points: Sequence[str] | None = None,
+) -> Model:
     """Read a model file, choosing the reader from its suffix (table in the module docstring).
 
     Arguments:
         path: the file.
         dtype: floating dtype of the model arrays (default float64 data as read).
+        base: base mode (``"floating"``, ``"planar"``, ``"fixed"``; default: the file's).
+        inertia_check: ``"physical"`` or ``"positive_definite"`` (default: the reader's).
+        gravity: ``(3,)`` gravity, inertial frame, m/s^2 (default: the file's, zero for URDF).
+        end_points: URDF links whose frames become end points, in order (URDF files only).
 
     Raises:
-        ValueError: missing file, unknown suffix, or the reader's own message.
+        ValueError: missing file, unknown suffix, an option the format cannot take, or the
+            reader's own message.
     """
     path = os.fspath(path)
     suffix = os.path.splitext(path)[1].lower()
@@ -55,7 +70,19 @@ def load_model(path: str | os.PathLike, dtype: Any = None) -> Model:
         raise ValueError(f"{path}: unknown model-file suffix {suffix!r}; known: {sorted(_READERS)}")
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such model file")
-    return _READERS[suffix](path, dtype)
+    options = {"base": base, "inertia_check": inertia_check, "gravity": gravity, "end_points": end_points}
+    options = {key: value for key, value in options.items() if value is not None}
+    if suffix == ".urdf":
+        return _READERS[suffix](path, dtype, **options)
+    if "end_points" in options:
+        raise ValueError(f"{path}: end_points selects URDF links; a {suffix} file names its end points itself")
+    model = _READERS[suffix](path, dtype)
+    if options:
+        try:
+            model = edit_model(model, **options)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+    return model
 
 
 def save_model(model: Model, path: str | os.PathLike) -> None:
