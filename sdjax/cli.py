@@ -271,6 +271,20 @@ def _tree_lines(model) -> list[str]:
     return lines
 
 
+def _momentum_change(model, linear: np.ndarray, angular: np.ndarray) -> str:
+    """The change over a run of the momentum components the base mode leaves free (conserved
+    without applied loads): all six floating, ``P_x, P_y, L_z`` planar, none fixed."""
+    if model.base == "fixed":
+        return "momentum not conserved (fixed base)"
+    if model.base == "planar":
+        change = np.concatenate([linear[-1, :2] - linear[0, :2], angular[-1, 2:] - angular[0, 2:]])
+        return f"change of P_x, P_y, L_z: {np.array2string(change, precision=2)}"
+    return (
+        f"momentum change: linear {np.linalg.norm(linear[-1] - linear[0]):.2e} kg m/s, "
+        f"angular {np.linalg.norm(angular[-1] - angular[0]):.2e} kg m^2/s"
+    )
+
+
 def _info(args: argparse.Namespace) -> int:
     _setup_jax(False)
     import jax.numpy as jnp
@@ -433,8 +447,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if target is not None:
         lines.append(f"  target  [rad|m]: {np.array2string(target, precision=4)}  (largest error {np.max(np.abs(q[-1] - target)):.3g})")
     lines += [
-        f"  base moved {np.linalg.norm(base_position[-1] - base_position[0]):.4g} m; momentum change: linear {np.linalg.norm(p[-1] - p[0]):.2e} kg m/s, "
-        f"angular {np.linalg.norm(am[-1] - am[0]):.2e} kg m^2/s; energy {energy[0]:.4g} -> {energy[-1]:.4g} J",
+        f"  base moved {np.linalg.norm(base_position[-1] - base_position[0]):.4g} m; {_momentum_change(model, p, am)}; "
+        f"energy {energy[0]:.4g} -> {energy[-1]:.4g} J",
         f"  wrote {out}" + ("" if finite else "  (WARNING: the state became non-finite: diverged; try a smaller --dt)"),
     ]
     print("\n".join(lines))

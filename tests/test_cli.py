@@ -124,6 +124,10 @@ BAD_INPUTS = [
     (["plot", "{malformed}"], "not a sdjax run file"),
     (["plot", "{tmp}/x.npz", "--animate", "run.avi"], "must end in .gif or .mp4"),
     (["plot", "{tmp}/x.npz", "--fps", "0"], "expected a positive number"),
+    (["info", "spacedyn_sample", "--base", "hovering"], "argument --base: invalid choice: 'hovering'"),
+    (["info", "spacedyn_sample", "--end-points", "tool"], "--end-points selects URDF links; built-in models have their end points"),
+    (["info", "spacedyn_sample", "--gravity", "0", "-9.8"], "--gravity: expected 3 values, got 2"),
+    (["info", "spacedyn_sample", "--base", "planar", "--inertia-check", "physical", "--gravity", "0", "0", "nan"], "argument --gravity: expected a finite number"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     ([], "required: {demo,info,simulate,plot}"),
 ]
@@ -179,3 +183,16 @@ def test_info_warns_of_stiff_passive_joints(capsys, tmp_path, sample_model):
     assert f"WARN  largest stable RK4 step of the passive joint terms at q = 0: {step:.3g} s (below simulate's default --dt" in out
     assert main(["info", "spacedyn_sample"]) == 0  # no passive joints: no line
     assert "largest stable" not in capsys.readouterr().out
+
+
+def test_reader_options_reach_the_model(capsys):
+    """``--base``, ``--gravity`` and ``--end-points`` set the model that ``info`` and
+    ``simulate`` see (a URDF's world root gives a fixed base by itself)."""
+    urdf = os.path.join(os.path.dirname(__file__), "data", "fixed_base_arm.urdf")
+    assert main(["info", urdf, "--end-points", "link3", "base"]) == 0
+    out = capsys.readouterr().out
+    assert "DOF 7 (0 base + 7 joints; fixed base), end points 2" in out
+    assert "1 link3: on link 3 (link3)" in out and "2 base: on the base" in out
+    assert main(["info", "spacedyn_sample", "--base", "planar", "--gravity", "0", "0", "-9.81"]) == 0
+    out = capsys.readouterr().out
+    assert "DOF 9 (3 base + 6 joints; planar base)" in out and "gravity [m/s^2]: [ 0.    0.   -9.81]" in out
