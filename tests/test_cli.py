@@ -69,7 +69,7 @@ def test_simulate_then_plot_end_to_end(tmp_path):
 def test_info(capsys, tmp_path, sample_model):
     assert main(["info", "spacedyn_sample"]) == 0
     out = capsys.readouterr().out
-    assert "joints 6 (4 revolute, 2 prismatic), DOF 12 (6 base + 6 joints), end points 2" in out
+    assert "joints 6 (4 revolute, 2 prismatic), DOF 12 (6 base + 6 joints; floating base), end points 2" in out
     assert "total 160 kg" in out  # 100 kg base + 6 x 10 kg links
     assert "`-- 3 arm1_slider  prismatic, 10 kg  [end point: end_point1]" in out  # link 3 hangs on link 2
     assert "joints from the base: 4-5-6" in out
