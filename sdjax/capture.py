@@ -49,7 +49,7 @@ from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_v
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, kinetic_energy, linear_momentum, potential_energy
 from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, rpy_to_matrix
-from sdjax.state import State, check_state, is_traced, make_state
+from sdjax.state import State, check_state, is_traced, make_state, with_base_motion_checked
 
 
 def _scalar(name: str, value: Any, *, positive: bool) -> Array:
@@ -321,6 +321,14 @@ def pair_rollout(
     cut.frame_b.check(target, "VirtualCut.frame_b")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
         raise ValueError(f"pair_rollout: num_steps must be a non-negative int, got {num_steps!r}")
+    initial = eqx.tree_at(
+        lambda p: (p.robot, p.target),
+        initial,
+        (
+            with_base_motion_checked(robot, initial.robot, "pair_rollout: initial.robot"),
+            with_base_motion_checked(target, initial.target, "pair_rollout: initial.target"),
+        ),
+    )
     dtype = initial.robot.q.dtype
     t0 = jnp.asarray(t0, dtype)
     dt = jnp.asarray(dt, dtype)

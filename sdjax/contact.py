@@ -71,10 +71,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from sdjax.dynamics import Controls, inertia_matrix_from_frames, point_loads
+from sdjax.dynamics import Controls, inertia_matrix, point_loads
 from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_velocity, relative_frames
-from sdjax.model import Model
+from sdjax.model import Model, free_coordinates
 from sdjax.state import State, check_state, is_traced
 
 #: Interpolation schemes of :class:`HeightField`.
@@ -591,8 +591,8 @@ def stable_time_step(
     frames = relative_frames(model, state.base_rotation, state.q)
     axes = joint_motion_axes(model, frames)
     jac = jacobians_at_points(model, axes, np.asarray(spheres.bodies), contacts.point - state.base_position)[:, :3, :]
-    jac = np.asarray(jac, np.float64).reshape(3 * m, -1)
-    h = np.asarray(inertia_matrix_from_frames(model, frames, axes), np.float64)
+    jac = np.asarray(free_coordinates(model, jac, -1), np.float64).reshape(3 * m, -1)  # free coordinates of the base mode
+    h = np.asarray(inertia_matrix(model, state), np.float64)
     g = jac @ np.linalg.solve(h, jac.T)
     normal = np.asarray(contacts.normal, np.float64)
     if normal_force is None:

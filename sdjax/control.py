@@ -26,10 +26,14 @@ frame is the link frame). Task velocities are ``[linear (m/s); angular (rad/s)]`
 point and frame, inertial frame; ``task`` selects ``"pose"`` (6 rows), ``"position"``
 (rows 0:3) or ``"orientation"`` (rows 3:6).
 
-Base modes. ``base="floating"`` (the default) lets the base react to the joints under
-conserved momentum (eq 109): the task Jacobian is the generalized Jacobian ``J*`` (eq 110)
-plus the momentum offset. ``base="fixed"`` assumes the base held at rest (a ground robot or
-a servicer whose base is controlled stiffly): the Jacobian is the joint block ``J_m``.
+Base assumption (:data:`CONTROL_BASES`). ``base="floating"`` (``mode=`` for the torque laws;
+the default) lets the base react to the joints under conserved momentum (eq 109) as far as
+the model's base mode (:data:`sdjax.BASE_MODES`) lets it move: the task Jacobian is the
+generalized Jacobian ``J*`` (eq 110) plus the momentum offset, written with the free base
+coordinates (a planar base reacts in x, y and yaw and conserves ``P_x, P_y, L_z``; a fixed
+base does not react, so ``J* = J_m``). ``base="fixed"`` assumes the base held at rest (a
+ground robot or a servicer whose base is controlled stiffly): the Jacobian is the joint
+block ``J_m``.
 
 Frames are inertial unless stated; units SI.
 """
@@ -46,16 +50,26 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
 
-from sdjax.dynamics import inertia_matrix_from_frames, bias_forces, inverse_dynamics, passive_joint_torques
-from sdjax.gjm import Manipulability, momentum_about_base, manipulability
-from sdjax.jacobians import jacobians_at_points
-from sdjax.kinematics import body_masses, center_of_mass, joint_motion_axes, relative_frames
+from sdjax.dynamics import bias_forces, inertia_matrix, inverse_dynamics, passive_joint_torques
+from sdjax.gjm import (
+    Manipulability,
+    base_twist_from_free,
+    generalized_columns,
+    manipulability,
+    momentum_offset,
+    reduced_equation,
+    solve_base_block,
+    with_momentum,
+)
+from sdjax.jacobians import point_jacobian
+from sdjax.kinematics import body_masses, center_of_mass, relative_frames
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix
 from sdjax.state import State, check_choice, check_state, check_vector, is_traced
 
-#: Base modes of the model-based functions (see the module docstring).
-BASE_MODES = ("floating", "fixed")
+#: What the model-based functions assume of the base (see the module docstring): it reacts
+#: as the model's base mode lets it, or it is held at rest.
+CONTROL_BASES = ("floating", "fixed")
 
 #: Task selections: rows of the ``[linear; angular]`` task velocity.
 TASKS = {"pose": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
@@ -278,19 +292,9 @@ def _momentum_spec(momentum: Any) -> tuple[bool, Any]:
 def _floating_terms(model: Model, state: State, momentum: Any, measured: bool) -> tuple[Array, Array]:
     """``(H*, C*)`` of the generalized equation ``H* qdd + C* = tau`` (passive torques not
     included), with the base twist from eq 109 for ``momentum`` or the measured one."""
-    frames = relative_frames(model, state.base_rotation, state.q)
-    h = inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
-    h_bm = h[:6, 6:]
-    factor = jsl.cho_factor(h[:6, :6], lower=True)
     if not measured:
-        momentum = momentum_about_base(model, state, momentum)
-        twist = jsl.cho_solve(factor, momentum - h_bm @ state.qd)
-        state = eqx.tree_at(lambda s: (s.base_linear_velocity, s.base_angular_velocity), state, (twist[:3], twist[3:]))
-    bias = bias_forces(model, state)
-    solved = jsl.cho_solve(factor, jnp.concatenate([h_bm, bias[:6, None]], axis=1))
-    h_star = h[6:, 6:] - h_bm.T @ solved[:, :-1]
-    c_star = bias[6:] - h_bm.T @ solved[:, -1]
-    return 0.5 * (h_star + h_star.T), c_star
+        state = with_momentum(model, state, momentum)
+    return reduced_equation(model, inertia_matrix(model, state), bias_forces(model, state))
 
 
 def _at_rest(state: State) -> State:
@@ -326,16 +330,14 @@ def computed_torque_terms(model: Model, state: State, *, mode: str = "floating",
         ``H~ (n, n)`` symmetric positive definite and ``C~ (n,)``, N m or N.
     """
     check_state(model, state)
-    check_choice("computed_torque_terms: mode", mode, BASE_MODES)
+    check_choice("computed_torque_terms: mode", mode, CONTROL_BASES)
     measured, momentum = _momentum_spec(momentum)
     passive = passive_joint_torques(model, state)
     if mode == "floating":
         h_star, c_star = _floating_terms(model, state, momentum, measured)
         return h_star, c_star - passive
-    rest = _at_rest(state)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    h = inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
-    return h[6:, 6:], bias_forces(model, rest)[6:] - passive
+    nb = model.num_base_velocities
+    return inertia_matrix(model, state)[nb:, nb:], bias_forces(model, _at_rest(state))[nb:] - passive
 
 
 @eqx.filter_jit
@@ -354,7 +356,7 @@ def computed_torque(model: Model, state: State, qdd_command: Any, *, mode: str =
         ``(n,)`` joint torques/forces, N m or N.
     """
     check_state(model, state)
-    check_choice("computed_torque: mode", mode, BASE_MODES)
+    check_choice("computed_torque: mode", mode, CONTROL_BASES)
     u = check_vector("computed_torque: qdd_command", qdd_command, (model.num_joints,), state.q.dtype)
     if mode == "fixed":
         return inverse_dynamics(model, _at_rest(state), None, u)[1]
@@ -397,7 +399,7 @@ class ComputedTorque(eqx.Module):
         self.kp = _gain("ComputedTorque: kp", kp, n)
         self.kd = _gain("ComputedTorque: kd", kd, n)
         self.reference = _as_reference(reference, "ComputedTorque")
-        self.mode = check_choice("ComputedTorque: mode", mode, BASE_MODES)
+        self.mode = check_choice("ComputedTorque: mode", mode, CONTROL_BASES)
         self.measured_twist, momentum = _momentum_spec(momentum)
         self.momentum = None if momentum is None else check_vector("ComputedTorque: momentum", momentum, (6,), estimated_model.dtype)
 
@@ -458,7 +460,7 @@ class RateServo(eqx.Module):
         self.estimated_model = estimated_model
         self.rate_command = rate_command
         self.gain = _gain("RateServo: gain", gain, estimated_model.num_joints)
-        self.mode = check_choice("RateServo: mode", mode, BASE_MODES)
+        self.mode = check_choice("RateServo: mode", mode, CONTROL_BASES)
         self.measured_twist, momentum = _momentum_spec(momentum)
         self.momentum = None if momentum is None else check_vector("RateServo: momentum", momentum, (6,), estimated_model.dtype)
         self.feedforward = bool(feedforward)
@@ -621,25 +623,22 @@ class _Task(eqx.Module):
     rotation: Array  # (3, 3) task frame to inertial
     jacobian: Array  # (6, n) joint-rate Jacobian (J* or J_m)
     offset: Array  # (6,) velocity not due to the joints (momentum offset), inertial
-    inertia: Array  # (6 + n, 6 + n)
 
 
 def _task_kinematics(model: Model, state: State, spec: tuple[Any, Any, Any], base: str, momentum: Any) -> _Task:
     dtype = state.q.dtype
     link, point, offset_rotation = _task_point(model, *spec, dtype)
     frames = relative_frames(model, state.base_rotation, state.q)
-    axes = joint_motion_axes(model, frames)
     rotation = frames.rotation[link]
     x = frames.centroid[link] + rotation @ point
-    full = jacobians_at_points(model, axes, np.array([link]), x[None])[0]
-    h = inertia_matrix_from_frames(model, frames, axes)
+    columns = point_jacobian(model, state, link, point)  # (6, nv), free coordinates
     if base == "floating":
-        factor = jsl.cho_factor(h[:6, :6], lower=True)
-        jacobian = full[:, 6:] - full[:, :6] @ jsl.cho_solve(factor, h[:6, 6:])  # eq 110
-        offset = full[:, :6] @ jsl.cho_solve(factor, momentum_about_base(model, state, momentum))
+        h = inertia_matrix(model, state)
+        jacobian = generalized_columns(model, h, columns)  # eq 110
+        offset = momentum_offset(model, state, h, columns, momentum)
     else:
-        jacobian, offset = full[:, 6:], jnp.zeros((6,), dtype)
-    return _Task(state.base_position + x, rotation @ offset_rotation, jacobian, offset, h)
+        jacobian, offset = columns[:, model.num_base_velocities :], jnp.zeros((6,), dtype)
+    return _Task(state.base_position + x, rotation @ offset_rotation, jacobian, offset)
 
 
 def task_error(task: str, position: Array, rotation: Array, target_position: Array | None, target_rotation: Array | None) -> Array:
@@ -723,7 +722,7 @@ class ResolvedRates(eqx.Module):
 
 
 def _check_base_momentum(name: str, base: str, momentum: Any) -> None:
-    check_choice(f"{name}: base", base, BASE_MODES)
+    check_choice(f"{name}: base", base, CONTROL_BASES)
     if base == "fixed" and momentum is not None:
         raise ValueError(f"{name}: momentum applies to base='floating' only")
 
@@ -994,13 +993,15 @@ def _check_tolerance(name: str, value: Any) -> None:
 def _base_attitude_along(model: Model, q: Array, dq: Array, quat: Array, substeps: int) -> Array:
     """Base quaternion after the joints move from ``q`` to ``q + dq`` along a straight
     joint-space segment with zero momentum: RK4 on ``dquat/ds = 1/2 [w0, 0] quat`` with
-    ``w0 = (-H_b^-1 H_bm dq)[3:]`` (eq 109, the segment parameter ``s`` in [0, 1] as time)."""
+    ``w0`` the angular part of ``-H_b^-1 H_bm dq`` (eq 109, free base coordinates; the
+    segment parameter ``s`` in [0, 1] as time)."""
     dtype = q.dtype
+    nb = model.num_base_velocities
 
     def rate(s, quat):
-        frames = relative_frames(model, quat_to_matrix(quat), q + s * dq)
-        h = inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
-        twist = -jsl.cho_solve(jsl.cho_factor(h[:6, :6], lower=True), h[:6, 6:] @ dq)
+        zero3 = jnp.zeros((3,), dtype)
+        h = inertia_matrix(model, State(zero3, quat, zero3, zero3, q + s * dq, jnp.zeros_like(q)))
+        twist = base_twist_from_free(model, -solve_base_block(model, h, h[:nb, nb:] @ dq))
         return quat_rate(quat, twist[3:])
 
     ds = jnp.asarray(1.0 / substeps, dtype)
@@ -1017,11 +1018,13 @@ def _base_attitude_along(model: Model, q: Array, dq: Array, quat: Array, substep
     return quat
 
 
-def _base_position_for_com(model: Model, quat: Array, q: Array, com: Array) -> Array:
-    """Base position that puts the centre of mass at ``com`` (zero linear momentum)."""
+def _base_position_for_com(model: Model, quat: Array, q: Array, com: Array, r0: Array) -> Array:
+    """Base position that keeps the centre of mass at ``com`` along the directions the base
+    translates in (zero linear momentum there); the other components stay those of ``r0``."""
     frames = relative_frames(model, quat_to_matrix(quat), q)
     masses = body_masses(model)
-    return com - jnp.sum(masses[:, None] * frames.centroid, axis=0) / jnp.sum(masses)
+    free = np.isin(np.arange(3), model.base_coordinates)
+    return jnp.where(free, com - jnp.sum(masses[:, None] * frames.centroid, axis=0) / jnp.sum(masses), r0)
 
 
 def inverse_kinematics(
@@ -1056,7 +1059,8 @@ def inverse_kinematics(
 
     - ``base="fixed"``: the base stays where ``state`` puts it; ``J = J_m``.
     - ``base="floating"``: the free-floating system with **zero momentum** (the state's
-      velocities are ignored). Its reachable pose depends on the joint path (the
+      velocities are ignored; a planar base turns about z and moves in x, y only, a fixed
+      base not at all). Its reachable pose depends on the joint path (the
       zero-momentum constraint is not integrable), so the answer is defined by a path: the
       piecewise-linear joint path through ``waypoints``. Each step uses the generalized
       Jacobian ``J*`` (eq 110); the base attitude is then integrated along the segment by
@@ -1091,7 +1095,7 @@ def inverse_kinematics(
     check_state(model, state)
     dtype = state.q.dtype
     n = model.num_joints
-    check_choice("inverse_kinematics: base", base, BASE_MODES)
+    check_choice("inverse_kinematics: base", base, CONTROL_BASES)
     if target_position is None and target_rotation is None:
         raise ValueError("inverse_kinematics: give target_position, target_rotation or both")
     if target_rotation is None:
@@ -1175,7 +1179,7 @@ def _inverse_kinematics(
             q_new = jnp.clip(q_new, lower, upper)
         if floating:
             quat = _base_attitude_along(model, q, q_new - q, quat, substeps)
-            r0 = _base_position_for_com(model, quat, q_new, com)
+            r0 = _base_position_for_com(model, quat, q_new, com, r0)
         jac, error = evaluate(q_new, quat, r0)
         return i + 1, q_new, quat, r0, jac, error, waypoints.at[i + 1].set(q_new)
 
@@ -1208,10 +1212,12 @@ def _inverse_kinematics(
 
 
 def _base_angular_coupling(model: Model, state: State) -> Array:
-    """``(3, n)`` map ``qd -> w0`` under zero momentum: rows 3:6 of ``-H_b^-1 H_bm`` (eq 109)."""
-    frames = relative_frames(model, state.base_rotation, state.q)
-    h = inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
-    return -jsl.cho_solve(jsl.cho_factor(h[:6, :6], lower=True), h[:6, 6:])[3:]
+    """``(3, n)`` map ``qd -> w0`` under zero momentum: the angular rows of ``-H_b^-1 H_bm``
+    (eq 109), zero in the components the base mode fixes (all of them for a fixed base)."""
+    h = inertia_matrix(model, state)
+    nb = model.num_base_velocities
+    coupling = -solve_base_block(model, h, h[:nb, nb:])  # (nb, n)
+    return jax.vmap(lambda column: base_twist_from_free(model, column)[3:], in_axes=1, out_axes=1)(coupling)
 
 
 @eqx.filter_jit
@@ -1224,7 +1230,8 @@ def reaction_null_space_projector(model: Model, state: State) -> Array:
     momentum (zero for zero momentum). Joint rates in ``null(G)`` add no base rotation;
     ``P = E - G^+ G`` is the orthogonal projector onto it (rank ``n - rank G``, generically
     ``n - 3``; ``G`` is equivalent to the angular-momentum coupling about the system centre
-    of mass, so the base may still translate).
+    of mass, so the base may still translate). A planar base has one angular row (yaw; rank
+    ``n - 1``), a fixed base none (``P = E``).
 
     Arguments:
         model, state: the system and its configuration (base attitude and ``q``).
@@ -1256,7 +1263,7 @@ def reaction_null_space_rates(model: Model, state: State, qd_desired: Any) -> Ar
 
 
 __all__ = [
-    "BASE_MODES",
+    "CONTROL_BASES",
     "TASKS",
     "ComputedTorque",
     "DampedLeastSquares",

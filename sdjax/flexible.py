@@ -564,7 +564,9 @@ def linear_modes(
       clamped to its (immobile) parent.
     - ``base="floating"``: the base floats with zero momentum and the other joints are locked;
       ``M`` is the block of the generalized inertia ``H* = H_m - H_bm^T H_b^-1 H_bm`` (seed 003
-      eq 45), the free-free system modes (base and appendages vibrating together).
+      eq 45), the free-free system modes (base and appendages vibrating together). The base
+      moves as the model's base mode lets it: in the plane for a planar base, not at all for
+      a fixed one (then the same as ``"clamped"``).
 
     Arguments:
         model: the system.

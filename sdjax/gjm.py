@@ -44,7 +44,7 @@ from sdjax.model import Model, floating_coordinates
 from sdjax.state import State, check_state, check_vector
 
 
-def _base_solve(model: Model, h: Array, rhs: Array) -> Array:
+def solve_base_block(model: Model, h: Array, rhs: Array) -> Array:
     """``H_b^-1 rhs`` by Cholesky (``H_b`` the SPD base block of ``h``, ``nb x nb`` with ``nb``
     the number of free base coordinates; empty for a fixed base)."""
     nb = model.num_base_velocities
@@ -53,31 +53,43 @@ def _base_solve(model: Model, h: Array, rhs: Array) -> Array:
     return jsl.cho_solve(jsl.cho_factor(h[:nb, :nb], lower=True), rhs)
 
 
-def _free_base(model: Model, value: Array) -> Array:
+def free_base_components(model: Model, value: Array) -> Array:
     """The components of a ``(6,)`` base vector (twist or momentum) the base mode leaves free."""
     return value[jnp.asarray(model.base_coordinates, dtype=jnp.int32)]
 
 
-def _base_twist(model: Model, free: Array) -> Array:
+def base_twist_from_free(model: Model, free: Array) -> Array:
     """``(6,)`` base twist ``[v0; w0]`` from its free components (zero elsewhere)."""
     return floating_coordinates(model, jnp.concatenate([free, jnp.zeros(model.num_joints, free.dtype)]))[:6]
 
 
-def momentum_about_base(model: Model, state: State, momentum: Any) -> Array:
-    """``[P; L_r0]`` (6,) from the conserved ``[P; L_O]`` (see the module docstring).
+# Building blocks shared with :mod:`sdjax.control` (public names, not in ``__all__``).
 
-    Internal building block shared with :mod:`sdjax.control` (not exported at the top level).
-    """
+
+def momentum_about_base(model: Model, state: State, momentum: Any) -> Array:
+    """``[P; L_r0]`` (6,) from the conserved ``[P; L_O]`` (see the module docstring)."""
     value = check_vector("momentum", momentum, (6,), state.q.dtype)
     linear, angular = value[:3], value[3:]
     return jnp.concatenate([linear, angular - cross3(state.base_position, linear)])
 
 
-def _reduced(model: Model, h: Array) -> Array:
+def reduce_inertia(model: Model, h: Array) -> Array:
     """``H* = H_m - H_bm^T H_b^-1 H_bm`` from the inertia matrix of the free coordinates."""
     nb = model.num_base_velocities
     h_bm = h[:nb, nb:]
-    return h[nb:, nb:] - h_bm.T @ _base_solve(model, h, h_bm)
+    return h[nb:, nb:] - h_bm.T @ solve_base_block(model, h, h_bm)
+
+
+def reduced_equation(model: Model, h: Array, bias: Array) -> tuple[Array, Array]:
+    """``(H*, C*)`` of ``H* qdd + C* = tau`` from the inertia matrix ``h`` and bias ``bias``
+    of the free coordinates (at a state whose base twist is the one wanted): eliminating the
+    base acceleration from ``H_b a_b + H_bm qdd + c_b = 0`` (seed 003 eqs 43-45) gives
+    ``H* = H_m - H_bm^T H_b^-1 H_bm`` (symmetrised) and ``C* = c_m - H_bm^T H_b^-1 c_b``."""
+    nb = model.num_base_velocities
+    h_bm = h[:nb, nb:]
+    solved = solve_base_block(model, h, jnp.concatenate([h_bm, bias[:nb, None]], axis=1))
+    h_star = h[nb:, nb:] - h_bm.T @ solved[:, :-1]
+    return 0.5 * (h_star + h_star.T), bias[nb:] - h_bm.T @ solved[:, -1]
 
 
 # ------------------------------------------------------------------------------------------
@@ -118,8 +130,8 @@ def base_twist_from_joint_rates(model: Model, state: State, qd: Any = None, mome
     qd = state.qd if qd is None else check_vector("qd", qd, (model.num_joints,), state.q.dtype)
     h = inertia_matrix(model, state)
     nb = model.num_base_velocities
-    free = _base_solve(model, h, _free_base(model, momentum_about_base(model, state, momentum)) - h[:nb, nb:] @ qd)
-    return _base_twist(model, free)
+    free = solve_base_block(model, h, free_base_components(model, momentum_about_base(model, state, momentum)) - h[:nb, nb:] @ qd)
+    return base_twist_from_free(model, free)
 
 
 @eqx.filter_jit
@@ -141,7 +153,7 @@ def generalized_inertia_matrix(model: Model, state: State) -> Array:
     ``1/2 qd^T H* qd`` is the kinetic energy of a zero-momentum motion, so ``H*`` depends on
     ``q`` only (not on the base pose)."""
     check_state(model, state)
-    return _reduced(model, inertia_matrix(model, state))
+    return reduce_inertia(model, inertia_matrix(model, state))
 
 
 @eqx.filter_jit
@@ -186,10 +198,7 @@ def generalized_bias(model: Model, state: State, momentum: Any = None) -> Array:
         ``(n,)`` generalized forces, N m or N.
     """
     consistent = with_momentum(model, state, momentum)
-    h = inertia_matrix(model, consistent)
-    bias = bias_forces(model, consistent)
-    nb = model.num_base_velocities
-    return bias[nb:] - h[:nb, nb:].T @ _base_solve(model, h, bias[:nb])
+    return reduced_equation(model, inertia_matrix(model, consistent), bias_forces(model, consistent))[1]
 
 
 @eqx.filter_jit
@@ -214,28 +223,25 @@ def reduced_forward_dynamics(model: Model, state: State, tau: Any = None, moment
     h = inertia_matrix(model, consistent)
     bias = bias_forces(model, consistent)
     nb = model.num_base_velocities
-    h_bm = h[:nb, nb:]
-    base_bias = _base_solve(model, h, bias[:nb])
-    reduced = _reduced(model, h)
-    applied = tau + passive_joint_torques(model, consistent) - (bias[nb:] - h_bm.T @ base_bias)
-    qdd = jsl.cho_solve(jsl.cho_factor(reduced, lower=True), applied)
-    return _base_twist(model, -base_bias - _base_solve(model, h, h_bm @ qdd)), qdd
+    reduced, c_star = reduced_equation(model, h, bias)
+    qdd = jsl.cho_solve(jsl.cho_factor(reduced, lower=True), tau + passive_joint_torques(model, consistent) - c_star)
+    return base_twist_from_free(model, -solve_base_block(model, h, bias[:nb] + h[:nb, nb:] @ qdd)), qdd
 
 
 # ------------------------------------------------------------------------------------------
 # Generalized Jacobian (eqs 103-111) and manipulability.
 
 
-def _generalized(model: Model, h: Array, jacobian: Array) -> Array:
+def generalized_columns(model: Model, h: Array, jacobian: Array) -> Array:
     """``J_m - J_b H_b^-1 H_bm`` for Jacobians ``(..., 6, nv)`` of the free coordinates."""
     nb = model.num_base_velocities
-    return jacobian[..., nb:] - jacobian[..., :nb] @ _base_solve(model, h, h[:nb, nb:])
+    return jacobian[..., nb:] - jacobian[..., :nb] @ solve_base_block(model, h, h[:nb, nb:])
 
 
-def _offset(model: Model, state: State, h: Array, jacobian: Array, momentum: Any) -> Array:
+def momentum_offset(model: Model, state: State, h: Array, jacobian: Array, momentum: Any) -> Array:
     """``J_b H_b^-1 M_r0`` for Jacobians ``(..., 6, nv)``: the velocity due to momentum."""
     nb = model.num_base_velocities
-    return jacobian[..., :nb] @ _base_solve(model, h, _free_base(model, momentum_about_base(model, state, momentum)))
+    return jacobian[..., :nb] @ solve_base_block(model, h, free_base_components(model, momentum_about_base(model, state, momentum)))
 
 
 @eqx.filter_jit
@@ -253,7 +259,7 @@ def generalized_jacobian(model: Model, state: State, link: int, point: Any = Non
         (inertial frame) when the momentum is zero; see :func:`generalized_velocity_offset`.
     """
     check_state(model, state)
-    return _generalized(model, inertia_matrix(model, state), point_jacobian(model, state, link, point))
+    return generalized_columns(model, inertia_matrix(model, state), point_jacobian(model, state, link, point))
 
 
 @eqx.filter_jit
@@ -269,21 +275,21 @@ def generalized_velocity_offset(model: Model, state: State, link: int, point: An
     """
     check_state(model, state)
     h = inertia_matrix(model, state)
-    return _offset(model, state, h, point_jacobian(model, state, link, point), momentum)
+    return momentum_offset(model, state, h, point_jacobian(model, state, link, point), momentum)
 
 
 @eqx.filter_jit
 def end_point_generalized_jacobians(model: Model, state: State) -> Array:
     """Generalized Jacobians (eq 110) of every end point; ``(ne, 6, n)``."""
     check_state(model, state)
-    return _generalized(model, inertia_matrix(model, state), end_point_jacobians(model, state))
+    return generalized_columns(model, inertia_matrix(model, state), end_point_jacobians(model, state))
 
 
 @eqx.filter_jit
 def end_point_velocity_offsets(model: Model, state: State, momentum: Any = None) -> Array:
     """Momentum offsets (see :func:`generalized_velocity_offset`) of every end point; ``(ne, 6)``."""
     check_state(model, state)
-    return _offset(model, state, inertia_matrix(model, state), end_point_jacobians(model, state), momentum)
+    return momentum_offset(model, state, inertia_matrix(model, state), end_point_jacobians(model, state), momentum)
 
 
 class Manipulability(eqx.Module):

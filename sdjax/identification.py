@@ -62,9 +62,9 @@ from jax import Array
 from sdjax.dynamics import inverse_dynamics
 from sdjax.gjm import system_momentum
 from sdjax.integrate import Trajectory
-from sdjax.model import Model
+from sdjax.model import Model, free_coordinates
 from sdjax.rotation import quat_normalize
-from sdjax.state import State, is_traced
+from sdjax.state import BASE_TWIST_NAMES, State, is_traced
 
 #: Names of the 10 inertial parameters of one body, in the order of a parameter vector.
 PARAMETER_NAMES = ("m", "hx", "hy", "hz", "Ixx", "Iyy", "Izz", "Ixy", "Ixz", "Iyz")
@@ -454,10 +454,19 @@ def _check_problem(model: Model, data: Dataset, unknowns: Unknowns, residual: st
         raise ValueError(f"identification: unknown residual {residual!r}; choose one of {RESIDUALS}")
     if residual in ("dynamics", "both") and data.torques is None:
         raise ValueError(f"identification: residual {residual!r} needs measured torques (Dataset.torques is None)")
+    if residual in ("momentum", "both") and model.base == "fixed":
+        raise ValueError(
+            f"identification: the momentum residual needs a moving base; model {model.name!r} has a fixed base "
+            "(nothing is conserved): use residual='dynamics'"
+        )
     if residual in ("momentum", "both") and not isinstance(model.gravity, jax.core.Tracer):
-        if np.any(np.asarray(model.gravity) != 0):
+        # Gravity breaks the conservation unless the base mode's mount carries it (gravity normal
+        # to a planar test bed's plane leaves P_x, P_y and L_z conserved).
+        translations = [k for k in model.base_coordinates if k < 3]
+        if np.any(np.asarray(model.gravity)[translations] != 0):
             raise ValueError(
-                "identification: the momentum residual assumes free flight (no gravity), but model.gravity is "
+                "identification: the momentum residual assumes free flight (no gravity along the directions the "
+                f"base translates in, {[BASE_TWIST_NAMES[k] for k in translations]}), but model.gravity is "
                 f"{np.asarray(model.gravity).tolist()}"
             )
 
@@ -491,9 +500,11 @@ def residuals(
         params: ``(k,)`` bodies.
         residual: ``"momentum"``, ``"dynamics"`` or ``"both"`` (module docstring).
         momentum_weights: ``(6,)`` weights of the ``[P; L_O]`` rows (default
-            ``1 / total mass`` on ``P`` and ``1 / (total mass * 1 m^2)`` on ``L_O``).
+            ``1 / total mass`` on ``P`` and ``1 / (total mass * 1 m^2)`` on ``L_O``). A planar
+            base keeps only the conserved rows ``P_x, P_y, L_z``; a fixed base has none.
         dynamics_weights: ``(6 + n,)`` weights of the ``[F0; N0; tau]`` rows (default
             ``1 / total mass`` on ``F0``, ``1 / (total mass * 1 m^2)`` on ``N0`` and ``tau``).
+            Only the base rows the base mode leaves free are kept.
 
     Returns:
         ``(R,)`` residuals, each block divided by the square root of its number of samples.
@@ -507,13 +518,15 @@ def residuals(
     if residual in ("momentum", "both"):
         w = jnp.ones(6, dtype) / total if momentum_weights is None else jnp.asarray(momentum_weights).astype(dtype)
         momentum = jax.vmap(lambda s: system_momentum(est, s))(data.states)
-        r = (momentum - jnp.mean(momentum, axis=0)) * w
+        # Only the components the base mode conserves (a planar base: P_x, P_y, L_z).
+        r = ((momentum - jnp.mean(momentum, axis=0)) * w)[:, np.asarray(model.base_coordinates)]
         out.append(r.ravel() / jnp.sqrt(jnp.asarray(r.shape[0], dtype)))
     if residual in ("dynamics", "both"):
         w = jnp.ones(6 + n, dtype) / total if dynamics_weights is None else jnp.asarray(dynamics_weights).astype(dtype)
         mid, acc = _midpoints(data)
         wrench, tau = jax.vmap(lambda s, a: inverse_dynamics(est, s, a[:6], a[6:]))(mid, acc)
-        r = jnp.concatenate([wrench, tau - data.torques], axis=-1) * w
+        # The base wrench rows the base mode leaves free (a mount or bearing carries the rest).
+        r = free_coordinates(model, jnp.concatenate([wrench, tau - data.torques], axis=-1) * w, -1)
         out.append(r.ravel() / jnp.sqrt(jnp.asarray(r.shape[0], dtype)))
     return jnp.concatenate(out)
 

@@ -30,6 +30,12 @@ With ``fixed_base=True`` the base pose is held at the state's pose (a fixed-base
 or the limit of an infinitely heavy base, seed 002 section 6) and ``x = q``: ``H`` is the joint
 block ``H_m`` and ``C`` the fixed-base bias with gravity.
 
+Base modes (:data:`sdjax.BASE_MODES`). ``x`` holds the base coordinates the model's base mode
+leaves free, the others kept at the state's values: ``(r0_x, r0_y, phi_z, q)`` for a planar
+base (``w0_z = phi_z'`` exactly: one fixed axis), ``q`` for a fixed base (as ``fixed_base=True``).
+The terms then have the size of :attr:`sdjax.Model.num_velocities` and equal
+:func:`sdjax.inertia_matrix` and :func:`sdjax.bias_forces`.
+
 Units SI; vectors in the inertial frame.
 """
 
@@ -45,26 +51,38 @@ from jax import Array
 
 from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import Frames, body_inertias, body_masses, relative_frames, world_inertias
-from sdjax.model import Model
+from sdjax.model import Model, free_coordinates
 from sdjax.rotation import rotation_vector_to_matrix, skew, unskew
-from sdjax.state import State, check_state
+from sdjax.state import BASE_TWIST_NAMES, State, check_state
 
 # ------------------------------------------------------------------------------------------
 # Energies as functions of the local coordinates.
 
 
+def _held(model: Model, fixed_base: bool) -> bool:
+    """Whether the base pose is held (``fixed_base=True`` or a fixed base mode)."""
+    return fixed_base or model.base == "fixed"
+
+
+def _all_coordinates(state: State) -> Array:
+    """``(r0, phi = 0, q)``, ``(6 + n,)``."""
+    return jnp.concatenate([state.base_position, jnp.zeros(3, state.q.dtype), state.q])
+
+
 def _coordinates(model: Model, state: State, fixed_base: bool) -> tuple[Array, Array]:
-    """``(x, xd)``: ``(r0, phi = 0, q)`` and ``nu``, or ``(q, qd)`` for a fixed base."""
-    if fixed_base:
+    """``(x, xd)``: the free entries of ``(r0, phi = 0, q)`` and ``nu``, or ``(q, qd)`` for a
+    held base."""
+    if _held(model, fixed_base):
         return state.q, state.qd
-    zero = jnp.zeros(3, state.q.dtype)
-    return jnp.concatenate([state.base_position, zero, state.q]), state.generalized_velocity
+    return free_coordinates(model, _all_coordinates(state)), free_coordinates(model, state.generalized_velocity)
 
 
 def _body_frames(model: Model, state: State, fixed_base: bool, x: Array) -> tuple[Array, Frames]:
     """Base centroid ``r0`` (3,) and the body frames (positions relative to ``r0``) at ``x``."""
-    if fixed_base:
+    if _held(model, fixed_base):
         return state.base_position, relative_frames(model, state.base_rotation, x)
+    if model.base != "floating":  # the base coordinates the mode fixes keep the state's values
+        x = _all_coordinates(state).at[jnp.asarray(model.velocity_indices)].set(x)
     r0, phi, q = x[:3], x[3:6], x[6:]
     base_rotation = rotation_vector_to_matrix(phi) @ state.base_rotation
     return r0, relative_frames(model, base_rotation, q)
@@ -137,12 +155,13 @@ class LagrangianTerms(eqx.Module):
     :func:`sdjax.inverse_dynamics`.
 
     Attributes:
-        inertia: ``(6 + n, 6 + n)`` mass matrix ``H`` (seed 002 eq 15), ``(n, n)`` for a fixed
-            base; equals :func:`sdjax.inertia_matrix` (its ``H_m`` block for a fixed base).
-        bias: ``(6 + n,)`` or ``(n,)`` non-linear velocity terms with gravity,
+        inertia: ``(nv, nv)`` mass matrix ``H`` (seed 002 eq 15; ``nv`` the model's
+            ``num_velocities``, ``n`` with ``fixed_base=True``); equals
+            :func:`sdjax.inertia_matrix` (its ``H_m`` block with ``fixed_base=True``).
+        bias: ``(nv,)`` non-linear velocity terms with gravity,
             ``C = (d2L/dxd dx) xd - dL/dx`` (eqs 17a-c, plus ``dV/dx``); equals
-            :func:`sdjax.bias_forces` (for a fixed base: its joint rows at zero base twist).
-        gravity: ``(6 + n,)`` or ``(n,)`` gravity forces ``dV/dx`` (the bias at zero velocity).
+            :func:`sdjax.bias_forces` (with ``fixed_base=True``: its joint rows at zero base twist).
+        gravity: ``(nv,)`` gravity forces ``dV/dx`` (the bias at zero velocity).
         kinetic_energy: ``()`` ``T``, J.
         potential_energy: ``()`` ``V = -sum m_i g . r_i``, J (zero at the inertial origin).
     """
@@ -168,10 +187,11 @@ def lagrangian_terms(model: Model, state: State, *, fixed_base: bool = False) ->
         model: the system (any tree: several manipulators on one base).
         state: its state.
         fixed_base: hold the base pose fixed (the base twist of ``state`` is ignored): the
-            terms of the fixed-base manipulator in ``q`` alone.
+            terms of the fixed-base manipulator in ``q`` alone. Otherwise the base moves as
+            the model's base mode lets it (module docstring).
 
     Returns:
-        :class:`LagrangianTerms` (sizes ``6 + n``, or ``n`` for a fixed base).
+        :class:`LagrangianTerms` (sizes ``num_velocities``, or ``n`` with a held base).
     """
     check_state(model, state)
     x, xd = _coordinates(model, state, fixed_base)
@@ -211,7 +231,7 @@ def coriolis_matrix(model: Model, state: State, *, fixed_base: bool = False) -> 
         fixed_base: hold the base fixed (``C~`` of the manipulator in ``q`` alone).
 
     Returns:
-        ``(6 + n, 6 + n)`` (or ``(n, n)``) matrix, linear in ``nu``; the gravity vector is
+        ``(nv, nv)`` (``(n, n)`` with a held base) matrix, linear in ``nu``; the gravity vector is
         :attr:`LagrangianTerms.gravity`.
     """
     check_state(model, state)
@@ -221,7 +241,7 @@ def coriolis_matrix(model: Model, state: State, *, fixed_base: bool = False) -> 
     christoffel = 0.5 * (
         jnp.einsum("ijk,k->ij", d_inertia, xd) + jnp.einsum("ikj,k->ij", d_inertia, xd) - jnp.einsum("jki,k->ij", d_inertia, xd)
     )
-    if fixed_base:
+    if _held(model, fixed_base) or model.base == "planar":  # T' = 0: a planar base turns about one fixed axis
         return christoffel
     half_spin = 0.5 * skew(state.base_angular_velocity)  # T' restricted to the w0 block
     return christoffel.at[:, 3:6].add(-inertia[:, 3:6] @ half_spin)
@@ -279,7 +299,8 @@ def mass_parameter_dependence(model: Model, state: State, *, kind: InertiaKind =
 
     * ``"fixed_base"``: ``H_m`` of the fixed-base system (:func:`lagrangian_terms` with
       ``fixed_base=True``), ``(n, n)``: eq 24a's backward propagation.
-    * ``"floating_base"``: the full ``H`` of the moving base, ``(6 + n, 6 + n)``. Its joint block
+    * ``"floating_base"``: the full ``H`` of the moving base, ``(nv, nv)`` (``nv = 6 + n`` for a
+      floating base; the free coordinates of a planar one). Its joint block
       *is* the fixed-base ``H_m`` (same pattern), the base columns of joint ``k`` depend on the
       links joint ``k`` carries, and only the base block ``H_b`` involves every body (with
       structural zeros: ``H_b[:3, :3] = (total mass) E``).
@@ -346,14 +367,15 @@ def mass_dependence_table(model: Model, dependence: MassDependence, *, rtol: flo
     """
     sensitivity = np.asarray(dependence.sensitivity)
     n = model.num_joints
-    size = n if dependence.kind != "floating_base" else 6 + n
+    size = n if dependence.kind != "floating_base" else model.num_velocities
     if sensitivity.shape != (size, size, n + 1):
         raise ValueError(
             f"mass_dependence_table: expected sensitivity of shape {(size, size, n + 1)} for a "
             f"{dependence.kind!r} matrix of model {model.name!r}, got {sensitivity.shape} (one state, not a batch)"
         )
     joints = [f"q{i}" for i in range(1, n + 1)]
-    labels = ["v0x", "v0y", "v0z", "w0x", "w0y", "w0z"] + joints if size == 6 + n else joints
+    base_labels = [BASE_TWIST_NAMES[k] for k in model.base_coordinates] if dependence.kind == "floating_base" else []
+    labels = base_labels + joints
     candidates = list(range(1, n + 1)) if dependence.kind == "fixed_base" else list(range(n + 1))
     lines = [
         f"Bodies whose mass properties reach each element of the {dependence.kind.replace('_', ' ')} inertia matrix "

@@ -657,6 +657,8 @@ def maneuver_law(
             raise ValueError(f"maneuver_law: {name} must be a function (t, state) -> array, got {type(law).__name__}")
     if thrusters is not None and not isinstance(thrusters, Thrusters):
         raise ValueError(f"maneuver_law: thrusters must be a Thrusters, got {type(thrusters).__name__}")
+    if mode != "floating" and model.base == "fixed":
+        raise ValueError(f"maneuver_law: mode {mode!r} moves the base, but model {model.name!r} has a fixed base")
     joints = reaction_wheel_joints(model) if wheel_joints is None else _check_wheel_joints(model, wheel_joints)
     wheel_attitude = attitude_law is not None and mode in ("rotation-floating", "translation-flying")
     dtype = model.dtype

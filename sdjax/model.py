@@ -383,6 +383,17 @@ def check_spacedyn_end_points(model: Model, what: str) -> None:
         )
 
 
+def check_spacedyn_base(model: Model, what: str) -> None:
+    """Refuse (``ValueError`` naming ``what``) a model whose base is not free-floating:
+    SpaceDyn's link parameters have no base mode."""
+    if model.base != "floating":
+        raise ValueError(
+            f"{what}: model {model.name!r} has a {model.base} base; SpaceDyn's link parameters describe a "
+            "free-floating base (export a floating copy with sdjax.edit_model(model, base='floating') if the "
+            "base has a mass)"
+        )
+
+
 # --------------------------------------------------------------------------------------
 # Validation: the one door every model passes through.
 

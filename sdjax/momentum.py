@@ -1,7 +1,10 @@
 """Linear and angular momentum, kinetic and potential energy of the whole system.
 
 Computed directly from body velocities (not from ``H``), so the identities
-``[P; L_r0] = H[:6] [v0; w0; qd]`` and ``T = 1/2 xd^T H xd`` are independent checks.
+``[P; L_r0] = H[:6] [v0; w0; qd]`` (the floating-base ``H``, whatever the base mode) and
+``T = 1/2 nu^T H nu`` (``H`` and ``nu`` of the free coordinates) are independent checks. The
+whole momentum is returned for every base mode; a planar base conserves only ``P_x, P_y,
+L_z`` and a fixed base nothing (its mount carries the rest).
 """
 
 from __future__ import annotations

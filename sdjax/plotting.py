@@ -280,8 +280,11 @@ def base_box(model: Model) -> np.ndarray:
     The uniform box with the base mass and principal moments ``I_k`` has sides
     ``a_k = sqrt(6 (I_1 + I_2 + I_3 - 2 I_k) / m)`` along the principal axes (non-negative by
     the triangle inequality every model satisfies). Corner ``c`` has signs from the bits of
-    ``c`` (bit k set: + along principal axis k).
+    ``c`` (bit k set: + along principal axis k). A massless base (a fixed base may have none)
+    is drawn as a point: every corner at the origin.
     """
+    if not float(model.base_mass) > 0:
+        return np.zeros((8, 3))
     inertia = np.asarray(model.base_inertia, np.float64)
     moments, axes = np.linalg.eigh(0.5 * (inertia + inertia.T))
     sides = np.sqrt(np.maximum(6.0 * (np.sum(moments) - 2.0 * moments) / float(model.base_mass), 0.0))

@@ -202,3 +202,132 @@ def test_floating_coordinates_inverts_free_coordinates():
         assert full.shape == (9,)
         np.testing.assert_array_equal(np.asarray(free_coordinates(model, full)), np.asarray(x))
         assert np.count_nonzero(np.asarray(full)) == model.num_velocities
+
+
+# ------------------------------------------------------------------------------------------
+# The feature layer per base mode: control, Lagrangian oracle, identification, exporters.
+
+
+@pytest.mark.parametrize("base", ["planar", "fixed"])
+def test_computed_torque_gives_the_commanded_acceleration(base):
+    """With the exact model, ``tau = H~ u + C~`` makes the plant's joints accelerate at ``u``:
+    with the measured base twist for any state, and with eq 109's for a state that carries the
+    given momentum (zero ``P_x, P_y, L_z`` for a planar base)."""
+    model = _model(base, seed=3, n=5)
+    state = random_state(model, 4)
+    u = jnp.asarray(np.random.default_rng(5).normal(size=model.num_joints))
+    scale = float(np.max(np.abs(u)))
+    for momentum, s in (("measured", state), (None, sdjax.with_momentum(model, state))):
+        tau = sdjax.computed_torque(model, s, u, momentum=momentum)
+        _, qdd = sdjax.forward_dynamics(model, s, tau)
+        assert_close(qdd, u, 1e-10 * scale, f"qdd for momentum={momentum}")  # two solves, cond(H) ~ 1e3
+    h, c = sdjax.computed_torque_terms(model, state, mode="fixed")
+    nb = model.num_base_velocities
+    assert_close(h, np.asarray(sdjax.inertia_matrix(model, state))[nb:, nb:], 1e-14, "H_m")  # same numbers
+
+
+@pytest.mark.parametrize("base", ["planar", "fixed"])
+def test_task_jacobian_and_reaction_null_space(base):
+    """The task Jacobian and offset give the end-point velocity ``J nu`` of a state that
+    carries the momentum; joint rates from the reaction-null-space projector leave the base
+    angular velocity at zero (planar: rank ``n - 1``, the yaw row; fixed: ``P = E``)."""
+    model = _model(base, seed=7, n=6, end_point_probability=1.0)
+    state = random_state(model, 8)
+    momentum = np.array([0.3, -0.2, 0.0, 0.0, 0.0, 0.4])  # only the conserved components count
+    moving = sdjax.with_momentum(model, state, momentum)
+    jac, offset = sdjax.task_jacobian(model, moving, momentum=momentum)
+    velocity = np.asarray(sdjax.end_point_jacobians(model, moving))[0] @ np.asarray(sdjax.generalized_velocity(model, moving))
+    assert_close(np.asarray(jac) @ np.asarray(moving.qd) + np.asarray(offset), velocity, 1e-12, "task velocity")
+    projector = np.asarray(sdjax.reaction_null_space_projector(model, state))
+    n = model.num_joints
+    assert round(float(np.trace(projector))) == (n - 1 if base == "planar" else n)
+    qd = projector @ np.random.default_rng(9).normal(size=n)
+    twist = np.asarray(sdjax.base_twist_from_joint_rates(model, state, qd))
+    assert np.max(np.abs(twist[3:])) < 1e-12, twist  # G P = 0 to round-off
+
+
+def test_floating_inverse_kinematics_on_a_planar_base():
+    """Zero-momentum IK of a planar system: the base turns about z only, keeps its height,
+    and the centre of mass keeps its x, y; the target is reached."""
+    model = _model("planar", seed=2, n=6, end_point_probability=1.0)
+    state = sdjax.make_state(model, q=np.full(model.num_joints, 0.3))
+    start, _ = sdjax.task_pose(model, state)
+    target = np.asarray(start) + np.array([0.05, -0.04, 0.03])
+    result = sdjax.inverse_kinematics(model, state, target, base="floating", max_iterations=200)
+    assert bool(result.converged)
+    reached = result.state
+    assert abs(float(reached.base_position[2] - state.base_position[2])) == 0.0
+    np.testing.assert_allclose(np.asarray(reached.base_quaternion)[:2], 0.0, atol=1e-14)  # no roll or pitch
+    com0, com1 = np.asarray(sdjax.center_of_mass(model, state)), np.asarray(sdjax.center_of_mass(model, reached))
+    assert_close(com1[:2], com0[:2], 1e-12, "centre of mass x, y")  # solved exactly each step
+    assert float(np.asarray(reached.base_quaternion)[2]) != 0.0  # the base did turn
+
+
+@pytest.mark.parametrize("base", ["planar", "fixed"])
+def test_lagrangian_oracle_per_mode(base):
+    """The autodiff Lagrangian in the free coordinates equals the recursive inertia matrix and
+    bias (an independent route: position kinematics and energies only)."""
+    model = _model(base, seed=13, n=5)
+    state = random_state(model, 14)
+    terms = sdjax.lagrangian_terms(model, state)
+    h = np.asarray(sdjax.inertia_matrix(model, state))
+    assert terms.inertia.shape == (model.num_velocities,) * 2
+    assert_close(terms.inertia, h, 1e-12, "H")  # sums of O(1) products
+    assert_close(terms.bias, sdjax.bias_forces(model, state), 1e-11, "C")  # second derivatives by autodiff
+    # dH/dt - 2 C~ is skew-symmetric along the motion (the planar base turns about one axis).
+    c_tilde = np.asarray(sdjax.coriolis_matrix(model, state))
+    h_dot = np.asarray(jax.jvp(lambda s: sdjax.inertia_matrix(model, s), (state,), (_velocity_tangent(model, state),))[1])
+    assert_close(h_dot - 2 * c_tilde + (h_dot - 2 * c_tilde).T, np.zeros_like(h), 1e-11, "skew")
+    table = sdjax.mass_dependence_table(model, sdjax.mass_parameter_dependence(model, state, kind="floating_base"))
+    assert table.splitlines()[2].startswith("| | " + ("v0_x | v0_y | w0_z | q1" if base == "planar" else "q1"))
+
+
+def _velocity_tangent(model, state):
+    """The state tangent of the motion: d(position)/dt from the velocities, zero accelerations."""
+    w = state.base_angular_velocity
+    quat_dot = sdjax.rotation.quat_rate(state.base_quaternion, w)
+    zero = jnp.zeros(3)
+    return sdjax.State(state.base_linear_velocity, quat_dot, zero, zero, state.qd, jnp.zeros_like(state.qd))
+
+
+def test_identification_residuals_on_a_planar_base():
+    """A planar test bed under gravity normal to its plane still conserves ``P_x, P_y, L_z``:
+    the momentum residual keeps those three rows and vanishes for the true model; the dynamics
+    residual keeps the three free base rows; a fixed base has no momentum residual."""
+    from sdjax import identification as ident
+
+    model = sdjax.edit_model(_model("planar", seed=4, n=4), gravity=[0.0, 0.0, -9.81])
+    state = sdjax.with_momentum(model, random_state(model, 3, scale=0.3))
+    times = np.arange(200) * 0.002
+    tau = jnp.asarray(0.5 * np.sin(np.outer(times[:-1], np.arange(1, model.num_joints + 1))))
+    data = ident.Dataset.from_trajectory(sdjax.rollout(model, state, 0.002, 199, tau))
+    unknowns = ident.Unknowns(links=(2,))
+    truth = ident.link_parameters(model, (2,))
+    momentum = np.asarray(ident.residuals(model, data, unknowns, truth, residual="momentum"))
+    assert momentum.shape == (200 * 3,)
+    assert np.max(np.abs(momentum)) < 1e-9  # RK4 conserves momentum to round-off per step
+    wrong = ident.InertialParameters(truth.mass * 1.3, truth.first_moment * 1.3, truth.inertia * 1.3)
+    assert np.max(np.abs(np.asarray(ident.residuals(model, data, unknowns, wrong, residual="momentum")))) > 1e-5
+    dynamics = np.asarray(ident.residuals(model, data, unknowns, truth, residual="dynamics"))
+    assert dynamics.shape == (199 * model.num_velocities,)
+    fixed = sdjax.edit_model(model, base="fixed")
+    with pytest.raises(ValueError, match="momentum residual needs a moving base"):
+        ident.residuals(fixed, data, unknowns, truth, residual="momentum")
+
+
+@pytest.mark.parametrize("base", ["planar", "fixed"])
+def test_urdf_export_round_trip_keeps_the_mode(base, tmp_path):
+    model = _model(base, seed=6, n=4)
+    back = sdjax.io.urdf.model_from_urdf(sdjax.model_to_urdf(model))
+    assert back.base == base
+    state = random_state(model, 1)
+    assert_close(sdjax.inertia_matrix(back, state), sdjax.inertia_matrix(model, state), 1e-12, "H after round trip")
+    with pytest.raises(ValueError, match=f"has a {base} base; SpaceDyn's link parameters describe a free-floating base"):
+        sdjax.model_to_def(model)
+
+
+def test_massless_fixed_base_box_is_a_point():
+    from sdjax.plotting import base_box
+
+    model = sdjax.edit_model(_model("fixed", n=3), base_mass=0.0, base_inertia=np.zeros((3, 3)))
+    np.testing.assert_array_equal(base_box(model), np.zeros((8, 3)))

@@ -423,7 +423,7 @@ def test_mass_dependence_table(dependence):
     assert lines[4] == "| q1 | 1-4 | 2-4 | 3-4 | 4 | - | - |"
     assert lines[8] == "| q5 |  |  |  |  | 5-6 | 6 |"
     floating = mass_dependence_table(model, deps["floating_base"]).splitlines()
-    assert floating[4].startswith("| v0x | all | - | - | - | 1-6 | 1-6 | 1-4 |")
+    assert floating[4].startswith("| v0_x | all | - | - | - | 1-6 | 1-6 | 1-4 |")
     generalized = mass_dependence_table(model, deps["generalized"]).splitlines()
     assert generalized[4] == "| q1 | all | all | all | all | all | all |"
     print("\n" + fixed + "\n\n" + "\n".join(generalized))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.io.inputs import numeric_array
-from sdjax.model import Model, check_spacedyn_end_points, warn_unphysical_inertia
+from sdjax.model import Model, check_spacedyn_base, check_spacedyn_end_points, warn_unphysical_inertia
 
 #: Largest number of links accepted from array data (refused before allocating).
 MAX_LINKS = 10_000
@@ -203,6 +203,7 @@ def model_to_spacedyn_arrays(model: Model) -> dict[str, Any]:
         ValueError: if the end points do not fit SpaceDyn's layout (several on one link, one on
             the base, or out of link order).
     """
+    check_spacedyn_base(model, "model_to_spacedyn_arrays")
     check_spacedyn_end_points(model, "model_to_spacedyn_arrays")
     n = model.num_joints
     bb = np.asarray(model.parent, dtype=np.int64)

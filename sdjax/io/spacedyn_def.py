@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.io.inputs import read_text_file
-from sdjax.model import Model, check_spacedyn_end_points, warn_unphysical_inertia
+from sdjax.model import Model, check_spacedyn_base, check_spacedyn_end_points, warn_unphysical_inertia
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_LINKS = 10_000
@@ -306,6 +306,7 @@ def model_to_def(model: Model) -> str:
     Raises:
         ValueError: if the model has joint stiffness or damping (the format cannot hold them).
     """
+    check_spacedyn_base(model, "model_to_def")
     check_spacedyn_end_points(model, "model_to_def")
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)

@@ -71,7 +71,9 @@ centroid), so every joint axis is ``0 0 1``. Revolute joints become ``continuous
 no limits); prismatic joints get the ``<limit>`` URDF requires with bounds of
 :data:`EXPORT_PRISMATIC_LIMIT` (nominal, not a model property). Each end point becomes a
 massless leaf link named after it (``_`` appended while the name is taken) on a fixed joint,
-so a re-import finds it as a frame.
+so a re-import finds it as a frame. A fixed or planar base is written the ROS way: a link
+``world`` (see "Base mode" above) joined to the base by a ``fixed`` joint or a ``planar`` joint
+with normal ``0 0 1``, at the identity (the base pose is part of the state, not of the model).
 Joint damping is written as ``<dynamics damping>``. Joint stiffness has no URDF counterpart:
 a model with non-zero stiffness is refused. Gravity is not written. Numbers use Python's
 shortest round-trip representation.
@@ -708,8 +710,12 @@ def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
             f"model_to_urdf: link {k + 1} ({model.link_names[k]!r}) has joint stiffness {stiffness[k]}; URDF has no joint stiffness"
         )
     names = set(model.link_names)
-    while base_name in names:
+    while base_name in names or base_name == WORLD_LINK:
         base_name += "_"
+    if model.base != "floating" and WORLD_LINK in names:
+        raise ValueError(
+            f"model_to_urdf: a link is named {WORLD_LINK!r}, the root link that carries the {model.base} base; rename it"
+        )
     n = model.num_joints
     pcj = np.asarray(model.parent_centroid_to_joint, np.float64)
     cj = np.asarray(model.centroid_to_joint, np.float64)
@@ -718,11 +724,19 @@ def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
     robot = ET.Element("robot", name=model.name)
     base = ET.SubElement(robot, "link", name=base_name)
     _inertial(base, float(model.base_mass), np.zeros(3), np.asarray(model.base_inertia, np.float64))
+    if model.base != "floating":
+        ET.SubElement(robot, "link", name=WORLD_LINK)
+        mount = ET.SubElement(robot, "joint", name=f"{base_name}_{model.base}_joint", type="fixed" if model.base == "fixed" else "planar")
+        ET.SubElement(mount, "origin", xyz="0.0 0.0 0.0", rpy="0.0 0.0 0.0")
+        ET.SubElement(mount, "parent", link=WORLD_LINK)
+        ET.SubElement(mount, "child", link=base_name)
+        if model.base == "planar":
+            ET.SubElement(mount, "axis", xyz="0.0 0.0 1.0")
     link_name = [base_name, *model.link_names]
     for k in range(n):
         link = ET.SubElement(robot, "link", name=model.link_names[k])
         _inertial(link, float(model.link_mass[k]), -cj[k], np.asarray(model.link_inertia[k], np.float64))
-    joint_names = set()
+    joint_names = {f"{base_name}_{model.base}_joint"} if model.base != "floating" else set()
 
     def unique(candidate: str) -> str:
         while candidate in joint_names:

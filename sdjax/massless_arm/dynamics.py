@@ -111,6 +111,8 @@ class MasslessArmSystem(eqx.Module):
     ):
         if not isinstance(arm, Model):
             raise ValueError(f"MasslessArmSystem.arm: expected an sdjax Model, got {type(arm).__name__}")
+        if arm.base != "floating":
+            raise ValueError(f"MasslessArmSystem.arm: the orbiter floats freely; model {arm.name!r} has a {arm.base} base")
         dtype = arm.dtype
         self.arm = arm
 
