@@ -622,17 +622,24 @@ def identifiability(
         **kwargs: residual options (``residual=``, weights) passed to :func:`residuals`.
     """
     y = np.asarray(regressor(model, data, unknowns, params, **kwargs), np.float64)
+    return _identifiability(y, unknowns.parameter_names(model), tolerance)
+
+
+def _identifiability(y: np.ndarray, parameter_names: tuple[str, ...], tolerance: float) -> Identifiability:
+    """:class:`Identifiability` from a regressor ``(R, p)``."""
     norms = np.linalg.norm(y, axis=0)
     scale = np.where(norms > 0, norms, 1.0)
-    _, s, vt = np.linalg.svd(y / scale, full_matrices=True)
     p = y.shape[1]
+    # Only V is needed: the thin SVD when there are at least as many residuals as parameters
+    # (the full one builds an R x R matrix U: 1.4 GB and seconds for a 13000-row regressor).
+    _, s, vt = np.linalg.svd(y / scale, full_matrices=y.shape[0] < p)
     s_full = np.zeros(p)
     s_full[: s.size] = s
     rank = int(np.sum(s_full > tolerance * max(s_full.max(), np.finfo(np.float64).tiny)))
     null = vt[rank:].T / scale[:, None]  # back to physical units: pi = D^-1 pi_scaled
     null = null / np.linalg.norm(null, axis=0, keepdims=True) if null.size else null.reshape(p, 0)
     return Identifiability(
-        parameter_names=unknowns.parameter_names(model),
+        parameter_names=parameter_names,
         singular_values=s_full,
         rank=rank,
         tolerance=tolerance,
@@ -735,24 +742,28 @@ def identify(
     if not regularization >= 0:
         raise ValueError(f"identify: regularization must be non-negative, got {regularization}")
     k = unknowns.num_bodies
+    # The residuals are affine in the parameter vectors pi (momentum and inverse dynamics are linear
+    # in each body's mass, first moment and inertia about a fixed point): r(pi) = r(pi_0) +
+    # Y (pi - pi_0) exactly, with the regressor Y evaluated once (one forward-mode pass over the
+    # data); every iteration below then costs O(R p) instead of a pass over the dynamics.
+    kwargs = dict(residual=residual, momentum_weights=momentum_weights, dynamics_weights=dynamics_weights)
+    nominal = _nominal(model, unknowns)
+    y = regressor(model, data, unknowns, nominal, **kwargs)
+    offset = residuals(model, data, unknowns, nominal, **kwargs)
     if initial is None:
-        initial = _least_squares_start(model, data, unknowns, residual, momentum_weights, dynamics_weights)
+        initial = _least_squares_start(np.asarray(y, np.float64), np.asarray(offset, np.float64), nominal)
     if initial.mass.shape != (k,):
         raise ValueError(f"identify: initial has {initial.mass.shape[0] if initial.mass.ndim else 0} bodies, expected {k} ({unknowns.labels(model)})")
     if truth is not None and truth.mass.shape != (k,):
         raise ValueError(f"identify: truth has {truth.mass.shape} masses, expected ({k},)")
     theta0 = to_log_cholesky(initial).ravel()
     dtype = theta0.dtype
-    kwargs = dict(residual=residual, momentum_weights=momentum_weights, dynamics_weights=dynamics_weights)
     problem = _Problem(
-        model=model,
-        data=data,
+        regressor=y,
+        offset=offset,
+        nominal=nominal.vector().ravel(),
         theta0=theta0,
         rho=jnp.asarray(regularization, dtype),
-        momentum_weights=None if momentum_weights is None else jnp.asarray(momentum_weights).astype(dtype),
-        dynamics_weights=None if dynamics_weights is None else jnp.asarray(dynamics_weights).astype(dtype),
-        unknowns=unknowns,
-        residual=residual,
     )
     theta = theta0
     history = [float(_loss(problem, theta))]
@@ -772,7 +783,7 @@ def identify(
             history.append(float(_loss(problem, theta)))
     theta = theta.reshape(k, 10)
     params = from_log_cholesky(theta)
-    report = identifiability(model, data, unknowns, params, tolerance=tolerance, **kwargs)
+    report = _identifiability(np.asarray(y, np.float64), unknowns.parameter_names(model), tolerance)  # Y is the same at every pi
     errors = parameter_errors(params, truth) if truth is not None else None
     return IdentificationResult(
         body_names=unknowns.labels(model),
@@ -785,13 +796,10 @@ def identify(
     )
 
 
-def _least_squares_start(model, data, unknowns, residual, momentum_weights, dynamics_weights) -> InertialParameters:
-    """Unconstrained linear least-squares estimate (the residual is affine in the parameters),
-    projected onto physically consistent bodies by clipping the pseudo-inertia's eigenvalues."""
-    kwargs = dict(residual=residual, momentum_weights=momentum_weights, dynamics_weights=dynamics_weights)
-    nominal = _nominal(model, unknowns)
-    y = np.asarray(regressor(model, data, unknowns, nominal, **kwargs), np.float64)
-    r = np.asarray(residuals(model, data, unknowns, nominal, **kwargs), np.float64)
+def _least_squares_start(y: np.ndarray, r: np.ndarray, nominal: InertialParameters) -> InertialParameters:
+    """Unconstrained linear least-squares estimate from the regressor ``y`` and the residual
+    ``r`` at ``nominal`` (the residual is affine in the parameters), projected onto physically
+    consistent bodies by clipping the pseudo-inertia's eigenvalues."""
     norms = np.linalg.norm(y, axis=0)
     scale = np.where(norms > 0, norms, 1.0)
     delta = np.linalg.lstsq(y / scale, -r, rcond=1e-10)[0] / scale
@@ -809,28 +817,18 @@ def _least_squares_start(model, data, unknowns, residual, momentum_weights, dyna
 
 class _Problem(eqx.Module):
     """Everything the loss depends on, as one pytree (so compiled code is reused across calls
-    with data of the same shapes)."""
+    with data of the same shapes): the affine residual ``offset + regressor (pi - nominal)``
+    and the regularisation."""
 
-    model: Model
-    data: Dataset
-    theta0: Array
-    rho: Array
-    momentum_weights: Array | None
-    dynamics_weights: Array | None
-    unknowns: Unknowns = eqx.field(static=True)
-    residual: str = eqx.field(static=True)
+    regressor: Array  # (R, 10 k)
+    offset: Array  # (R,) residuals at the nominal parameters
+    nominal: Array  # (10 k,) nominal parameter vectors, stacked
+    theta0: Array  # (10 k,) log-Cholesky coordinates of the initial guess
+    rho: Array  # () regularisation weight
 
     def full_residual(self, theta: Array) -> Array:
-        k = self.unknowns.num_bodies
-        r = residuals(
-            self.model,
-            self.data,
-            self.unknowns,
-            from_log_cholesky(theta.reshape(k, 10)),
-            residual=self.residual,
-            momentum_weights=self.momentum_weights,
-            dynamics_weights=self.dynamics_weights,
-        )
+        vector = from_log_cholesky(theta.reshape(-1, 10)).vector().ravel()
+        r = self.offset + self.regressor @ (vector - self.nominal)
         return jnp.concatenate([r, jnp.sqrt(self.rho) * (theta - self.theta0)])
 
 

@@ -16,6 +16,7 @@ from sdjax.model import validate
 from sdjax.models import free_flying_arm_7dof, planar_four_link
 from sdjax.models.builtin import free_flying_arm_initial_q
 from sdjax.models.random import random_inertia
+from helpers import assert_close
 
 PAYLOAD_LINK = 7
 
@@ -149,6 +150,24 @@ def test_loss_gradient_matches_finite_differences(residual, arm, payload_data):
     # Central differences, step 1e-5 in log-Cholesky coordinates of order 1: truncation
     # ~1e-10, round-off ~1e-11 relative; check_grads' default tolerance for float64 is 1e-5.
     check_grads(loss, (theta0 + 0.1,), order=1, modes=("rev",), eps=1e-5)
+
+
+@pytest.mark.parametrize("residual", ["momentum", "dynamics"])
+def test_residuals_are_affine_in_the_parameters(residual, arm, payload_data):
+    """``r(pi) = r(pi_0) + Y (pi - pi_0)`` for a far-away ``pi``: what ``identify`` relies on
+    when it evaluates the regressor once and iterates on the affine model."""
+    data = payload_data.subsample(20)
+    unknowns = ident.Unknowns(links=(3,), payload_link=PAYLOAD_LINK)
+    nominal = ident.link_parameters(arm, (3, PAYLOAD_LINK))
+    far = ident.InertialParameters(nominal.mass * 2.5 + 1.0, nominal.first_moment - 0.3, nominal.inertia * 3.0)
+    y = np.asarray(ident.regressor(arm, data, unknowns, nominal, residual=residual))
+    r0 = np.asarray(ident.residuals(arm, data, unknowns, nominal, residual=residual))
+    r1 = np.asarray(ident.residuals(arm, data, unknowns, far, residual=residual))
+    predicted = r0 + y @ np.asarray(far.vector() - nominal.vector()).ravel()
+    # Exact up to round-off of the dynamics, ~1e-12 of the residual scale (float64).
+    assert_close(predicted, r1, 1e-11, "affine residual")
+    # and the regressor is the same at the far point
+    assert_close(ident.regressor(arm, data, unknowns, far, residual=residual), y, 1e-11, "constant regressor")
 
 
 def test_residual_zero_at_truth(arm, payload_data):
