@@ -63,11 +63,11 @@ def test_save_then_load(suffix, tmp_path):
 
 
 def test_loader_errors(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown model-file suffix '.xml'; known: \['.def', '.dh', '.json', '.urdf'\]"):
+    with pytest.raises(ValueError, match=r"unknown model-file suffix '.xml'; known: \['.def', '.dh', '.json', '.mat', '.urdf'\]"):
         load_model(tmp_path / "robot.xml")
     with pytest.raises(ValueError, match="missing.urdf: no such model file"):
         load_model(tmp_path / "missing.urdf")
-    with pytest.raises(ValueError, match=r"no model writer for suffix '.dh'; writers exist for \['.def', '.json', '.urdf'\]"):
+    with pytest.raises(ValueError, match=r"no model writer for suffix '.dh'; writers exist for \['.def', '.json', '.mat', '.urdf'\]"):
         save_model(spacedyn_sample(), tmp_path / "arm.dh")
     with pytest.raises(ValueError, match="link 1 .* joint stiffness"):
         save_model(random_model(0, 3, passive=True), tmp_path / "passive.urdf")
@@ -221,3 +221,57 @@ def test_spacedyn_lp_json(tmp_path, builder):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"lp.json: SpaceDyn LP: missing field\(s\) \['cc'\]"):
         load_model(path)
+
+
+@pytest.mark.parametrize("builder", [spacedyn_sample, lambda: random_model(5, 1), lambda: random_model(8, 6)], ids=["sample", "one_link", "tree"])
+def test_spacedyn_lp_mat(tmp_path, builder):
+    """load_model reads SpaceDyn's LP struct from a level 5 MAT-file, exactly, in the layouts
+    MATLAB writes (vectors as 1 x n rows, scalars as 1 x 1), as a struct variable or one
+    variable per field (save -struct), with J_type a char row or a cell array; save_model
+    writes it back."""
+    import scipy.io
+
+    model = builder()
+    lp = sdjax.model_to_spacedyn_arrays(model)
+    fields = ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy")
+
+    def check(back, name):
+        assert back.name == name and back.parent == model.parent and back.joint_type == model.joint_type
+        assert back.end_point_link == model.end_point_link
+        for field in fields:
+            np.testing.assert_array_equal(getattr(back, field), getattr(model, field), err_msg=field)
+
+    scipy.io.savemat(tmp_path / "robot.mat", {"LP": lp, "note": "a robot"}, oned_as="row")
+    check(load_model(tmp_path / "robot.mat"), "robot")
+    cells = dict(lp, J_type=np.array(list(lp["J_type"]), dtype=object))
+    scipy.io.savemat(tmp_path / "fields.mat", cells, oned_as="column")  # save -struct, column vectors
+    check(load_model(tmp_path / "fields.mat"), "fields")
+    save_model(model, tmp_path / "again.mat")
+    check(load_model(tmp_path / "again.mat"), "again")
+
+
+def test_spacedyn_lp_mat_errors(tmp_path):
+    import scipy.io
+
+    lp = sdjax.model_to_spacedyn_arrays(spacedyn_sample())
+    path = tmp_path / "two.mat"
+    scipy.io.savemat(path, {"LP": lp, "LP2": lp})
+    with pytest.raises(ValueError, match=r"two.mat: several link-parameter structs \['LP', 'LP2'\]; choose one with variable="):
+        load_model(path)
+    assert sdjax.model_from_mat(path, variable="LP2").num_joints == 6
+    with pytest.raises(ValueError, match=r"no variable 'LP3'; the file holds \['LP', 'LP2'\]"):
+        sdjax.model_from_mat(path, variable="LP3")
+    scipy.io.savemat(tmp_path / "none.mat", {"x": np.eye(3)})
+    with pytest.raises(ValueError, match=r"none.mat: no SpaceDyn link parameters .* the file holds \['x'\]"):
+        load_model(tmp_path / "none.mat")
+    scipy.io.savemat(tmp_path / "short.mat", {"LP": {k: v for k, v in lp.items() if k != "cc"}})
+    with pytest.raises(ValueError, match=r"short.mat: SpaceDyn LP: missing field\(s\) \['cc'\]"):
+        load_model(tmp_path / "short.mat")
+    (tmp_path / "junk.mat").write_bytes(b"not a mat file at all" * 10)
+    with pytest.raises(ValueError, match="junk.mat: not a readable MATLAB .mat file"):
+        load_model(tmp_path / "junk.mat")
+    # A -v7.3 file (HDF5 with MATLAB's 128-byte header, version 0x0200) is refused with the fix.
+    header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64".ljust(116, b" ") + b"\x00" * 8 + b"\x00\x02IM"
+    (tmp_path / "v73.mat").write_bytes(header + b"\x00" * 512)
+    with pytest.raises(ValueError, match=r"v73.mat: a MATLAB -v7.3 \(HDF5\) file; re-save it with save\('v73.mat', 'LP', '-v7'\)"):
+        load_model(tmp_path / "v73.mat")

@@ -8,6 +8,7 @@ suffix   reader                                       writer
 .urdf    :func:`sdjax.io.urdf.model_from_urdf`        :func:`sdjax.io.urdf.save_urdf`
 .def     :func:`sdjax.io.spacedyn_def.model_from_def` :func:`sdjax.io.spacedyn_def.save_def`
 .dh      :func:`sdjax.io.dh.model_from_dh_file`       none (not every model is a DH arm)
+.mat     :func:`sdjax.io.spacedyn_mat.model_from_mat`  :func:`sdjax.io.spacedyn_mat.save_mat`
 ======== ============================================ ==========================================
 
 Suffixes are matched case-insensitively. Readers take their defaults (a URDF's end points are
@@ -25,6 +26,7 @@ from typing import Any
 from sdjax.io.dh import model_from_dh_file
 from sdjax.io.json_model import load_json_model, save_json_model
 from sdjax.io.spacedyn_def import model_from_def, save_def
+from sdjax.io.spacedyn_mat import model_from_mat, save_mat
 from sdjax.io.urdf import model_from_urdf, save_urdf
 from sdjax.model import Model, edit_model
 
@@ -33,11 +35,13 @@ _READERS: dict[str, Callable[..., Model]] = {
     ".urdf": lambda path, dtype, **options: model_from_urdf(path, dtype=dtype, **options),
     ".def": lambda path, dtype: model_from_def(path, dtype=dtype),
     ".dh": lambda path, dtype: model_from_dh_file(path, dtype=dtype),
+    ".mat": lambda path, dtype: model_from_mat(path, dtype=dtype),
 }
 _WRITERS: dict[str, Callable[[Model, str], None]] = {
     ".json": save_json_model,
     ".urdf": save_urdf,
     ".def": save_def,
+    ".mat": save_mat,
 }
 
 

@@ -112,7 +112,7 @@ def model_from_spacedyn_arrays(
     m = _array("m", m, (n,))
     inertia0 = _array("inertia0", inertia0, (3, 3))
     inertia = _array("inertia", inertia, (3, 3 * n))
-    m0 = np.asarray(m0, dtype=np.float64).reshape(())
+    m0 = _array("m0", m0, ())
 
     parent_centroid_to_joint = np.zeros((n, 3))
     used_cc = np.zeros((n, n), dtype=bool)
@@ -146,6 +146,7 @@ def model_from_spacedyn_arrays(
         got = _array("S0", S0, (n,))
         if not np.array_equal(got, (bb == 0).astype(float)):
             raise ValueError(f"SpaceDyn S0: {got.astype(int).tolist()} does not match BB = {bb.tolist()}")
+    mass = None if mass is None else _array("mass", mass, ())
     if mass is not None and not np.isclose(float(mass), float(m0) + float(np.sum(m)), rtol=1e-12, atol=0.0):
         raise ValueError(f"SpaceDyn mass: {float(mass)} is not m0 + sum(m) = {float(m0) + float(np.sum(m))}")
 
@@ -186,8 +187,10 @@ def model_from_lp(lp: Mapping[str, Any], **kwargs: Any) -> Model:
     unknown = sorted(set(lp) - known)
     if unknown:
         raise ValueError(f"SpaceDyn LP: unknown field(s) {unknown}; expected {sorted(known)}")
-    if "num_q" in lp and int(lp["num_q"]) != np.asarray(lp["BB"]).size:
-        raise ValueError(f"SpaceDyn LP.num_q = {lp['num_q']} does not match len(BB) = {np.asarray(lp['BB']).size}")
+    if "num_q" in lp:
+        num_q = np.asarray(lp["num_q"])  # a number, or MATLAB's 1 x 1 array
+        if num_q.size != 1 or num_q.reshape(()).item() != np.asarray(lp["BB"]).size:
+            raise ValueError(f"SpaceDyn LP.num_q = {num_q.tolist()} does not match len(BB) = {np.asarray(lp['BB']).size}")
     args = {k: lp[k] for k in required}
     return model_from_spacedyn_arrays(**args, SS=lp.get("SS"), S0=lp.get("S0"), mass=lp.get("mass"), **kwargs)
 
