@@ -63,8 +63,8 @@ def test_save_then_load(suffix, tmp_path):
 
 
 def test_loader_errors(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown model-file suffix '.xml'; known: \['.def', '.dh', '.json', '.mat', '.urdf'\]"):
-        load_model(tmp_path / "robot.xml")
+    with pytest.raises(ValueError, match=r"unknown model-file suffix '.stl'; known: \['.def', '.dh', '.json', '.mat', '.mjcf', '.urdf', '.xml'\]"):
+        load_model(tmp_path / "robot.stl")
     with pytest.raises(ValueError, match="missing.urdf: no such model file"):
         load_model(tmp_path / "missing.urdf")
     with pytest.raises(ValueError, match=r"no model writer for suffix '.dh'; writers exist for \['.def', '.json', '.mat', '.urdf'\]"):

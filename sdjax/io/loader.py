@@ -9,6 +9,8 @@ suffix   reader                                       writer
 .def     :func:`sdjax.io.spacedyn_def.model_from_def` :func:`sdjax.io.spacedyn_def.save_def`
 .dh      :func:`sdjax.io.dh.model_from_dh_file`       none (not every model is a DH arm)
 .mat     :func:`sdjax.io.spacedyn_mat.model_from_mat`  :func:`sdjax.io.spacedyn_mat.save_mat`
+.xml     :func:`sdjax.io.mjcf_import.model_from_mjcf`  none here (:func:`sdjax.io.mjcf.to_mjcf`)
+.mjcf    as ``.xml`` (MJCF; needs ``mujoco``)
 ======== ============================================ ==========================================
 
 Suffixes are matched case-insensitively. Readers take their defaults (a URDF's end points are
@@ -36,7 +38,15 @@ _READERS: dict[str, Callable[..., Model]] = {
     ".def": lambda path, dtype: model_from_def(path, dtype=dtype),
     ".dh": lambda path, dtype: model_from_dh_file(path, dtype=dtype),
     ".mat": lambda path, dtype: model_from_mat(path, dtype=dtype),
+    ".xml": lambda path, dtype: _model_from_mjcf(path, dtype=dtype),
+    ".mjcf": lambda path, dtype: _model_from_mjcf(path, dtype=dtype),
 }
+def _model_from_mjcf(path: str, dtype: Any) -> Model:
+    from sdjax.io.mjcf_import import model_from_mjcf  # needs the optional mujoco package
+
+    return model_from_mjcf(path, dtype=dtype)
+
+
 _WRITERS: dict[str, Callable[[Model, str], None]] = {
     ".json": save_json_model,
     ".urdf": save_urdf,

@@ -190,7 +190,7 @@ def _origin(where: str, element: ET.Element | None) -> tuple[np.ndarray, np.ndar
 
 
 @dataclasses.dataclass
-class _Link:
+class TreeLink:
     name: str
     mass: float = 0.0
     centroid: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(3))  # link frame
@@ -198,7 +198,7 @@ class _Link:
 
 
 @dataclasses.dataclass
-class _Joint:
+class TreeJoint:
     name: str
     kind: str
     parent: str
@@ -209,11 +209,11 @@ class _Joint:
     damping: float
 
 
-def _parse_link(element: ET.Element) -> _Link:
+def _parse_link(element: ET.Element) -> TreeLink:
     name = element.get("name")
     if not name:
         raise ValueError("URDF <link> without a name attribute")
-    link = _Link(name)
+    link = TreeLink(name)
     inertial = element.find("inertial")
     if inertial is None:
         return link
@@ -242,7 +242,7 @@ def _parse_link(element: ET.Element) -> _Link:
     return link
 
 
-def _parse_joint(element: ET.Element) -> _Joint:
+def _parse_joint(element: ET.Element) -> TreeJoint:
     name = element.get("name")
     if not name:
         raise ValueError("URDF <joint> without a name attribute")
@@ -274,7 +274,7 @@ def _parse_joint(element: ET.Element) -> _Joint:
         if not norm > 0:
             raise ValueError(f"{where} <axis xyz>: the joint axis must be non-zero, got {axis.tolist()}")
         axis = axis / norm
-    return _Joint(name, kind, ends["parent"], ends["child"], rot, pos, axis, damping)
+    return TreeJoint(name, kind, ends["parent"], ends["child"], rot, pos, axis, damping)
 
 
 # ------------------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def _z_to_axis(axis: np.ndarray) -> np.ndarray:
 
 
 def _world_root(
-    label: str, root: str, links: dict[str, _Link], children: dict[str, list[_Joint]], parent_joint: dict[str, _Joint]
+    label: str, root: str, links: dict[str, TreeLink], children: dict[str, list[TreeJoint]], parent_joint: dict[str, TreeJoint]
 ) -> tuple[str, str]:
     """The base link and the base mode a URDF tree implies (see :func:`import_urdf`).
 
@@ -383,17 +383,37 @@ def import_urdf(
         ValueError: naming the link or joint and the problem (see the module docstring).
     """
     robot, label = _read_xml(source)
-    links: dict[str, _Link] = {}
+    links: dict[str, TreeLink] = {}
     for element in robot.findall("link"):
         link = _parse_link(element)
         if link.name in links:
             raise ValueError(f"{label}: duplicate link name {link.name!r}")
         links[link.name] = link
-    joints: list[_Joint] = []
-    parent_joint: dict[str, _Joint] = {}
+    joints = [_parse_joint(element) for element in robot.findall("joint")]
+    return tree_import(
+        label, links, joints, base_link=base_link, name=name if name is not None else robot.get("name", "urdf_model"),
+        end_points=end_points, gravity=gravity, dtype=dtype, inertia_check=inertia_check, base=base,
+    )
+
+
+def tree_import(
+    label: str,
+    links: dict[str, TreeLink],
+    joints: list[TreeJoint],
+    *,
+    base_link: str | None,
+    name: str,
+    end_points: Sequence[str] | None,
+    gravity: Any,
+    dtype: Any,
+    inertia_check: str,
+    base: str | None,
+) -> UrdfImport:
+    """The sdjax model of a tree of links joined by URDF-style joints (the builder shared by the
+    URDF and MJCF readers; see :func:`import_urdf` for the arguments and the rules)."""
+    parent_joint: dict[str, TreeJoint] = {}
     joint_names: set[str] = set()
-    for element in robot.findall("joint"):
-        joint = _parse_joint(element)
+    for joint in joints:
         if joint.name in joint_names:
             raise ValueError(f"{label}: duplicate joint name {joint.name!r}")
         joint_names.add(joint.name)
@@ -406,7 +426,6 @@ def import_urdf(
                 "closed loops and links with two parents are not supported (a URDF is a tree)"
             )
         parent_joint[joint.child] = joint
-        joints.append(joint)
     if not links:
         raise ValueError(f"{label}: no <link> elements")
     roots = [n for n in links if n not in parent_joint]
@@ -415,7 +434,7 @@ def import_urdf(
             raise ValueError(f"{label}: no root link (every link has a parent joint): the joints form a loop")
         raise ValueError(f"{label}: several root links {roots}; a URDF model must be one tree with one root (the base)")
     root = roots[0]
-    children: dict[str, list[_Joint]] = {n: [] for n in links}
+    children: dict[str, list[TreeJoint]] = {n: [] for n in links}
     for joint in joints:
         children[joint.parent].append(joint)
     root, file_base = _world_root(label, root, links, children, parent_joint)
@@ -433,7 +452,7 @@ def import_urdf(
     # pose (R, p) of each link frame in its body's URDF frame.
     body_of: dict[str, int] = {}
     pose: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    moving: list[_Joint] = []  # sdjax joint k + 1 = moving[k]
+    moving: list[TreeJoint] = []  # sdjax joint k + 1 = moving[k]
     body_parent: list[int] = []
     stack = [root]
     while stack:
@@ -533,7 +552,7 @@ def import_urdf(
         gravity=gravity,
         link_names=tuple(j.child for j in moving),
         end_point_names=tuple(chosen),
-        name=name if name is not None else robot.get("name", "urdf_model"),
+        name=name,
         dtype=dtype,
         inertia_check=inertia_check,
         base=base,

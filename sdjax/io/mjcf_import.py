@@ -1,0 +1,296 @@
+"""MuJoCo models (MJCF) into sdjax: compiled by MuJoCo itself, then mapped onto the tree.
+
+MuJoCo's compiler resolves everything an MJCF file can say about mass and geometry (defaults
+classes, frame orientations in any convention, ``<include>``, inertias inferred from geoms and
+meshes) into ``mjModel``; this reader takes the compiled bodies, joints and sites from there,
+so it needs the ``mujoco`` package (``pip install "sdjax[mjcf]"``; the core never imports it).
+
+Mapping
+-------
+- A body with one hinge or slide joint is one sdjax link; a body with several joints becomes a
+  chain of massless links (MuJoCo applies a body's joints in order, each about its own anchor
+  and axis), the last carrying the body. Joint positions are MuJoCo's ``qpos``: a joint's
+  ``ref`` is folded into the geometry, so ``q = qpos`` for every hinge and slide.
+- A body without joints is welded to its parent: its mass joins the parent's and its frame
+  becomes a named frame (end point), as a welded URDF link does.
+- The root: one body under the world with a ``free`` joint is the floating base (static bodies
+  under the world, without joints anywhere below them, are dropped: they are scenery); bodies
+  joined to the world by hinges or slides, or welded to it, make a fixed base (the world,
+  with what is welded to it). A slide-slide-hinge root is imported as a fixed base with two
+  massless links, which has the same dynamics as a planar base.
+- Sites become named frames (end points), as do welded bodies and moving leaf bodies.
+- Joint damping and stiffness (with ``springref`` zero) are kept; gravity is ``option/gravity``.
+
+Refused, with the element named: ball joints and free joints below the root (sdjax joints are
+revolute or prismatic with one base), rotor inertia (``armature``), dry friction
+(``frictionloss``), springs with a non-zero rest position, equality constraints (closed loops,
+welds, joint couplings), passive tendons, gravity compensation. Joint limits, actuators, contacts
+and geoms' collision data are not part of sdjax's model and are left aside.
+
+State mapping: :func:`state_from_mujoco` turns ``(qpos, qvel)`` into a :class:`~sdjax.State`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sdjax.io.urdf import WORLD_LINK, TreeJoint, TreeLink, UrdfImport, tree_import
+from sdjax.model import edit_model
+from sdjax.rotation import matrix_to_quat
+from sdjax.state import State, make_state
+
+_FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class MjcfImport:
+    """An MJCF import: the model and how it maps to MuJoCo's coordinates.
+
+    Attributes:
+        model: the sdjax :class:`~sdjax.Model`.
+        tree: the underlying tree import (joint and frame names, root-to-base offset).
+        joint_ids: ``(n,)`` MuJoCo joint id of each sdjax joint.
+        root_body: MuJoCo body id of the floating base's body (0 for a fixed base: the world).
+    """
+
+    model: Any
+    tree: UrdfImport
+    joint_ids: tuple[int, ...]
+    root_body: int
+
+
+def _require_mujoco():
+    try:
+        import mujoco
+    except ImportError:
+        raise ImportError('reading MJCF needs the mujoco package: pip install "sdjax[mjcf]"') from None
+    return mujoco
+
+
+def _rotation_wxyz(quat: np.ndarray) -> np.ndarray:
+    w, x, y, z = np.asarray(quat, np.float64) / np.linalg.norm(quat)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def _axis_rotation(axis: np.ndarray, angle: float) -> np.ndarray:
+    """Rotation by ``angle`` about the unit ``axis`` (Rodrigues)."""
+    k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+    return np.eye(3) + np.sin(angle) * k + (1.0 - np.cos(angle)) * (k @ k)
+
+
+def _compile(source: str | os.PathLike, mujoco: Any) -> tuple[Any, str]:
+    text = os.fspath(source)
+    try:
+        if isinstance(source, str) and text.lstrip().startswith("<"):
+            return mujoco.MjModel.from_xml_string(text), "MJCF string"
+        if not os.path.isfile(text):
+            raise ValueError(f"{text}: no such MJCF file")
+        return mujoco.MjModel.from_xml_path(text), text
+    except ValueError as err:
+        if str(err).endswith("no such MJCF file"):
+            raise
+        label = "MJCF string" if text.lstrip().startswith("<") else text
+        raise ValueError(f"{label}: MuJoCo cannot compile it: {err}") from None
+
+
+def _refuse_unsupported(label: str, m: Any, name: Any) -> None:
+    mujoco = _require_mujoco()
+    if m.neq:
+        names = [name(mujoco.mjtObj.mjOBJ_EQUALITY, i) for i in range(m.neq)]
+        raise ValueError(f"{label}: equality constraints {names} (closed loops, welds, couplings) are not supported")
+    for t in range(m.ntendon):
+        if m.tendon_stiffness[t] != 0 or m.tendon_damping[t] != 0:
+            raise ValueError(f"{label}: tendon {name(mujoco.mjtObj.mjOBJ_TENDON, t)!r} has stiffness or damping; passive tendons are not supported")
+    for b in range(1, m.nbody):
+        if m.body_gravcomp[b] != 0:
+            raise ValueError(f"{label}: body {name(mujoco.mjtObj.mjOBJ_BODY, b)!r} has gravcomp; gravity compensation is not supported")
+    for j in range(m.njnt):
+        joint = repr(name(mujoco.mjtObj.mjOBJ_JOINT, j))
+        body = repr(name(mujoco.mjtObj.mjOBJ_BODY, int(m.jnt_bodyid[j])))
+        kind = int(m.jnt_type[j])
+        if kind == _BALL:
+            raise ValueError(f"{label}: joint {joint} of body {body} is a ball joint; sdjax joints are hinges or slides (use three hinges)")
+        if kind == _FREE and m.body_parentid[m.jnt_bodyid[j]] != 0:
+            raise ValueError(f"{label}: joint {joint} of body {body} is a free joint below the root; only the base moves freely in sdjax")
+        dof = int(m.jnt_dofadr[j])
+        if kind in (_HINGE, _SLIDE):
+            if m.dof_armature[dof] != 0:
+                raise ValueError(f"{label}: joint {joint} has armature {float(m.dof_armature[dof])}; rotor inertia is not modelled in sdjax")
+            if m.dof_frictionloss[dof] != 0:
+                raise ValueError(f"{label}: joint {joint} has frictionloss {float(m.dof_frictionloss[dof])}; dry friction is not modelled in sdjax")
+            if m.jnt_stiffness[j] != 0 and m.qpos_spring[m.jnt_qposadr[j]] != 0:
+                raise ValueError(
+                    f"{label}: joint {joint} has a spring (stiffness {float(m.jnt_stiffness[j])}) with rest position "
+                    f"{float(m.qpos_spring[m.jnt_qposadr[j]])}; sdjax springs rest at q = 0"
+                )
+
+
+def _moving_bodies(m: Any) -> np.ndarray:
+    """``(nbody,)`` True where a body has a joint in its subtree (itself included)."""
+    moving = m.body_jntnum > 0
+    for b in range(m.nbody - 1, 0, -1):  # children come after their parents
+        if moving[b]:
+            moving[m.body_parentid[b]] = True
+    return moving
+
+
+def import_mjcf(
+    source: str | os.PathLike,
+    *,
+    name: str | None = None,
+    end_points: Sequence[str] | None = None,
+    gravity: Any = None,
+    dtype: Any = None,
+    inertia_check: str = "physical",
+) -> MjcfImport:
+    """Read an MJCF model (file path or XML text) into an sdjax model (module docstring).
+
+    Arguments:
+        source: a file path, or the MJCF text itself (a string starting with ``<``).
+        name: model name (default: the ``<mujoco model>`` name).
+        end_points: frames (site, welded-body or leaf-body names) that become end points, in
+            this order (default: every site, welded body and moving leaf).
+        gravity: ``(3,)`` m/s^2 (default: the file's ``option/gravity``).
+        dtype: floating dtype of the model arrays.
+        inertia_check: as :func:`sdjax.io.urdf.import_urdf`.
+
+    Raises:
+        ImportError: without the ``mujoco`` package.
+        ValueError: naming the element that sdjax cannot represent (module docstring), or
+            MuJoCo's own compile error.
+    """
+    mujoco = _require_mujoco()
+    m, label = _compile(source, mujoco)
+
+    def element_name(kind: Any, index: int) -> str:
+        return mujoco.mj_id2name(m, kind, index) or ""
+
+    _refuse_unsupported(label, m, element_name)
+    body_names = [element_name(mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}" for b in range(m.nbody)]
+    body_names[0] = WORLD_LINK
+    moving = _moving_bodies(m)
+    free_roots = [b for b in range(1, m.nbody) if m.body_parentid[b] == 0 and m.body_jntnum[b] and m.jnt_type[m.body_jntadr[b]] == _FREE]
+    if len(free_roots) > 1:
+        raise ValueError(f"{label}: several free bodies {[body_names[b] for b in free_roots]}; sdjax simulates one system with one base")
+
+    links: dict[str, TreeLink] = {WORLD_LINK: TreeLink(WORLD_LINK)}
+    joints: list[TreeJoint] = []
+    anchor = {0: np.zeros(3)}  # origin of each body's (last) link frame in the body frame
+    link_of = {0: WORLD_LINK}  # the link that carries each body
+    joint_ids: list[int] = []
+    used = set(links)
+
+    def unique(candidate: str) -> str:
+        while candidate in used:
+            candidate += "_"
+        used.add(candidate)
+        return candidate
+
+    for b in range(1, m.nbody):
+        parent = int(m.body_parentid[b])
+        if parent == 0 and free_roots and not moving[b]:
+            continue  # scenery beside a free-flying system
+        if parent not in link_of:
+            continue  # below dropped scenery
+        rotation, position = _rotation_wxyz(m.body_quat[b]), np.asarray(m.body_pos[b], np.float64) - anchor[parent]
+        previous, origin = link_of[parent], np.zeros(3)
+        adr, count = int(m.body_jntadr[b]), int(m.body_jntnum[b])
+        body_link = unique(body_names[b])
+        if count == 0:
+            joints.append(TreeJoint(unique(f"{body_names[b]}_weld"), "fixed", previous, body_link, rotation, position, np.array([0.0, 0.0, 1.0]), 0.0))
+        elif m.jnt_type[adr] == _FREE:
+            joints.append(TreeJoint(unique(element_name(mujoco.mjtObj.mjOBJ_JOINT, adr) or f"{body_names[b]}_free"), "floating", previous, body_link, rotation, position, np.array([0.0, 0.0, 1.0]), 0.0))
+        else:
+            for k in range(count):
+                j = adr + k
+                axis = np.asarray(m.jnt_axis[j], np.float64)
+                axis = axis / np.linalg.norm(axis)
+                point = np.asarray(m.jnt_pos[j], np.float64)
+                ref = float(m.qpos0[m.jnt_qposadr[j]])
+                hinge = int(m.jnt_type[j]) == _HINGE
+                # The joint origin relative to the previous link frame (which, at the XML pose,
+                # has the body's orientation and sits at the previous anchor); ref folded in so
+                # that q = qpos.
+                joint_rotation = rotation @ (_axis_rotation(axis, -ref) if hinge else np.eye(3))
+                joint_position = position + rotation @ (point - origin - (0.0 if hinge else ref) * axis)
+                child = body_link if k == count - 1 else unique(f"{body_names[b]}#{k + 1}")
+                joint_name = element_name(mujoco.mjtObj.mjOBJ_JOINT, j) or f"{body_names[b]}_joint{k + 1}"
+                joints.append(TreeJoint(unique(joint_name), "continuous" if hinge else "prismatic", previous, child, joint_rotation, joint_position, axis, float(m.dof_damping[m.jnt_dofadr[j]])))
+                joint_ids.append(j)
+                if child != body_link:
+                    links[child] = TreeLink(child)
+                previous, origin, rotation, position = child, point, np.eye(3), np.zeros(3)
+        anchor[b] = origin
+        link_of[b] = body_link
+        principal = _rotation_wxyz(m.body_iquat[b])
+        links[body_link] = TreeLink(
+            body_link,
+            float(m.body_mass[b]),
+            np.asarray(m.body_ipos[b], np.float64) - origin,
+            principal @ np.diag(np.asarray(m.body_inertia[b], np.float64)) @ principal.T,
+        )
+    for s in range(m.nsite):
+        b = int(m.site_bodyid[s])
+        if b not in link_of or (b == 0 and free_roots):
+            continue  # on dropped scenery, or on the world beside a free-flying system
+        site = unique(element_name(mujoco.mjtObj.mjOBJ_SITE, s) or f"site{s}")
+        links[site] = TreeLink(site)
+        joints.append(TreeJoint(unique(f"{site}_site"), "fixed", link_of[b], site, _rotation_wxyz(m.site_quat[s]), np.asarray(m.site_pos[s], np.float64) - anchor[b], np.array([0.0, 0.0, 1.0]), 0.0))
+    if len(links) == 1:
+        raise ValueError(f"{label}: no bodies")
+    model_name = name if name is not None else bytes(m.names).split(b"\0", 1)[0].decode() or "mjcf_model"  # names start with the model's
+    tree = tree_import(
+        label, links, joints, base_link=None, name=model_name, end_points=end_points,
+        gravity=np.asarray(m.opt.gravity, np.float64) if gravity is None else gravity,
+        dtype=dtype, inertia_check=inertia_check, base=None,
+    )
+    # tree_import numbers the joints depth-first in document order; map them back by name.
+    by_name = {joint.name: j for joint, j in zip([jt for jt in joints if jt.kind in ("continuous", "prismatic")], joint_ids)}
+    ids = tuple(by_name[joint_name] for joint_name in tree.joint_names)
+    stiffness = np.array([float(m.jnt_stiffness[j]) for j in ids])
+    model = edit_model(tree.model, joint_stiffness=stiffness) if np.any(stiffness) else tree.model
+    return MjcfImport(model=model, tree=tree, joint_ids=ids, root_body=free_roots[0] if free_roots else 0)
+
+
+def model_from_mjcf(source: str | os.PathLike, **kwargs: Any):
+    """The sdjax model of an MJCF file or string (see :func:`import_mjcf`)."""
+    return import_mjcf(source, **kwargs).model
+
+
+def state_from_mujoco(info: MjcfImport, mj_model: Any, qpos: Any, qvel: Any) -> State:
+    """The sdjax :class:`~sdjax.State` of MuJoCo coordinates ``(qpos, qvel)`` of the model
+    ``info`` was imported from. A free base: MuJoCo's ``qpos[:7]`` places the root body frame
+    (position, quaternion ``w x y z``), ``qvel[:6]`` is its origin's velocity (world frame) and
+    its angular velocity (body frame); the sdjax base frame has the body's axes, centred on the
+    base centroid. A fixed base: the world, at its centroid."""
+    qpos, qvel = np.asarray(qpos, np.float64), np.asarray(qvel, np.float64)
+    q = np.array([qpos[mj_model.jnt_qposadr[j]] for j in info.joint_ids])
+    qd = np.array([qvel[mj_model.jnt_dofadr[j]] for j in info.joint_ids])
+    offset = np.asarray(info.tree.root_to_base, np.float64)
+    if info.root_body == 0:
+        return make_state(info.model, base_position=offset, q=q, qd=qd)
+    free = int(mj_model.body_jntadr[info.root_body])
+    p, v = int(mj_model.jnt_qposadr[free]), int(mj_model.jnt_dofadr[free])
+    rotation = _rotation_wxyz(qpos[p + 3 : p + 7])
+    omega = rotation @ qvel[v + 3 : v + 6]
+    lever = rotation @ offset
+    return make_state(
+        info.model,
+        base_position=qpos[p : p + 3] + lever,
+        base_quaternion=np.asarray(matrix_to_quat(rotation), np.float64),
+        base_linear_velocity=qvel[v : v + 3] + np.cross(omega, lever),
+        base_angular_velocity=omega,
+        q=q,
+        qd=qd,
+    )
