@@ -163,22 +163,15 @@ def _end_point_wrenches(model: Model, frames: Frames, force: Array, torque: Arra
     return jnp.zeros((model.num_bodies, 6), wrench.dtype).at[links].add(wrench)
 
 
-def _newton_euler(
-    model: Model,
-    frames: Frames,
-    axes: Array,
-    twists: Array,
-    accelerations: Array,
-    external_wrench: Array,
-) -> Array:
-    """Generalized force ``[F0, N0, tau]`` (6 + n,) that produces the given motion.
+def _subtree_wrenches(model: Model, frames: Frames, twists: Array, accelerations: Array, external_wrench: Array) -> Array:
+    """``(n + 1, 6)`` wrench (moment about r0, force; inertial frame) each subtree needs for
+    the given motion: row ``i >= 1`` is the load joint ``i`` transmits from the parent (eqs
+    3.32-3.35), row 0 the whole system's (eqs 3.38-3.39 plus the base's own inertia).
 
     Per body (eqs 3.30-3.31): ``F_i = m_i (dv_i/dt - g)``, ``N_i = I_i dw_i/dt + w_i x I_i w_i``,
-    taken about r0 and summed over each subtree (eqs 3.32-3.35; a sum of wrenches about one
-    point needs no lever-arm bookkeeping); the joint force is the projection on the joint's
-    motion axis (eqs 3.36-3.37) and the base force/torque is the whole sum (eqs 3.38-3.39,
-    plus the base's own inertia, as SpaceDyn's ``r_ne``). ``external_wrench`` ``(n + 1, 6)``
-    (moment about r0, force) is applied to the bodies and therefore subtracted.
+    taken about r0 and summed over each subtree (a sum of wrenches about one point needs no
+    lever-arm bookkeeping). ``external_wrench`` ``(n + 1, 6)`` (moment about r0, force) is
+    applied to the bodies and therefore subtracted.
     """
     r = frames.centroid
     angular_velocity, angular_acceleration = twists[:, :3], accelerations[:, :3]
@@ -188,7 +181,21 @@ def _newton_euler(
     momentum = matvec3(inertia, angular_velocity)
     moment = matvec3(inertia, angular_acceleration) + cross3(angular_velocity, momentum)
     wrench = jnp.concatenate([moment + cross3(r, force), force], axis=-1) - external_wrench
-    subtree = accumulate_up(model.tree, wrench)
+    return accumulate_up(model.tree, wrench)
+
+
+def _newton_euler(
+    model: Model,
+    frames: Frames,
+    axes: Array,
+    twists: Array,
+    accelerations: Array,
+    external_wrench: Array,
+) -> Array:
+    """Generalized force ``[F0, N0, tau]`` (6 + n,) that produces the given motion: the subtree
+    wrenches (:func:`_subtree_wrenches`) projected on each joint's motion axis (eqs 3.36-3.37)
+    and the whole sum at the base (eqs 3.38-3.39)."""
+    subtree = _subtree_wrenches(model, frames, twists, accelerations, external_wrench)
     tau = dot(axes, subtree[1:])
     return jnp.concatenate([subtree[0, 3:], subtree[0, :3], tau])
 
@@ -242,6 +249,14 @@ def inverse_dynamics(
         ``(base_wrench, tau)``: ``(6,)`` ``[F0, N0]`` (force at, and torque about, the base
         centroid, inertial frame) and ``(n,)`` actuator torques/forces.
     """
+    frames, axes, twists, accelerations, external = _checked_motion("inverse_dynamics", model, state, base_acceleration, qdd, end_point_force, end_point_torque)
+    force = _newton_euler(model, frames, axes, twists, accelerations, external)
+    return force[:6], force[6:] - passive_joint_torques(model, state)
+
+
+def _checked_motion(what, model, state, base_acceleration, qdd, end_point_force, end_point_torque):
+    """Checked inputs of inverse dynamics and joint loads, and the motion they describe:
+    ``(frames, axes, twists, accelerations, external_wrench)``."""
     check_state(model, state)
     dtype = state.q.dtype
     n, ne = model.num_joints, model.num_end_points
@@ -251,16 +266,114 @@ def inverse_dynamics(
         base_acceleration = eqx.error_if(
             base_acceleration,
             jnp.any(base_acceleration[jnp.asarray(fixed)] != 0),
-            f"inverse_dynamics: the {model.base} base cannot accelerate along "
+            f"{what}: the {model.base} base cannot accelerate along "
             f"{', '.join('d' + BASE_TWIST_NAMES[k] + '/dt' for k in fixed)}: give zero there",
         )
     qdd = check_vector("qdd", qdd, (n,), dtype)
     end_point_force = check_vector("end_point_force", end_point_force, (ne, 3), dtype)
     end_point_torque = check_vector("end_point_torque", end_point_torque, (ne, 3), dtype)
     frames, axes, twists, accelerations = _motion(model, state, base_acceleration, qdd)
-    external = _end_point_wrenches(model, frames, end_point_force, end_point_torque)
-    force = _newton_euler(model, frames, axes, twists, accelerations, external)
-    return force[:6], force[6:] - passive_joint_torques(model, state)
+    return frames, axes, twists, accelerations, _end_point_wrenches(model, frames, end_point_force, end_point_torque)
+
+
+class JointLoads(eqx.Module):
+    """Loads transmitted through every joint (SpaceDyn's ``f_i``, ``n_i``, eqs 3.32-3.35): what
+    the parent exerts on the subtree of link ``i`` through joint ``i``, gravity included.
+
+    Attributes:
+        force: ``(n, 3)`` force ``f_i``, inertial frame, N.
+        moment: ``(n, 3)`` moment ``n_i`` about the joint point (the origin of joint frame
+            ``i``; for a prismatic joint the slider origin at zero displacement, on the
+            parent, as eq 3.35), inertial frame, N m.
+        force_joint_frame, moment_joint_frame: the same in link ``i``'s frame (joint axis
+            ``z``): the axial component along ``z`` is the actuator plus passive load
+            ``tau_i + tau_passive_i`` of that joint (eqs 3.36-3.37), the rest the bearing's.
+    """
+
+    force: Array
+    moment: Array
+    force_joint_frame: Array
+    moment_joint_frame: Array
+
+
+@eqx.filter_jit
+def joint_reaction_loads(
+    model: Model,
+    state: State,
+    base_acceleration: Any = None,
+    qdd: Any = None,
+    *,
+    end_point_force: Any = None,
+    end_point_torque: Any = None,
+) -> JointLoads:
+    """Force and moment every joint transmits (SpaceDyn ``inner_force``; eqs 3.32-3.35), for
+    the motion ``(base_acceleration, qdd)`` under the end-point loads, as
+    :func:`inverse_dynamics` takes them. For the loads of a simulated motion pass the
+    accelerations :func:`forward_dynamics` returns for the applied torques and loads.
+
+    Arguments:
+        model, state, base_acceleration, qdd, end_point_force, end_point_torque: as
+            :func:`inverse_dynamics` (planar and fixed bases included).
+
+    Returns:
+        :class:`JointLoads`.
+    """
+    frames, _, twists, accelerations, external = _checked_motion(
+        "joint_reaction_loads", model, state, base_acceleration, qdd, end_point_force, end_point_torque
+    )
+    subtree = _subtree_wrenches(model, frames, twists, accelerations, external)[1:]
+    force = subtree[:, 3:]
+    moment = subtree[:, :3] - cross3(frames.joint_position, force)  # from about r0 to about the joint
+    to_link = jnp.swapaxes(frames.rotation[1:], -1, -2)
+    return JointLoads(force, moment, matvec3(to_link, force), matvec3(to_link, moment))
+
+
+@eqx.filter_jit
+def floating_inverse_dynamics(
+    model: Model,
+    state: State,
+    qdd: Any = None,
+    *,
+    base_force: Any = None,
+    base_torque: Any = None,
+    end_point_force: Any = None,
+    end_point_torque: Any = None,
+) -> tuple[Array, Array]:
+    """Joint torques and base acceleration for given joint accelerations and a given base
+    wrench (SPART's ``Floating_ID``): the base moves as the loads make it, the joints as asked.
+
+    Inverse dynamics is affine in the base acceleration ``a``: its base rows are
+    ``H_b a + w(0)`` with ``w(0)`` those rows at ``a = 0``, so ``a = H_b^-1 ([F0; N0] - w(0))``
+    (free base coordinates; zero along those a planar or fixed base holds), and the joint
+    torques follow from one more product with ``H_bm^T``. Inverse of :func:`forward_dynamics`:
+    ``forward_dynamics(model, state, tau, base_force=F0, base_torque=N0)`` returns
+    ``(a, qdd)``.
+
+    Arguments:
+        model, state: the system and its state.
+        qdd: ``(n,)`` joint accelerations (default zero).
+        base_force, base_torque: ``(3,)`` force on and torque about the base centroid,
+            inertial frame (default zero: free floating). On a planar or fixed base only the
+            components along the free directions act; the mount takes the rest.
+        end_point_force, end_point_torque: as :func:`inverse_dynamics`.
+
+    Returns:
+        ``(base_acceleration (6,), tau (n,))``: inertial frame; the actuator torques/forces
+        (passive torques excluded, as :func:`inverse_dynamics`).
+    """
+    check_state(model, state)
+    dtype = state.q.dtype
+    applied = jnp.concatenate(
+        [check_vector("base_force", base_force, (3,), dtype), check_vector("base_torque", base_torque, (3,), dtype)]
+    )
+    wrench, tau = inverse_dynamics(model, state, None, qdd, end_point_force=end_point_force, end_point_torque=end_point_torque)
+    nb = model.num_base_velocities
+    if nb == 0:
+        return jnp.zeros((6,), dtype), tau
+    h = inertia_matrix(model, state)
+    index = jnp.asarray(model.base_coordinates)
+    free = jsl.cho_solve(jsl.cho_factor(h[:nb, :nb], lower=True), applied[index] - wrench[index])
+    return jnp.zeros((6,), dtype).at[index].set(free), tau + h[:nb, nb:].T @ free
 
 
 @eqx.filter_jit
@@ -520,14 +633,18 @@ def _forward_dynamics_jvp(primals, tangents):
 
 __all__ = [
     "Controls",
+    "JointLoads",
     "bias_forces",
     "floating_acceleration",
+    "floating_inverse_dynamics",
     "forward_dynamics",
     "generalized_acceleration",
     "generalized_velocity",
     "inertia_matrix",
     "inertia_matrix_blocks",
     "inverse_dynamics",
+    "joint_reaction_loads",
     "make_controls",
     "passive_joint_torques",
+    "point_loads",
 ]

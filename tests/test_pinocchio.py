@@ -173,7 +173,14 @@ def sdjax_results(model: sdjax.Model, state: sdjax.State, inputs: dict[str, np.n
             end_point_force=inputs["fd_force"],
             end_point_torque=inputs["fd_torque"],
         )
+        loads = sdjax.joint_reaction_loads(
+            model, state, acc[:6], acc[6:], end_point_force=inputs["id_force"], end_point_torque=inputs["id_torque"]
+        )
         out = dict(
+            joint_force=loads.force,
+            joint_moment=loads.moment,
+            joint_force_local=loads.force_joint_frame,
+            joint_moment_local=loads.moment_joint_frame,
             rotation=kin.rotation,
             centroid=kin.centroid,
             joint_position=kin.joint_position,
@@ -324,6 +331,33 @@ def test_inverse_dynamics(case: Case):
     # (A planar or fixed base's other wrench components are the bearing's or mount's reaction,
     # which Pinocchio's reduced model does not compute.)
     assert_close(free(c.sd["inverse_dynamics"]), expected, 1e-12, "inverse dynamics")
+
+
+def test_joint_reaction_loads(case: Case):
+    """SpaceDyn's f_i, n_i (eqs 3.32-3.35) against Pinocchio's ``data.f`` after RNEA: the
+    spatial force the parent transmits to each joint's subtree, in the joint frame after the
+    joint's motion, about that frame's origin (for a prismatic joint that origin slides: the
+    moment is moved to sdjax's joint point, the slider origin on the parent)."""
+    c, inputs = case, case.inputs
+    fext = c.end_point_fext(inputs["id_force"], inputs["id_torque"])
+    free = lambda x: np.asarray(sdjax.model.free_coordinates(c.model, x))  # noqa: E731
+    pin.rnea(c.pm, c.data, c.q_pin, c.v_pin, c.T @ free(inputs["acceleration"]) + c.tdot_nu, fext)
+    force, moment = [], []
+    for i in range(1, c.model.num_joints + 1):
+        frame, f = c.data.oMi[c.twin.joint_id[i]], c.data.f[c.twin.joint_id[i]]
+        world_force = frame.rotation @ f.linear
+        lever = frame.translation - c.sd["joint_position"][i - 1]  # Pinocchio's origin minus sdjax's joint point
+        force.append(world_force)
+        moment.append(frame.rotation @ f.angular + np.cross(lever, world_force))
+    force, moment = np.array(force), np.array(moment)
+    # The same sums of O(n) wrenches as inverse dynamics: ~n * 1e-16 round-off of the largest load.
+    scale = max(np.max(np.abs(force)), np.max(np.abs(moment)))
+    assert_close(c.sd["joint_force"], force, 1e-12, "joint forces", scale)
+    assert_close(c.sd["joint_moment"], moment, 1e-12, "joint moments", scale)
+    # In the joint frame the axial load is the joint's actuator + passive torque (eqs 3.36-3.37).
+    axial = np.where(np.array(c.model.joint_type) == "R", c.sd["joint_moment_local"][:, 2], c.sd["joint_force_local"][:, 2])
+    tau = free(c.sd["inverse_dynamics"])[c.model.num_base_velocities :]
+    assert_close(axial, tau + c.passive, 1e-12, "axial joint loads", scale)
 
 
 # ------------------------------------------------------------------------------------------
