@@ -8,6 +8,9 @@ Conventions (used throughout sdjax):
 - *RPY angles* follow SpaceDyn (seed 000, eq 3.1): roll ``alpha`` about x, then pitch ``beta``
   about the new y, then yaw ``gamma`` about the new z, i.e. ``R = Rx(alpha) Ry(beta) Rz(gamma)``.
   This is **not** URDF's fixed-axis ``rpy`` (``Rz(yaw) Ry(pitch) Rx(roll)``).
+- *3-1-3 Euler angles* ``(phi, theta, psi)``: ``phi`` about z, then ``theta`` about the new x,
+  then ``psi`` about the new z, i.e. ``R = Rz(phi) Rx(theta) Rz(psi)`` (SpaceDyn's ``eul2dc``
+  returns the transpose).
 - Quaternions are scalar-last ``(x, y, z, w)`` and describe the active rotation
   ``R(quat)`` (Hamilton product).
 
@@ -142,6 +145,72 @@ def matrix_to_rpy(matrix: Array) -> Array:
 def matrix_to_rpy_numpy(matrix: np.ndarray) -> np.ndarray:
     """:func:`matrix_to_rpy` in float64 NumPy, for model builders (independent of JAX's x64 flag)."""
     return _matrix_to_rpy(np, np.asarray(matrix, dtype=np.float64))
+
+
+def euler313_to_matrix(angles: Array) -> Array:
+    """3-1-3 (z-x-z) Euler angles to a rotation matrix, ``R = Rz(phi) Rx(theta) Rz(psi)``.
+
+    Arguments:
+        angles: ``(..., 3)`` ``(phi, theta, psi)`` in rad.
+
+    Returns:
+        ``(..., 3, 3)`` active rotation (child to parent); SpaceDyn's ``eul2dc`` is its transpose.
+    """
+    angles = jnp.asarray(angles)
+    c1, s1 = jnp.cos(angles[..., 0]), jnp.sin(angles[..., 0])
+    c2, s2 = jnp.cos(angles[..., 1]), jnp.sin(angles[..., 1])
+    c3, s3 = jnp.cos(angles[..., 2]), jnp.sin(angles[..., 2])
+    # Rz(phi) Rx(theta) Rz(psi), multiplied out.
+    rows = [
+        [c1 * c3 - s1 * c2 * s3, -c1 * s3 - s1 * c2 * c3, s1 * s2],
+        [s1 * c3 + c1 * c2 * s3, -s1 * s3 + c1 * c2 * c3, -c1 * s2],
+        [s2 * s3, s2 * c3, c2],
+    ]
+    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+
+
+def matrix_to_euler313(matrix: Array) -> Array:
+    """Inverse of :func:`euler313_to_matrix`, with ``theta`` in ``[0, pi]`` and ``phi``, ``psi``
+    in ``(-pi, pi]``.
+
+    At ``theta = 0`` or ``pi`` (gimbal lock: the two z rotations share an axis) ``psi`` is set
+    to zero and ``phi`` carries the rest, so ``euler313_to_matrix(matrix_to_euler313(R)) == R``
+    holds for every rotation.
+
+    Arguments:
+        matrix: ``(..., 3, 3)`` rotation matrix.
+
+    Returns:
+        ``(..., 3)`` angles in rad.
+    """
+    r = jnp.asarray(matrix)
+    # R[0,2] = sin phi sin theta, R[1,2] = -cos phi sin theta, R[2,2] = cos theta,
+    # R[2,0] = sin theta sin psi, R[2,1] = sin theta cos psi.
+    sin_theta = jnp.sqrt(r[..., 0, 2] ** 2 + r[..., 1, 2] ** 2)
+    locked = sin_theta < 1e-9
+    theta = jnp.arctan2(sin_theta, r[..., 2, 2])
+    # Locked, with psi = 0: R = Rz(phi) Rx(0 or pi), so R[0,0] = cos phi and R[1,0] = sin phi.
+    phi = jnp.where(locked, jnp.arctan2(r[..., 1, 0], r[..., 0, 0]), jnp.arctan2(r[..., 0, 2], -r[..., 1, 2]))
+    psi = jnp.where(locked, 0.0, jnp.arctan2(r[..., 2, 0], r[..., 2, 1]))
+    return jnp.stack([phi, theta, psi], axis=-1)
+
+
+def rotation_difference(rotation_from: Array, rotation_to: Array) -> Array:
+    """Small-rotation difference ``1/2 sum_k a_k x b_k`` of the axes ``a_k``, ``b_k`` (columns)
+    of two rotation matrices (SpaceDyn's and Corke's ``tr2diff``).
+
+    For ``rotation_to = exp(skew(u t)) rotation_from`` it equals ``sin(t) u`` exactly: the
+    rotation vector to first order (an attitude error for resolved-rate control), in the
+    frame both matrices map into.
+
+    Arguments:
+        rotation_from, rotation_to: ``(..., 3, 3)`` rotation matrices (child to parent).
+
+    Returns:
+        ``(..., 3)``.
+    """
+    a, b = jnp.asarray(rotation_from), jnp.asarray(rotation_to)
+    return 0.5 * jnp.sum(cross3(jnp.swapaxes(a, -1, -2), jnp.swapaxes(b, -1, -2)), axis=-2)
 
 
 def quat_to_matrix(quat: Array) -> Array:

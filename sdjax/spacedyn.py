@@ -46,7 +46,18 @@ from sdjax.io.spacedyn_arrays import model_from_lp as _model_from_lp
 from sdjax.jacobians import end_point_jacobians, link_jacobians
 from sdjax.kinematics import forward_kinematics, link_accelerations, link_velocities
 from sdjax.model import Model, check_spacedyn_end_points, edit_model
-from sdjax.rotation import matrix_to_quat, matrix_to_rpy, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix, skew
+from sdjax.rotation import (
+    euler313_to_matrix,
+    matrix_to_euler313,
+    matrix_to_quat,
+    matrix_to_rpy,
+    quat_normalize,
+    quat_rate,
+    quat_to_matrix,
+    rotation_difference,
+    rpy_to_matrix,
+    skew,
+)
 from sdjax.state import State
 
 __all__ = [
@@ -59,8 +70,10 @@ __all__ = [
     "calc_jt",
     "calc_pos",
     "calc_vel",
+    "dc2eul",
     "dc2qtn",
     "dc2rpy",
+    "eul2dc",
     "f_dyn",
     "f_dyn_fix",
     "f_dyn_rk2",
@@ -74,6 +87,7 @@ __all__ = [
     "r_ne",
     "rpy2dc",
     "tilde",
+    "tr2diff",
     "w2dQtn",
 ]
 
@@ -169,6 +183,30 @@ def rpy2dc(roll: Any, pitch: Any = None, yaw: Any = None) -> Array:
 def dc2rpy(C: Any) -> Array:
     """RPY angles ``(3,)`` of direction cosines ``C`` (inverse of :func:`rpy2dc`)."""
     return matrix_to_rpy(jnp.asarray(C).T)
+
+
+def eul2dc(phi: Any, theta: Any = None, psi: Any = None) -> Array:
+    """Direction cosines ``C = (Rz(phi) Rx(theta) Rz(psi))^T`` of 3-1-3 Euler angles; accepts
+    three angles or one 3-vector."""
+    angles = jnp.asarray(phi) if theta is None else jnp.stack([jnp.asarray(phi), jnp.asarray(theta), jnp.asarray(psi)])
+    return euler313_to_matrix(angles).T
+
+
+def dc2eul(C: Any) -> Array:
+    """3-1-3 Euler angles ``(3,)`` of direction cosines ``C`` (inverse of :func:`eul2dc`;
+    ``theta`` in ``[0, pi]``, ``psi = 0`` at gimbal lock)."""
+    return matrix_to_euler313(jnp.asarray(C).T)
+
+
+def tr2diff(A1: Any, A2: Any) -> Array:
+    """Differential motion from pose 1 to pose 2: for 3 x 3 attitude matrices ``A`` (body to
+    inertial, as ``SV.A0`` and ``calc_aa``) the rotation ``1/2 sum_k A1[:, k] x A2[:, k]``
+    ``(3,)``; for 4 x 4 homogeneous transforms ``[p2 - p1; rotation]`` ``(6,)``."""
+    A1, A2 = jnp.asarray(A1), jnp.asarray(A2)
+    if A1.shape != A2.shape or A1.shape not in ((3, 3), (4, 4)):
+        raise ValueError(f"tr2diff: give two 3 x 3 attitude matrices or two 4 x 4 transforms, not {A1.shape} and {A2.shape}")
+    rotation = rotation_difference(A1[:3, :3], A2[:3, :3])
+    return rotation if A1.shape == (3, 3) else jnp.concatenate([A2[:3, 3] - A1[:3, 3], rotation])
 
 
 def tilde(a: Any) -> Array:

@@ -91,3 +91,33 @@ def test_quat_to_rotation_vector_inverts_rotation_vector_to_quat():
     # Finite derivative at the identity (d phi / d v = 2 E there).
     jac = jax.jacfwd(rot.quat_to_rotation_vector)(jnp.array([0.0, 0.0, 0.0, 1.0]))
     np.testing.assert_allclose(jac[:, :3], 2.0 * np.eye(3), atol=1e-15)
+
+
+def test_euler313_against_scipy_and_round_trip():
+    from scipy.spatial.transform import Rotation
+
+    # SciPy's intrinsic "ZXZ" is Rz(phi) Rx(theta) Rz(psi): an independent implementation.
+    expected = Rotation.from_euler("ZXZ", np.asarray(ANGLES)).as_matrix()
+    assert_close(rot.euler313_to_matrix(ANGLES), expected, RTOL, "Rz Rx Rz")
+    mats = rot.euler313_to_matrix(ANGLES)
+    angles = rot.matrix_to_euler313(mats)
+    assert_close(rot.euler313_to_matrix(angles), mats, RTOL, "3-1-3 round trip")
+    assert np.all((angles[:, 1] >= 0) & (angles[:, 1] <= np.pi)), "theta in [0, pi]"
+    # Where theta is away from 0 and pi the angles themselves come back (mod 2 pi for phi, psi).
+    regular = rot.matrix_to_euler313(rot.euler313_to_matrix(jnp.array([0.4, 1.2, -2.5])))
+    assert_close(regular, jnp.array([0.4, 1.2, -2.5]), RTOL, "angles")
+    # Gimbal lock at theta = 0 and pi: phi carries the whole z rotation.
+    locked = rot.euler313_to_matrix(jnp.array([[0.4, 0.0, -0.3], [1.0, np.pi, 0.2]]))
+    back = rot.matrix_to_euler313(locked)
+    assert_close(rot.euler313_to_matrix(back), locked, 1e-12, "gimbal lock")
+    assert_close(back[:, 2], jnp.zeros(2), 0.0, "psi = 0 at lock")
+
+
+def test_rotation_difference_is_sin_angle_axis():
+    axis = jnp.array([0.3, -0.5, 0.8]) / jnp.linalg.norm(jnp.array([0.3, -0.5, 0.8]))
+    start = rot.rpy_to_matrix(jnp.array([0.2, -0.4, 1.3]))
+    for angle in (1e-3, 0.3, 2.0):
+        end = rot.rotation_vector_to_matrix(angle * axis) @ start
+        # 1/2 sum a_k x (R a_k) = vee(R - R^T) / 2 = sin(angle) axis: a closed form.
+        assert_close(rot.rotation_difference(start, end), np.sin(angle) * axis, RTOL, f"angle {angle}")
+    assert_close(rot.rotation_difference(start, start), jnp.zeros(3), 1e-15, "no rotation")

@@ -225,3 +225,27 @@ def test_fixed_base_functions(system):
     # The other compat functions keep SpaceDyn's floating layouts and refuse other bases.
     with pytest.raises(ValueError, match="has a fixed base; the SpaceDyn-compatible functions.*f_dyn_fix"):
         sd.calc_hh(sdjax.edit_model(model, base="fixed"), SV)
+
+
+def test_euler_and_tr2diff_conventions():
+    angles = np.array([0.3, 1.1, -0.8])
+    C = sd.eul2dc(*angles)
+    assert_close(C, sd.eul2dc(angles), 1e-15, "one-vector form")
+    # C = (Rz(phi) Rx(theta) Rz(psi))^T, from the elementary rotations.
+    expected = sdjax.rotation.rot_z(angles[0]) @ sdjax.rotation.rot_x(angles[1]) @ sdjax.rotation.rot_z(angles[2])
+    assert_close(C.T, expected, 1e-15, "A = C^T")
+    assert_close(sd.dc2eul(C), angles, 1e-14, "dc2eul")
+    # tr2diff: translation difference and the small-rotation vector between two poses.
+    A1 = sd.rpy2dc(0.1, 0.2, 0.3).T
+    dphi = np.array([1e-4, -2e-4, 3e-4])
+    A2 = sdjax.rotation.rotation_vector_to_matrix(dphi) @ A1
+    # sin(t) u differs from t u by t^3 / 6 ~ 1e-11 here.
+    assert_close(sd.tr2diff(A1, A2), dphi, 1e-7, "rotation part")
+    T1, T2 = np.eye(4), np.eye(4)
+    T1[:3, :3], T1[:3, 3] = A1, [1.0, 2.0, 3.0]
+    T2[:3, :3], T2[:3, 3] = A2, [1.5, 2.0, 2.0]
+    d = sd.tr2diff(T1, T2)
+    assert_close(d[:3], np.array([0.5, 0.0, -1.0]), 1e-15, "translation part")
+    assert_close(d[3:], sd.tr2diff(A1, A2), 1e-15, "rotation part of the 4 x 4 form")
+    with pytest.raises(ValueError, match="tr2diff"):
+        sd.tr2diff(np.eye(3), np.eye(4))
