@@ -169,7 +169,7 @@ from sdjax.simulation import SimulationRun, load_run, simulate, trajectory_quant
 from sdjax.state import State, make_state, normalize_state
 
 # Capabilities used as namespaces: sdjax.contact.Plane, sdjax.massless_arm.simulate, ...
-from sdjax import capture, contact, flexible, massless_arm, orbital, plotting, simulation  # noqa: E402
+from sdjax import capture, constraints, contact, flexible, massless_arm, orbital, plotting, simulation  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -618,6 +618,13 @@ def _solve_in_chunks(axis_size: int, in_batched: Any, model: Model, state: State
     return out, (True, True)
 
 
+def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
+    """Forward dynamics ``(6 + n,)`` (floating order) and the lower Cholesky factor of the free
+    coordinates' ``H``, for algorithms that solve with ``H`` again (constraints). Internal
+    building block; batched and differentiable as :func:`floating_acceleration`."""
+    return _batchable_solve(model, state, controls)
+
+
 @jax.custom_jvp
 def _forward_dynamics(model: Model, state: State, controls: Controls) -> Array:
     return _batchable_solve(model, state, controls)[0]

@@ -246,7 +246,6 @@ def max_stable_step(model: Model, state: State | None = None, integrator: str = 
     """
     if integrator not in _STEP_LIMITS:
         raise ValueError(f"max_stable_step: unknown integrator {integrator!r}; choose one of {sorted(_STEP_LIMITS)}")
-    n = model.num_joints
     stiffness = np.asarray(model.joint_stiffness, np.float64)
     damping = np.asarray(model.joint_damping, np.float64)
     if not (np.any(stiffness) or np.any(damping)):
@@ -289,6 +288,37 @@ def as_controls(model: Model, value: Any, dtype: Any) -> Controls:
             model, value.tau, value.base_force, value.base_torque, value.end_point_force, value.end_point_torque, dtype
         )
     return make_controls(model, tau=value, dtype=dtype)
+
+
+def control_schedule(model: Model, control: Any, num_steps: Any, dt: Any, dtype: Any, what: str) -> tuple[Any, Any, Array]:
+    """Checked ``num_steps``, ``dt`` and control of a rollout: ``(law, sequence, dt)``, one of
+    ``law`` (a function ``(t, state) -> tau | Controls``) and ``sequence`` (leading axis
+    ``num_steps``) is ``None``. Shared by :func:`rollout` and the constrained rollout."""
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
+        raise ValueError(f"{what}: num_steps must be a non-negative int, got {num_steps!r}")
+    n = model.num_joints
+    if control is None or callable(control):
+        law = control
+        sequence = None
+    else:
+        law = None
+        sequence = control if isinstance(control, Controls) else jnp.asarray(control)
+        leading = jax.tree.leaves(sequence)[0].shape[:1] if jax.tree.leaves(sequence) else ()
+        if leading != (num_steps,):
+            raise ValueError(
+                f"{what}: control sequence must have a leading axis of num_steps={num_steps}, "
+                f"got shape {jax.tree.leaves(sequence)[0].shape if jax.tree.leaves(sequence) else None}"
+            )
+        if not isinstance(sequence, Controls) and sequence.shape != (num_steps, n):
+            raise ValueError(f"{what}: torque sequence expected shape ({num_steps}, {n}), got {sequence.shape}")
+    if jnp.shape(dt) != ():
+        raise ValueError(f"{what}: dt must be a scalar, got shape {jnp.shape(dt)}")
+    if not is_traced(dt) and not (math.isfinite(float(dt)) and float(dt) > 0):
+        raise ValueError(f"{what}: dt must be positive and finite, got {dt!r}")
+    dt_array = jnp.asarray(dt, dtype)
+    if is_traced(dt):  # an array argument (traced by the jit): checked when the program runs
+        dt_array = eqx.error_if(dt_array, ~(jnp.isfinite(dt_array) & (dt_array > 0)), f"{what}: dt must be positive and finite")
+    return law, sequence, dt_array
 
 
 @eqx.filter_jit
@@ -334,34 +364,10 @@ def rollout(
     initial_state = with_base_motion_checked(model, initial_state, "rollout: initial_state")
     if integrator not in INTEGRATORS:
         raise ValueError(f"rollout: unknown integrator {integrator!r}; choose one of {sorted(INTEGRATORS)}")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
-        raise ValueError(f"rollout: num_steps must be a non-negative int, got {num_steps!r}")
     step_fn = INTEGRATORS[integrator]
     dtype = initial_state.q.dtype
-    n = model.num_joints
-    if control is None or callable(control):
-        law = control
-        sequence = None
-    else:
-        law = None
-        sequence = control if isinstance(control, Controls) else jnp.asarray(control)
-        leading = jax.tree.leaves(sequence)[0].shape[:1] if jax.tree.leaves(sequence) else ()
-        if leading != (num_steps,):
-            raise ValueError(
-                f"rollout: control sequence must have a leading axis of num_steps={num_steps}, "
-                f"got shape {jax.tree.leaves(sequence)[0].shape if jax.tree.leaves(sequence) else None}"
-            )
-        if not isinstance(sequence, Controls) and sequence.shape != (num_steps, n):
-            raise ValueError(f"rollout: torque sequence expected shape ({num_steps}, {n}), got {sequence.shape}")
-
-    if jnp.shape(dt) != ():
-        raise ValueError(f"rollout: dt must be a scalar, got shape {jnp.shape(dt)}")
-    if not is_traced(dt) and not (math.isfinite(float(dt)) and float(dt) > 0):
-        raise ValueError(f"rollout: dt must be positive and finite, got {dt!r}")
+    law, sequence, dt_array = control_schedule(model, control, num_steps, dt, dtype, "rollout")
     t0 = jnp.asarray(t0, dtype)
-    dt_array = jnp.asarray(dt, dtype)
-    if is_traced(dt):  # an array argument (traced by the jit): checked when the program runs
-        dt_array = eqx.error_if(dt_array, ~(jnp.isfinite(dt_array) & (dt_array > 0)), "rollout: dt must be positive and finite")
 
     def step(carry, applied):
         state, k = carry
