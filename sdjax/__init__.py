@@ -69,7 +69,7 @@ from sdjax.identification import (
     identify,
     payload_parameters,
 )
-from sdjax.integrate import EnvironmentLoads, Trajectory, euler_step, max_stable_step, rk4_step, rollout, state_derivative
+from sdjax.integrate import EnvironmentLoads, Trajectory, euler_step, implicit_euler_step, max_stable_step, rk4_step, rollout, state_derivative
 from sdjax.io import (
     UrdfImport,
     import_urdf,
@@ -244,6 +244,7 @@ __all__ = [
     "identifiability",
     "identify",
     "import_urdf",
+    "implicit_euler_step",
     "improvement_factor",
     "inertia_matrix",
     "inertia_matrix_blocks",

@@ -341,7 +341,7 @@ def _info(args: argparse.Namespace) -> int:
             short = step < SIMULATE_DT
             lines.append(
                 f"  {'WARN' if short else 'ok  '}  largest stable RK4 step of the passive joint terms at q = 0: {step:.3g} s"
-                + (f" (below simulate's default --dt {SIMULATE_DT}: use --dt {0.5 * step:.2g} or smaller)" if short else "")
+                + (f" (below simulate's default --dt {SIMULATE_DT}: use --dt {0.5 * step:.2g} or smaller, or --integrator implicit)" if short else "")
             )
     print("\n".join(lines))
     return 0
@@ -416,14 +416,19 @@ def _simulate(args: argparse.Namespace) -> int:
 
     progress = not args.no_progress and steps > (chunk or DEFAULT_CHUNK_STEPS)
     t_start = time.perf_counter()
-    trajectory = simulate(model, state, args.dt, steps, control, chunk_steps=chunk, progress=progress, integrator=args.integrator)
+    integrator = args.integrator
+    if integrator == "auto":
+        # RK4 unless the passive joint terms need a shorter step than --dt (URDF damping on
+        # light links): then the step with those terms implicit, which is stable at any step.
+        integrator = "rk4" if args.dt <= sdjax.max_stable_step(model, state) else "implicit"
+    trajectory = simulate(model, state, args.dt, steps, control, chunk_steps=chunk, progress=progress, integrator=integrator)
     jax.block_until_ready(trajectory)
     wall = time.perf_counter() - t_start
     info.update(
         dt=args.dt,
         duration=steps * args.dt,
         num_steps=steps,
-        integrator=args.integrator,
+        integrator=integrator,
         initial_q=start.tolist(),
         wall_s=wall,
         sdjax_version=sdjax.__version__,
@@ -439,7 +444,7 @@ def _simulate(args: argparse.Namespace) -> int:
     energy = values["kinetic_energy"] + values["potential_energy"]
     base_position = np.asarray(trajectory.states.base_position)
     lines = [
-        f"simulated {model.name} ({n} joints, {jnp.dtype(dtype).name}): {steps} {args.integrator} steps of {args.dt} s "
+        f"simulated {model.name} ({n} joints, {jnp.dtype(dtype).name}): {steps} {integrator} steps of {args.dt} s "
         f"({steps * args.dt:g} s), controller {args.controller}",
         f"  wall time {wall:.2f} s (compilation included)",
         f"  final q [rad|m]: {np.array2string(q[-1], precision=4)}",
@@ -527,7 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reader_options(sim)
     sim.add_argument("--duration", type=_positive, default=10.0, help="simulated time, s (default 10)")
     sim.add_argument("--dt", type=_positive, default=SIMULATE_DT, help=f"integration step, s (default {SIMULATE_DT})")
-    sim.add_argument("--integrator", choices=("rk4", "euler"), default="rk4")
+    sim.add_argument(
+        "--integrator",
+        choices=("auto", "rk4", "euler", "implicit"),
+        default="auto",
+        help="auto (default): rk4, or implicit where stiff passive joints need a step below --dt",
+    )
     sim.add_argument("--controller", choices=("none", "pd", "computed-torque"), default="none",
                      help="none (free motion), pd (joint PD, torque gains) or computed-torque (exact model, floating base)")
     sim.add_argument("--target", type=_numbers, nargs="+", metavar="Q", help="joint targets, rad or m (n values)")

@@ -183,6 +183,15 @@ def test_info_warns_of_stiff_passive_joints(capsys, tmp_path, sample_model):
     assert f"WARN  largest stable RK4 step of the passive joint terms at q = 0: {step:.3g} s (below simulate's default --dt" in out
     assert main(["info", "spacedyn_sample"]) == 0  # no passive joints: no line
     assert "largest stable" not in capsys.readouterr().out
+    # simulate picks the step with implicit passive terms for that model at its default step,
+    # and the run stays finite; RK4 where the step is stable.
+    out_file = tmp_path / "stiff.npz"
+    assert main(["simulate", str(path), "--duration", "0.2", "--out", str(out_file), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"20 implicit steps of {SIMULATE_DT} s" in out
+    assert np.all(np.isfinite(np.asarray(sdjax.load_run(out_file).trajectory.states.qd)))
+    assert main(["simulate", "spacedyn_sample", "--duration", "0.05", "--out", str(tmp_path / "sample.npz"), "--no-progress"]) == 0
+    assert "5 rk4 steps" in capsys.readouterr().out
 
 
 def test_reader_options_reach_the_model(capsys):
