@@ -2,6 +2,9 @@
 
     python notebooks/build_notebooks.py            # write the .ipynb files (no outputs)
     python notebooks/build_notebooks.py --execute  # write and run them (full-size outputs stored)
+    python notebooks/build_notebooks.py --execute closed_chains.ipynb   # one of them
+
+Notebooks with a py:percent source (``closed_chains.py``) are built from it with jupytext.
 
 tests/test_notebooks.py runs every notebook with SDJAX_NOTEBOOK_QUICK=1 (short horizons).
 """
@@ -452,8 +455,17 @@ def write_notebooks(makers: dict, argv: list[str], *, timeout: int = 3600, finis
         print("wrote", path, f"{path.stat().st_size / 1e6:.2f} MB")
 
 
+def percent_sources() -> dict:
+    """Notebooks whose source is a py:percent script beside them (``NAME.py`` -> ``NAME.ipynb``,
+    read by jupytext): code that linters and reviewers see; tests/test_notebooks.py checks that
+    the stored notebook matches it."""
+    import jupytext
+
+    return {p.with_suffix(".ipynb").name: (lambda p=p: jupytext.read(p)) for p in sorted(HERE.glob("*.py")) if p.read_text().startswith("# %%")}
+
+
 def main(argv: list[str]) -> None:
-    write_notebooks(NOTEBOOKS, argv, timeout=1800)
+    write_notebooks({**NOTEBOOKS, **percent_sources()}, argv, timeout=1800)
 
 
 if __name__ == "__main__":

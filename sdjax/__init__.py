@@ -174,6 +174,16 @@ from sdjax import capture, constraints, contact, flexible, massless_arm, orbital
 __version__ = "0.1.0"
 
 __all__ = [
+    # Capabilities used as namespaces.
+    "capture",
+    "constraints",
+    "contact",
+    "flexible",
+    "massless_arm",
+    "orbital",
+    "plotting",
+    "simulation",
+    # Functions and types.
     "AttitudePD",
     "ComputedTorque",
     "Controls",

@@ -92,7 +92,39 @@ class JointLock(eqx.Module):
         return 1
 
 
-Constraint = FrameConstraint | JointLock
+class JointCoupling(eqx.Module):
+    """Keep ``q[follower] = multiplier * q[leader] + offset`` in system ``system`` (URDF
+    ``<mimic>``, gear and cable couplings). The coupling force carries the follower's torque to
+    the leader: the leader's generalized force is ``tau_leader + multiplier * tau_follower``,
+    as in Pinocchio's mimic joints.
+
+    Attributes:
+        follower, leader: 0-based joint indices (static).
+        multiplier: ``()`` ratio (dimensionless, or m/rad between a prismatic follower and a
+            revolute leader).
+        offset: ``()`` rad or m.
+        system: index of the system (static, default 0).
+    """
+
+    follower: int = eqx.field(static=True)
+    leader: int = eqx.field(static=True)
+    multiplier: Array
+    offset: Array
+    system: int = eqx.field(static=True)
+
+    def __init__(self, follower: int, leader: int, multiplier: Any = 1.0, offset: Any = 0.0, system: int = 0):
+        self.follower, self.leader, self.system = int(follower), int(leader), int(system)
+        self.multiplier = jnp.asarray(multiplier, jnp.result_type(float))
+        self.offset = jnp.asarray(offset, jnp.result_type(float))
+        if self.multiplier.shape != () or self.offset.shape != ():
+            raise ValueError(f"JointCoupling: multiplier and offset must be scalars, got shapes {self.multiplier.shape} and {self.offset.shape}")
+
+    @property
+    def num_rows(self) -> int:
+        return 1
+
+
+Constraint = FrameConstraint | JointLock | JointCoupling
 
 
 def _frame_ref(frame: Any, what: str) -> tuple[int, str]:
@@ -224,14 +256,17 @@ def _systems(model: Any, state: Any, constraints: Sequence[Constraint], what: st
                     raise ValueError(f"{what}: constraint {index} names frame {ref[1]!r} of system {ref[0]}; its frames are {list(names)}")
             if c.frame == c.other:
                 raise ValueError(f"{what}: constraint {index} holds frame {c.frame[1]!r} to itself")
-        elif isinstance(c, JointLock):
+        elif isinstance(c, (JointLock, JointCoupling)):
             if not 0 <= c.system < k:
-                raise ValueError(f"{what}: constraint {index} locks a joint of system {c.system}; there are {k}")
+                raise ValueError(f"{what}: constraint {index} acts on system {c.system}; there are {k}")
             joints = systems.models[c.system].num_joints
-            if not 0 <= c.joint < joints:
-                raise ValueError(f"{what}: constraint {index} locks joint {c.joint}; joints are 0..{joints - 1}")
+            named = (c.joint,) if isinstance(c, JointLock) else (c.follower, c.leader)
+            if not all(0 <= j < joints for j in named):
+                raise ValueError(f"{what}: constraint {index} names joint(s) {list(named)}; joints are 0..{joints - 1}")
+            if isinstance(c, JointCoupling) and c.follower == c.leader:
+                raise ValueError(f"{what}: constraint {index} couples joint {c.leader} to itself")
         else:
-            raise TypeError(f"{what}: constraint {index} is a {type(c).__name__}; use point_constraint, weld_constraint or JointLock")
+            raise TypeError(f"{what}: constraint {index} is a {type(c).__name__}; use point_constraint, weld_constraint, JointLock or JointCoupling")
     return systems, states, constraints
 
 
@@ -270,6 +305,10 @@ def _errors(systems: _Systems, states: Sequence[State], constraints: Sequence[Co
         if isinstance(c, JointLock):
             rows.append(jnp.zeros(1, dtype))
             continue
+        if isinstance(c, JointCoupling):
+            q = states[c.system].q
+            rows.append((q[c.follower] - c.multiplier.astype(dtype) * q[c.leader] - c.offset.astype(dtype))[None])
+            continue
         position, rotation = pose(c.frame)
         other_position, other_rotation = pose(c.other)
         error_position = other_rotation.T @ (position - other_position) - c.position.astype(dtype)
@@ -282,7 +321,8 @@ def _errors(systems: _Systems, states: Sequence[State], constraints: Sequence[Co
 def position_errors(model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint]) -> Array:
     """``(m,)`` constraint errors ``phi``: frame position errors (m) and small-rotation errors
     (:func:`sdjax.rotation.rotation_difference`, ``sin`` of the angle) in ``other``'s frame;
-    zero for joint locks (which hold velocities only)."""
+    coupling errors ``q_f - multiplier q_l - offset``; zero for joint locks (which hold
+    velocities only)."""
     systems, states, constraints = _systems(model, state, constraints, "position_errors")
     return _errors(systems, states, constraints)
 
@@ -375,7 +415,8 @@ class ConstrainedDynamics(eqx.Module):
         qdd: ``(n,)`` joint accelerations.
         multipliers: ``(m,)`` ``lam``: for a frame constraint, the force (N) and torque (N m)
             ``other`` exerts on ``frame`` along the held axes, in ``other``'s frame; for a joint
-            lock, the brake torque or force. Zero for inactive constraints.
+            lock, the brake torque or force; for a coupling, the torque or force on the follower
+            (``-multiplier`` times it on the leader). Zero for inactive constraints.
         generalized_force: ``(nv,)`` ``J^T lam`` (free coordinates, systems stacked).
     """
 
@@ -421,18 +462,23 @@ def constrained_forward_dynamics(
     end_point_torque: Any = None,
     stabilization: Any = 0.0,
     regularization: Any = 0.0,
+    check: bool = False,
 ) -> ConstrainedDynamics:
     """Accelerations and constraint forces of a constrained system (SpaceDyn C++ ``f_dyn_CL``).
 
     Arguments:
         model, state, tau, base_force, base_torque, end_point_force, end_point_torque: as
             :func:`sdjax.forward_dynamics`; tuples of them for several systems.
-        constraints: :func:`point_constraint`, :func:`weld_constraint`, :class:`JointLock`.
+        constraints: :func:`point_constraint`, :func:`weld_constraint`, :class:`JointLock`,
+            :class:`JointCoupling`.
         active: ``(k,)`` bool, one per constraint (default all active); may be traced.
         stabilization: Baumgarte frequency ``w`` (rad/s), critically damped; 0 (default) keeps
             ``d^2 phi/dt^2 = 0`` exactly (drift then grows with the integration error).
         regularization: added to the diagonal of ``S`` (compliance, in the rows' units per
             N s^2); leave 0 for exact constraints with independent rows.
+        check: fail (``equinox.error_if``, also under ``jit``) on a non-finite result: dependent
+            constraint rows (a redundant constraint, or a singular configuration of the closed
+            chain) make ``S`` singular.
 
     Returns:
         :class:`ConstrainedDynamics`.
@@ -445,7 +491,48 @@ def constrained_forward_dynamics(
     )  # fmt: skip
     mask = _row_mask(constraints, active, dtype, "constrained_forward_dynamics")
     accelerations, lam, force = _constrained_acceleration(systems, states, controls, constraints, mask, stabilization, regularization)
+    if check:
+        lam = _checked_finite(lam, accelerations, "constrained_forward_dynamics")
     return ConstrainedDynamics(systems.pack([a[:6] for a in accelerations]), systems.pack([a[6:] for a in accelerations]), lam, force)
+
+
+def _checked_finite(lam: Array, accelerations: Sequence[Array], what: str) -> Array:
+    finite = jnp.all(jnp.isfinite(lam)) & jnp.all(jnp.asarray([jnp.all(jnp.isfinite(a)) for a in accelerations]))
+    return eqx.error_if(
+        lam,
+        ~finite,
+        f"{what}: non-finite constrained dynamics: the constraint rows are dependent (a redundant constraint, or a singular "
+        "configuration of the closed chain; hold fewer axes or give regularization > 0), or the state is not finite",
+    )
+
+
+def _relative_pose(systems: _Systems, states: Sequence[State], c: FrameConstraint) -> tuple[Array, Array]:
+    """Position (in ``other``'s frame) and rotation of ``c.frame`` relative to ``c.other`` now."""
+    dtype = states[0].q.dtype
+
+    def pose(ref):
+        if ref is None:
+            return jnp.zeros(3, dtype), jnp.eye(3, dtype=dtype)
+        kin = forward_kinematics(systems.models[ref[0]], states[ref[0]])
+        i = systems.models[ref[0]].end_point_index(ref[1])
+        return kin.end_point_position[i], kin.end_point_rotation[i]
+
+    (p, r), (po, ro) = pose(c.frame), pose(c.other)
+    return ro.T @ (p - po), ro.T @ r
+
+
+def _latched(systems: _Systems, states: Sequence[State], constraints: tuple[Constraint, ...], switched_on: Array) -> tuple[Constraint, ...]:
+    """Frame constraints that switch on now (``switched_on`` ``(k,)``) hold the relative pose they find."""
+    out = []
+    for k, c in enumerate(constraints):
+        if isinstance(c, FrameConstraint):
+            position, rotation = _relative_pose(systems, states, c)
+            c = FrameConstraint(
+                c.frame, c.other, c.axes, jnp.where(switched_on[k], position, c.position.astype(position.dtype)),
+                jnp.where(switched_on[k], rotation, c.rotation.astype(rotation.dtype)),
+            )  # fmt: skip
+        out.append(c)
+    return tuple(out)
 
 
 def _with_velocities(systems: _Systems, states: Sequence[State], velocity: Array) -> tuple[State, ...]:
@@ -457,11 +544,13 @@ def _with_velocities(systems: _Systems, states: Sequence[State], velocity: Array
     return tuple(out)
 
 
-def _velocity_projection(systems: _Systems, states: tuple[State, ...], constraints: tuple[Constraint, ...], mask: Array) -> tuple[tuple[State, ...], Array]:
+def _velocity_projection(
+    systems: _Systems, states: tuple[State, ...], constraints: tuple[Constraint, ...], mask: Array, regularization: Any = 0.0
+) -> tuple[tuple[State, ...], Array]:
     """Plastic impact onto ``J v = 0`` (active rows): ``(states after, impulse p (m,))`` with
     ``v+ = v- + H^-1 J^T p``."""
     terms = _terms(systems, states, constraints)
-    y, impulse = _schur_solve(systems, _factors(systems, states), terms.jacobian, mask, 0.0, -terms.velocity_error)
+    y, impulse = _schur_solve(systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.velocity_error)
     velocity = jnp.concatenate([free_coordinates(m, s.generalized_velocity) for m, s in zip(systems.models, states)])
     return _with_velocities(systems, states, velocity + y @ impulse), impulse
 
@@ -494,13 +583,15 @@ def _move(systems: _Systems, states: Sequence[State], step: Array) -> tuple[Stat
     return tuple(out)
 
 
-def _projected(systems: _Systems, states: tuple[State, ...], constraints: tuple[Constraint, ...], mask: Array, iterations: int = 2) -> tuple[State, ...]:
+def _projected(
+    systems: _Systems, states: tuple[State, ...], constraints: tuple[Constraint, ...], mask: Array, iterations: int = 2, regularization: Any = 0.0
+) -> tuple[State, ...]:
     """:func:`project_to_constraints` on checked inputs."""
     for _ in range(iterations):
         terms = _terms(systems, states, constraints)
-        y, correction = _schur_solve(systems, _factors(systems, states), terms.jacobian, mask, 0.0, -terms.position_error)
+        y, correction = _schur_solve(systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.position_error)
         states = _move(systems, states, y @ correction)
-    return _velocity_projection(systems, states, constraints, mask)[0]
+    return _velocity_projection(systems, states, constraints, mask, regularization)[0]
 
 
 @eqx.filter_jit
@@ -532,6 +623,8 @@ class ConstrainedTrajectory(eqx.Module):
         impulses: ``(N, m)`` impulses applied at the start of each step (non-zero where a
             constraint switched on).
         position_error: ``(N + 1, m)`` ``phi`` of each state (zero on inactive rows).
+        constraints: the constraints at the end of the run (with ``latch=True``, the poses
+            latched when they switched on).
     """
 
     time: Array
@@ -540,6 +633,7 @@ class ConstrainedTrajectory(eqx.Module):
     multipliers: Array
     impulses: Array
     position_error: Array
+    constraints: tuple[Any, ...]
 
 
 @eqx.filter_jit
@@ -555,7 +649,10 @@ def constrained_rollout(
     t0: Any = 0.0,
     stabilization: Any = None,
     project: bool = True,
+    latch: bool = False,
+    regularization: Any = 0.0,
     checkpoint: bool = False,
+    check: bool = False,
 ) -> ConstrainedTrajectory:
     """Fixed-step RK4 simulation of a constrained system, constraints switching on and off.
 
@@ -583,6 +680,16 @@ def constrained_rollout(
         stabilization: Baumgarte frequency (rad/s); default 0 with projection, ``0.1 / dt``
             without.
         project: project positions and velocities onto the constraints after every step.
+        latch: a frame constraint that switches on after the first step holds the relative
+            pose it finds then (a gripper closing on a handle wherever it is) instead of its
+            ``position``/``rotation``; the constraints returned in
+            :attr:`ConstrainedTrajectory.constraints` carry the latched poses. (Without it a
+            constraint switching on away from its pose is pulled there by the projection,
+            which does not conserve momentum.)
+        regularization: as :func:`constrained_forward_dynamics` (also used by the impacts and
+            projections).
+        check: fail when the state becomes non-finite (dependent constraint rows, see
+            :func:`constrained_forward_dynamics`).
 
     Returns:
         :class:`ConstrainedTrajectory`.
@@ -611,19 +718,25 @@ def constrained_rollout(
     t0 = jnp.asarray(t0, dtype)
 
     def step(carry, inputs):
-        states, index, previous = carry
-        applied, mask = inputs
+        states, index, previous, constraints = carry
+        applied, on = inputs
+        mask = jnp.repeat(on.astype(dtype), counts, total_repeat_length=int(counts.sum()))
         t = t0 + index.astype(dtype) * dt_array
         if law is not None:
             applied = systems.per_system(law(t, systems.pack(states)), "constrained_rollout: control law output")
         controls = tuple(as_controls(m, a, dtype) for m, a in zip(systems.models, applied))
+        if latch:
+            constraints = _latched(systems, states, constraints, on & ~previous & (index > 0))
         # The impact of the constraints that switch on; the others keep their (stabilised or
         # projected) velocities.
-        states, impulse = _velocity_projection(systems, states, constraints, mask * (1.0 - previous))
-        _, lam, _ = _constrained_acceleration(systems, states, controls, constraints, mask, stabilization, 0.0)
+        switched = jnp.repeat((on & ~previous).astype(dtype), counts, total_repeat_length=int(counts.sum()))
+        states, impulse = _velocity_projection(systems, states, constraints, switched, regularization)
+        accelerations, lam, _ = _constrained_acceleration(systems, states, controls, constraints, mask, stabilization, regularization)
+        if check:
+            lam = _checked_finite(lam, accelerations, "constrained_rollout")
 
         def rate(stages: tuple[State, ...], offset: Array) -> tuple[State, ...]:
-            accelerations = _constrained_acceleration(systems, stages, controls, constraints, mask, stabilization, 0.0)[0]
+            accelerations = _constrained_acceleration(systems, stages, controls, constraints, mask, stabilization, regularization)[0]
             return tuple(
                 State(s.base_linear_velocity, quat_rate(s.base_quaternion, s.base_angular_velocity), a[:3], a[3:6], s.qd, a[6:])
                 for s, a in zip(stages, accelerations)
@@ -632,18 +745,21 @@ def constrained_rollout(
         new = runge_kutta4(rate, states, dt_array)
         new = tuple(eqx.tree_at(lambda s: s.base_quaternion, s, quat_normalize(s.base_quaternion)) for s in new)
         if project:
-            new = _projected(systems, new, constraints, mask)
+            new = _projected(systems, new, constraints, mask, regularization=regularization)
         error = mask * _errors(systems, new, constraints)
-        return (new, index + 1, mask), (new, controls, lam, impulse, error)
+        return (new, index + 1, on, constraints), (new, controls, lam, impulse, error)
 
     if checkpoint:
         step = jax.checkpoint(step)
-    start = (initial_states, jnp.asarray(0, jnp.int32), jnp.zeros(num_rows(constraints), dtype))
-    _, (states, controls, lam, impulses, errors) = lax.scan(step, start, (sequences, rows), length=num_steps)
+    constraints = jax.tree.map(lambda x: jnp.asarray(x, dtype), constraints)  # one dtype through the scan
+    start = (initial_states, jnp.asarray(0, jnp.int32), jnp.zeros(k, bool), constraints)
+    (_, _, _, final_constraints), (states, controls, lam, impulses, errors) = lax.scan(step, start, (sequences, flags), length=num_steps)
     history = jax.tree.map(lambda x0, x: jnp.concatenate([x0[None], x]), initial_states, states)
     first_error = (rows[0] if num_steps else jnp.ones(num_rows(constraints), dtype)) * _errors(systems, initial_states, constraints)
     time = t0 + jnp.arange(num_steps + 1, dtype=dtype) * dt_array
-    return ConstrainedTrajectory(time, systems.pack(history), systems.pack(controls), lam, impulses, jnp.concatenate([first_error[None], errors]))
+    return ConstrainedTrajectory(
+        time, systems.pack(history), systems.pack(controls), lam, impulses, jnp.concatenate([first_error[None], errors]), final_constraints
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -729,6 +845,7 @@ __all__ = [
     "ConstrainedTrajectory",
     "ConstraintTerms",
     "FrameConstraint",
+    "JointCoupling",
     "JointLock",
     "constrained_forward_dynamics",
     "constrained_inverse_dynamics",

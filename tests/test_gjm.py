@@ -23,7 +23,6 @@ import pytest
 
 import sdjax
 from helpers import assert_close, random_state, spacedyn_end_points_only, with_frames
-from sdjax import gjm
 from sdjax.models import random_model, spacedyn_sample
 from sdjax.rotation import quat_multiply
 from spacedyn_oracle import EZ, SpaceDynOracle, tilde

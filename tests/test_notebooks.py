@@ -30,3 +30,20 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     client.execute()
     errors = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+#: Notebook sources kept as py:percent scripts (read by linters and reviewers), each paired with
+#: the stored, executed notebook of the same name.
+SOURCES = sorted(p for p in (pathlib.Path(__file__).resolve().parents[1] / "notebooks").glob("*.py") if p.read_text().startswith("# %%"))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_stored_notebook_matches_its_source(source):
+    """The stored ``.ipynb`` holds exactly the cells of its py:percent source (rebuild it with
+    ``python notebooks/build_notebooks.py --execute NAME.ipynb``)."""
+    jupytext = pytest.importorskip("jupytext")
+    nbformat = pytest.importorskip("nbformat")
+    stored = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    expected = jupytext.read(source)
+    pairs = [(cell.cell_type, cell.source) for cell in expected.cells]
+    assert [(cell.cell_type, cell.source) for cell in stored.cells] == pairs, f"{source.with_suffix('.ipynb').name} is out of date with {source.name}"

@@ -19,6 +19,7 @@ joints as ``(cos, sin)``). The two descriptions differ in coordinates:
 from __future__ import annotations
 
 import pathlib
+import re
 
 import equinox as eqx
 import jax
@@ -328,7 +329,7 @@ def _robot(*parts: str) -> str:
         (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "floating", "b", "a", "")), "joint 'j': type 'floating' is not supported"),
         (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "planar", "b", "a", "")), "joint 'j': type 'planar' is not supported"),
         (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "spherical", "b", "a", "")), "joint 'j': unknown joint type 'spherical'"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>')), "joint 'j': <mimic> joints are not supported"),
+        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>')), "joint 'j': <mimic joint='k'> couples it"),
         (_robot(_BASE, _LINK.format("a")), r"several root links \['b', 'a'\]"),
         (_robot(_BASE, _LINK.format("a"), _LINK.format("c"), _JOINT.format("j", "revolute", "b", "a", ""), _JOINT.format("k", "revolute", "c", "a", "")), "link 'a' is the child of joints 'j' and 'k'"),
         (_robot(_BASE, _LINK.format("a"), _LINK.format("c"), _JOINT.format("j", "revolute", "a", "c", ""), _JOINT.format("k", "revolute", "c", "a", "")), r"links \['a', 'c'\] are not connected to the root 'b'"),
@@ -496,3 +497,98 @@ def test_world_joint_sets_the_base_mode():
         model_from_urdf(_robot(_PLANAR_WORLD.format('<axis xyz="0 0 1"/>'), *chain, _LINK.format("c"), _JOINT.format("k", "fixed", "world", "c", "")))
     with pytest.raises(ValueError, match="base: unknown base mode 'hovering'"):
         model_from_urdf(_robot(*chain), base="hovering")
+
+
+def test_mimic_joints_against_pinocchio():
+    """``<mimic>`` joints (a geared wrist and a mirrored gripper finger) loaded as
+    :class:`sdjax.constraints.JointCoupling`: the constrained dynamics of the full tree moves as
+    Pinocchio's mimic model of the same file (reduced coordinates: ``crba``, ``rnea``): inertia
+    matrix ``G^T H G``, accelerations, and the leader torques of the inverse dynamics."""
+    pin = pytest.importorskip("pinocchio")
+    from sdjax import constraints as C
+
+    path = DATA / "mimic_gripper.urdf"
+    with pytest.raises(ValueError, match=r"joint 'wrist_joint': <mimic joint='joint2'>.*mimic='constraints'"):
+        import_urdf(path)
+    gravity = np.array([0.0, 0.3, -9.81])
+    info = import_urdf(path, gravity=gravity, mimic="constraints")
+    model, couplings = info.model, info.couplings
+    n = model.num_joints
+    followers = {c.follower: c for c in couplings}
+    assert [(c.follower, c.leader, float(c.multiplier), float(c.offset)) for c in couplings] == [(2, 1, 2.0, 0.1), (5, 4, 1.0, 0.005)]
+    independent = [k for k in range(n) if k not in followers]
+    g = np.zeros((n, len(independent)))  # qd = G qd_independent
+    for col, k in enumerate(independent):
+        g[k, col] = 1.0
+    for c in couplings:
+        g[c.follower] = float(c.multiplier) * g[c.leader]
+    pm_full, pm = pin.buildModelFromUrdf(str(path)), pin.buildModelFromUrdf(str(path), mimic=True)
+    pm.gravity = pin.Motion(gravity, np.zeros(3))
+    assert pm.nv == len(independent)
+    perm = np.zeros((pm.nv, len(independent)))  # Pinocchio's reduced velocity order
+    for col, k in enumerate(independent):
+        perm[pm.idx_vs[pm.getJointId(info.joint_names[k])], col] = 1.0
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        q = np.zeros(n)
+        q[independent] = rng.uniform(-1.0, 1.0, size=len(independent))
+        for c in couplings:
+            q[c.follower] = float(c.multiplier) * q[c.leader] + float(c.offset)
+        qd = g @ rng.normal(size=len(independent))
+        state = sdjax.make_state(model, base_position=info.root_to_base, q=q, qd=qd)
+        assert np.max(np.abs(np.asarray(C.position_errors(model, state, couplings)))) < 1e-15
+        q_full, _ = pinocchio_from_state(info, pm_full, state)
+        q_pin = np.zeros(pm.nq)
+        for j in range(1, pm.njoints):
+            if pm.nqs[j]:
+                jf = pm_full.getJointId(pm.names[j])
+                q_pin[pm.idx_qs[j] : pm.idx_qs[j] + pm.nqs[j]] = q_full[pm_full.idx_qs[jf] : pm_full.idx_qs[jf] + pm.nqs[j]]
+        v_pin = perm @ np.asarray(qd)[independent]
+        data = pm.createData()  # (Pinocchio 4.1's crba on a mimic model reads stale data when reused)
+        m = pin.crba(pm, data, q_pin)
+        m = np.triu(m) + np.triu(m, 1).T
+        # Sums of O(n) composite-inertia terms: round-off ~1e-16 relative.
+        assert _rel(g.T @ np.asarray(sdjax.inertia_matrix(model, state)) @ g, perm.T @ m @ perm) < 1e-12
+        tau = rng.normal(scale=2.0, size=n)
+        result = C.constrained_forward_dynamics(model, state, tau, couplings)
+        # Pinocchio's reduced equations: the follower torques act on their leaders (G^T tau).
+        bias = pin.rnea(pm, data, q_pin, v_pin, np.zeros(pm.nv))
+        expected = perm.T @ np.linalg.solve(m, perm @ (g.T @ tau) - bias)
+        # Schur complement on H against Pinocchio's reduced solve: ~cond * eps (cond < 1e4 here).
+        assert _rel(np.asarray(result.qdd)[independent], expected) < 1e-11
+        assert _rel(np.asarray(result.qdd), g @ expected) < 1e-11  # the followers follow
+        # Inverse dynamics with the followers unactuated: the leader torques Pinocchio needs.
+        actuated = np.array([k not in followers for k in range(n)])
+        tau_id, _ = C.constrained_inverse_dynamics(model, state, None, result.qdd, couplings, actuated=actuated)
+        needed = perm.T @ pin.rnea(pm, data, q_pin, v_pin, perm @ expected)
+        assert _rel(np.asarray(tau_id)[independent], needed) < 1e-11
+        assert np.all(np.asarray(tau_id)[~actuated] == 0)
+
+
+@pytest.mark.parametrize(
+    "joints, message",
+    [
+        (_JOINT.format("j", "revolute", "b", "a", '<mimic joint="nope"/>') + _JOINT.format("k", "revolute", "a", "c", ""), "joint 'j' <mimic joint='nope'>: no revolute, continuous or prismatic joint"),
+        (_JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>') + _JOINT.format("k", "fixed", "a", "c", ""), "joint 'j' <mimic joint='k'>: no revolute"),
+        (
+            _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>') + _JOINT.format("k", "revolute", "a", "c", '<mimic joint="j"/>'),
+            "mimics another itself",
+        ),
+        (_JOINT.format("j", "revolute", "b", "a", '<mimic joint="k" multiplier="x"/>') + _JOINT.format("k", "revolute", "a", "c", ""), "<mimic multiplier>: expected 1 number"),
+    ],
+)
+def test_mimic_refusals(joints, message):
+    text = _robot(_BASE, _LINK.format("a"), _LINK.format("c"), joints)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        import_urdf(text, mimic="constraints")
+
+
+def test_mimic_on_a_fixed_joint_is_ignored():
+    text = _robot(_BASE, _LINK.format("a"), _LINK.format("c"), _JOINT.format("j", "fixed", "b", "a", '<mimic joint="k"/>'), _JOINT.format("k", "revolute", "a", "c", ""))
+    info = import_urdf(text)  # nothing to couple: loads with the default too
+    assert info.model.num_joints == 1 and info.couplings == ()
+
+
+def test_mimic_option_is_checked():
+    with pytest.raises(ValueError, match=r"mimic: choose one of \['refuse', 'constraints'\]"):
+        import_urdf(DATA / "fixed_base_arm.urdf", mimic="ignore")

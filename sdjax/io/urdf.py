@@ -128,6 +128,8 @@ class UrdfImport:
         continuous: ``(n,)`` True where the URDF joint is ``continuous`` (Pinocchio stores
             such a joint's position as ``(cos q, sin q)``).
         end_point_names: ``(ne,)`` URDF link whose frame is each end point.
+        couplings: :class:`sdjax.constraints.JointCoupling` of each ``<mimic>`` joint (with
+            ``mimic="constraints"``).
     """
 
     model: Model
@@ -136,6 +138,7 @@ class UrdfImport:
     joint_names: tuple[str, ...]
     continuous: tuple[bool, ...]
     end_point_names: tuple[str, ...]
+    couplings: tuple[Any, ...] = ()
 
 
 # ------------------------------------------------------------------------------------------
@@ -207,6 +210,7 @@ class TreeJoint:
     position: np.ndarray
     axis: np.ndarray
     damping: float
+    mimic: tuple[str, float, float] | None = None  # (leader joint name, multiplier, offset)
 
 
 def _parse_link(element: ET.Element) -> TreeLink:
@@ -252,8 +256,14 @@ def _parse_joint(element: ET.Element) -> TreeJoint:
         raise ValueError(f"{where}: missing type attribute")
     if kind not in _MOVING and kind not in _REFUSED and kind != "fixed":
         raise ValueError(f"{where}: unknown joint type {kind!r}; expected revolute, continuous, prismatic or fixed")
-    if element.find("mimic") is not None:
-        raise ValueError(f"{where}: <mimic> joints are not supported (every sdjax joint is an independent coordinate)")
+    mimic = None
+    mimic_el = element.find("mimic")
+    if mimic_el is not None:
+        if not mimic_el.get("joint"):
+            raise ValueError(f"{where} <mimic>: missing joint attribute (the leader joint)")
+        multiplier = float(_numbers(f"{where} <mimic multiplier>", mimic_el.get("multiplier"), 1, (1.0,))[0])
+        offset = float(_numbers(f"{where} <mimic offset>", mimic_el.get("offset"), 1, (0.0,))[0])
+        mimic = (mimic_el.get("joint"), multiplier, offset)
     ends = {}
     for tag in ("parent", "child"):
         sub = element.find(tag)
@@ -274,7 +284,7 @@ def _parse_joint(element: ET.Element) -> TreeJoint:
         if not norm > 0:
             raise ValueError(f"{where} <axis xyz>: the joint axis must be non-zero, got {axis.tolist()}")
         axis = axis / norm
-    return TreeJoint(name, kind, ends["parent"], ends["child"], rot, pos, axis, damping)
+    return TreeJoint(name, kind, ends["parent"], ends["child"], rot, pos, axis, damping, mimic)
 
 
 # ------------------------------------------------------------------------------------------
@@ -359,6 +369,7 @@ def import_urdf(
     dtype: Any = None,
     inertia_check: str = "physical",
     base: str | None = None,
+    mimic: str = "refuse",
 ) -> UrdfImport:
     """Read a URDF description into an sdjax model (see the module docstring).
 
@@ -375,9 +386,15 @@ def import_urdf(
         base: the base mode (:data:`sdjax.BASE_MODES`). Default: from the file, a root link
             called ``world`` (:data:`WORLD_LINK`) welded to the tree gives ``"fixed"``, joined by a
             ``floating`` or ``planar`` joint ``"floating"`` or ``"planar"``; any other root floats.
+        mimic: ``"refuse"`` (default) refuses ``<mimic>`` joints, naming the option;
+            ``"constraints"`` loads every joint as a coordinate and returns each ``<mimic>`` as a
+            :class:`sdjax.constraints.JointCoupling` in ``UrdfImport.couplings`` (a ``<mimic>``
+            on a fixed joint couples nothing and is ignored), for the
+            constrained dynamics of :mod:`sdjax.constraints` (which then move the mechanism as
+            its authors meant; the plain functions would let the followers move freely).
 
     Returns:
-        An :class:`UrdfImport` (model, root link, root-to-base offset, joint names, ...).
+        An :class:`UrdfImport` (model, root link, root-to-base offset, joint names, couplings).
 
     Raises:
         ValueError: naming the link or joint and the problem (see the module docstring).
@@ -392,8 +409,12 @@ def import_urdf(
     joints = [_parse_joint(element) for element in robot.findall("joint")]
     return tree_import(
         label, links, joints, base_link=base_link, name=name if name is not None else robot.get("name", "urdf_model"),
-        end_points=end_points, gravity=gravity, dtype=dtype, inertia_check=inertia_check, base=base,
+        end_points=end_points, gravity=gravity, dtype=dtype, inertia_check=inertia_check, base=base, mimic=mimic,
     )
+
+
+#: What :func:`import_urdf` does with ``<mimic>`` joints.
+MIMIC_CHOICES = ("refuse", "constraints")
 
 
 def tree_import(
@@ -408,9 +429,12 @@ def tree_import(
     dtype: Any,
     inertia_check: str,
     base: str | None,
+    mimic: str = "refuse",
 ) -> UrdfImport:
     """The sdjax model of a tree of links joined by URDF-style joints (the builder shared by the
     URDF and MJCF readers; see :func:`import_urdf` for the arguments and the rules)."""
+    if mimic not in MIMIC_CHOICES:
+        raise ValueError(f"mimic: choose one of {list(MIMIC_CHOICES)}, got {mimic!r}")
     parent_joint: dict[str, TreeJoint] = {}
     joint_names: set[str] = set()
     for joint in joints:
@@ -564,7 +588,36 @@ def tree_import(
         joint_names=tuple(j.name for j in moving),
         continuous=tuple(j.kind == "continuous" for j in moving),
         end_point_names=tuple(chosen),
+        couplings=_couplings(moving, list(parent_joint.values()), mimic),
     )
+
+
+def _couplings(moving: list[TreeJoint], joints: list[TreeJoint], mimic: str) -> tuple[Any, ...]:
+    """The ``<mimic>`` relations as :class:`sdjax.constraints.JointCoupling` (sdjax joint
+    indices), or the refusal."""
+    from sdjax.constraints import JointCoupling
+
+    # (A <mimic> on a fixed joint couples nothing: reduced URDFs weld their grippers that way.)
+    followers = [j for j in joints if j.mimic is not None and j.kind != "fixed"]
+    if not followers:
+        return ()
+    if mimic == "refuse":
+        j = followers[0]
+        raise ValueError(
+            f"joint {j.name!r}: <mimic joint={j.mimic[0]!r}> couples it to another joint; load with "
+            "sdjax.io.import_urdf(..., mimic='constraints') to get the couplings as sdjax.constraints.JointCoupling "
+            "for the constrained dynamics"
+        )
+    index = {j.name: k for k, j in enumerate(moving)}
+    out = []
+    for j in followers:
+        leader, multiplier, offset = j.mimic
+        if leader not in index:
+            raise ValueError(f"joint {j.name!r} <mimic joint={leader!r}>: no revolute, continuous or prismatic joint of that name")
+        if moving[index[leader]].mimic is not None:
+            raise ValueError(f"joint {j.name!r} <mimic joint={leader!r}>: that joint mimics another itself; mimic the first leader")
+        out.append(JointCoupling(index[j.name], index[leader], multiplier, offset))
+    return tuple(out)
 
 
 def model_from_urdf(
