@@ -847,16 +847,29 @@ class MonteCarloResults:
 
     @classmethod
     def load(cls, path: Any) -> MonteCarloResults:
-        """Read a file written by :meth:`save` (no pickles are loaded)."""
-        with np.load(path, allow_pickle=False) as data:
-            if "meta" not in data.files:
-                raise ValueError(f"MonteCarloResults.load: {path} has no 'meta' entry; not a sdjax Monte-Carlo file")
-            meta = json.loads(str(data["meta"]))
-            if meta.get("format") != FILE_FORMAT:
-                raise ValueError(f"MonteCarloResults.load: unsupported format {meta.get('format')!r}; expected {FILE_FORMAT!r}")
-            metrics = {k: data[f"metric/{k}"] for k in meta["metric_names"]}
-            draws = {k: data[f"draw/{k}"] for k in meta["draw_names"]}
-        return cls(metrics, draws, meta["seed"], meta["num_samples"], meta["info"])
+        """Read a file written by :meth:`save` (no pickles are loaded; every entry's shape and
+        dtype checked from its header before it is read, :class:`sdjax.io.npz.NpzArchive`).
+
+        Raises:
+            ValueError: naming the file and what is wrong (missing, not an ``.npz``, another
+                format, a missing or malformed entry).
+        """
+        from sdjax.io.npz import NpzArchive
+
+        with NpzArchive(path, "sdjax Monte-Carlo results file") as data:
+            name, meta = data.name, data.meta(FILE_FORMAT)
+            for key, kind in (("seed", int), ("num_samples", int), ("metric_names", list), ("draw_names", list), ("info", dict)):
+                if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+                    raise ValueError(f"{name}: 'meta' {key} must be a {kind.__name__}, got {meta.get(key)!r}")
+            samples = meta["num_samples"]
+            if samples < 0:
+                raise ValueError(f"{name}: 'meta' num_samples must be non-negative, got {samples}")
+            for key in ("metric_names", "draw_names"):
+                if not all(isinstance(k, str) for k in meta[key]):
+                    raise ValueError(f"{name}: 'meta' {key} must be a list of names")
+            metrics = {k: data.array(f"metric/{k}", (samples,), kinds="biuf") for k in meta["metric_names"]}
+            draws = {k: data.array(f"draw/{k}", kinds="biuf", leading=samples) for k in meta["draw_names"]}
+        return cls(metrics, draws, meta["seed"], samples, meta["info"])
 
     def plot(self, metrics: Sequence[str] | None = None, bins: int = 40, percentiles: Sequence[float] = DEFAULT_PERCENTILES):
         """Histograms of the metrics with percentile lines; returns the matplotlib figure."""

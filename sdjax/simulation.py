@@ -313,35 +313,23 @@ class SimulationRun:
                 version, or inconsistent (array shapes that do not match the model).
         """
         from sdjax.io.json_model import model_from_dict
+        from sdjax.io.npz import NpzArchive
 
-        name = os.fspath(path)
-        if not os.path.isfile(name):
-            raise ValueError(f"{name}: no such run file")
-        try:
-            data = np.load(name, allow_pickle=False)
-        except Exception as err:  # numpy raises several types for non-npz content
-            raise ValueError(f"{name}: not a sdjax run file (.npz): {err}") from None
-        if not hasattr(data, "files"):  # a plain .npy array
-            raise ValueError(f"{name}: not a sdjax run file (.npz archive)")
-        with data:
-            files = set(data.files)
-            if "meta" not in files:
-                raise ValueError(f"{name}: no 'meta' entry; not a sdjax run file")
+        with NpzArchive(path, "sdjax run file") as data:
+            name, meta = data.name, data.meta(FILE_FORMAT)
+            if not isinstance(meta.get("model"), dict):
+                raise ValueError(f"{name}: 'meta' holds no model")
             try:
-                meta = json.loads(str(data["meta"]))
-            except (ValueError, TypeError) as err:
-                raise ValueError(f"{name}: unreadable 'meta' entry ({err})") from None
-            if not isinstance(meta, dict) or meta.get("format") != FILE_FORMAT:
-                found = meta.get("format") if isinstance(meta, dict) else None
-                raise ValueError(f"{name}: unsupported format {found!r}; expected {FILE_FORMAT!r}")
-            dtype = np.dtype(meta.get("dtype", "float64"))
+                dtype = np.dtype(meta.get("dtype", "float64"))
+            except TypeError:
+                raise ValueError(f"{name}: 'meta' dtype {meta.get('dtype')!r} is not a dtype") from None
             model = model_from_dict(meta["model"], dtype=dtype)
             needed = ["time"] + [f"state/{f}" for f in _STATE_FIELDS] + [f"controls/{f}" for f in _CONTROL_FIELDS]
-            missing = [k for k in needed if k not in files]
+            missing = [k for k in needed if k not in data]
             if missing:
                 raise ValueError(f"{name}: missing entries {missing}")
-            time = np.asarray(data["time"])
-            steps = time.shape[0] - 1 if time.ndim == 1 else -1
+            time = data.array("time", (None,), kinds="f")
+            steps = time.shape[0] - 1
             n, ne = model.num_joints, model.num_end_points
             expected = dict(
                 base_position=(steps + 1, 3),
@@ -358,12 +346,12 @@ class SimulationRun:
             )
             arrays = {}
             for group, fields in (("state", _STATE_FIELDS), ("controls", _CONTROL_FIELDS)):
-                for f in fields:
-                    value = np.asarray(data[f"{group}/{f}"])
-                    if steps < 0 or value.shape != expected[f]:
-                        raise ValueError(f"{name}: {group}/{f} has shape {value.shape}, expected {expected[f]} for {steps} steps of model {model.name!r}")
-                    arrays[f] = value
-            quantities = {k: np.asarray(data[f"quantity/{k}"]) for k in meta.get("quantity_names", []) if f"quantity/{k}" in files}
+                for f in fields:  # shapes checked from the headers before anything is read
+                    arrays[f] = data.array(f"{group}/{f}", expected[f], kinds="f")
+            names = meta.get("quantity_names", [])
+            if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
+                raise ValueError(f"{name}: 'meta' quantity_names must be a list of names")
+            quantities = {k: data.array(f"quantity/{k}", kinds="f", leading=steps + 1) for k in names if f"quantity/{k}" in data}
         states = _stacked(make_state(model), {f: arrays[f] for f in _STATE_FIELDS})
         controls = _stacked(make_controls(model), {f: arrays[f] for f in _CONTROL_FIELDS})
         trajectory = Trajectory(time=jnp.asarray(time), states=states, controls=controls)

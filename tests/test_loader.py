@@ -75,6 +75,11 @@ def test_loader_errors(tmp_path):
         bad = tmp_path / "bad.def"
         bad.write_text((DATA / "spacedyn_sample.def").read_text().replace("###LINK_NUMBER 7", "###LINK_NUMBER x"))
         load_model(bad)
+    for suffix in (".def", ".json", ".dh", ".urdf"):  # text formats: a binary or Latin-1 file names itself
+        latin = tmp_path / f"latin{suffix}"
+        latin.write_bytes(b"caf\xe9 \xff\xfe")
+        with pytest.raises(ValueError, match=f"latin{suffix}: not a UTF-8 text .* file"):
+            load_model(latin)
 
 
 # ------------------------------------------------------------------------------------------

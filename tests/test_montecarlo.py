@@ -8,8 +8,10 @@ before JAX starts; the subprocesses set their own config (x64, strict promotion)
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import re
 import socket
 import subprocess
 import sys
@@ -236,8 +238,29 @@ def test_summary_save_load_plot(reference_run, tmp_path):
     with pytest.raises(ValueError, match="percentiles"):
         res.summary((5, 150))
     np.savez(tmp_path / "other.npz", x=np.zeros(2))
-    with pytest.raises(ValueError, match="not a sdjax Monte-Carlo file"):
+    with pytest.raises(ValueError, match="no 'meta' entry; not a sdjax Monte-Carlo results file"):
         mc.MonteCarloResults.load(tmp_path / "other.npz")
+    # Every door names the file and the problem (no raw FileNotFoundError, BadZipFile,
+    # KeyError or JSONDecodeError; no wrong shapes accepted).
+    with pytest.raises(ValueError, match="missing.npz: no such file"):
+        mc.MonteCarloResults.load(tmp_path / "missing.npz")
+    (tmp_path / "text.npz").write_text("not a zip")
+    with pytest.raises(ValueError, match="text.npz: not a sdjax Monte-Carlo results file"):
+        mc.MonteCarloResults.load(tmp_path / "text.npz")
+    with np.load(path, allow_pickle=False) as raw:
+        entries = dict(raw)
+    meta = json.loads(str(entries["meta"]))
+    broken = tmp_path / "broken.npz"
+    for change, message in (
+        ({"meta": np.array("{oops")}, "entry 'meta' is not valid JSON"),
+        ({"meta": np.array(json.dumps({**meta, "num_samples": "many"}))}, "'meta' num_samples must be a int"),
+        ({"meta": np.array(json.dumps({**meta, "metric_names": ["nope"]}))}, "no entry 'metric/nope'"),
+        ({"metric/peak_torque": entries["metric/peak_torque"][:-1]}, "'metric/peak_torque' has shape"),
+        ({"metric/peak_torque": np.empty(res.num_samples, dtype=object)}, "dtype object, expected numbers"),
+    ):
+        np.savez(broken, **{**entries, **change})
+        with pytest.raises(ValueError, match=re.escape(message)):
+            mc.MonteCarloResults.load(broken)
 
 
 # ------------------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def test_run_file_round_trip(pd_run, tmp_path):
 
 def test_run_file_errors(pd_run, tmp_path):
     model, _, traj = pd_run
-    with pytest.raises(ValueError, match="no such run file"):
+    with pytest.raises(ValueError, match="missing.npz: no such file"):
         load_run(tmp_path / "missing.npz")
     text = tmp_path / "text.npz"
     text.write_text("not a zip file")
@@ -168,7 +168,7 @@ def test_run_file_errors(pd_run, tmp_path):
     with pytest.raises(ValueError, match="no 'meta' entry"):
         load_run(other)
     np.savez(other, meta=np.array("{not json"))
-    with pytest.raises(ValueError, match="unreadable 'meta' entry"):
+    with pytest.raises(ValueError, match="entry 'meta' is not valid JSON"):
         load_run(other)
     np.savez(other, meta=np.array(json.dumps({"format": "sdjax.montecarlo/1"})))
     with pytest.raises(ValueError, match="unsupported format"):
@@ -183,5 +183,35 @@ def test_run_file_errors(pd_run, tmp_path):
         load_run(other)
     entries["state/q"] = entries["state/q"][:, :5]
     np.savez(other, **entries)
-    with pytest.raises(ValueError, match=r"state/q has shape \(61, 5\), expected \(61, 6\)"):
+    with pytest.raises(ValueError, match=r"'state/q' has shape \(61, 5\), expected \(61, 6\)"):
         load_run(other)
+    # Object arrays (pickles) are refused, not loaded.
+    np.savez(other, **{**entries, "state/q": np.empty((61, 6), dtype=object)})
+    with pytest.raises(ValueError, match=r"'state/q' has dtype object, expected numbers"):
+        load_run(other)
+    # A hostile header (a tiny entry declaring 16 GiB) is refused from the header, before any
+    # allocation; so is a damaged archive member.
+    import io
+    import zipfile
+
+    def with_member(name, raw):
+        path = tmp_path / "crafted.npz"
+        with zipfile.ZipFile(path, "w") as z:
+            for key, value in entries.items():
+                if key != name:
+                    buffer = io.BytesIO()
+                    np.lib.format.write_array(buffer, value, allow_pickle=False)
+                    z.writestr(key + ".npy", buffer.getvalue())
+            z.writestr(name + ".npy", raw)
+        return path
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (2 * 1024**3,)})
+    with pytest.raises(ValueError, match=r"entry 'time' would take 16.0 GiB \(limit 4 GiB\)"):
+        load_run(with_member("time", header.getvalue() + b"\0" * 16))
+    with pytest.raises(ValueError, match=r"entry 'time' is not a readable array"):
+        load_run(with_member("time", b"garbage"))
+    truncated = io.BytesIO()
+    np.lib.format.write_array(truncated, entries["time"])
+    with pytest.raises(ValueError, match=r"entry 'time' could not be read"):
+        load_run(with_member("time", truncated.getvalue()[:-40]))

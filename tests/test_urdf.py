@@ -592,3 +592,12 @@ def test_mimic_on_a_fixed_joint_is_ignored():
 def test_mimic_option_is_checked():
     with pytest.raises(ValueError, match=r"mimic: choose one of \['refuse', 'constraints'\]"):
         import_urdf(DATA / "fixed_base_arm.urdf", mimic="ignore")
+
+
+def test_link_limit_is_checked_before_building():
+    from sdjax.io.urdf import MAX_LINKS
+
+    links = "".join(f'<link name="l{i}"/>' for i in range(MAX_LINKS + 1))
+    joints = "".join(_JOINT.format(f"j{i}", "fixed", f"l{i}", f"l{i + 1}", "") for i in range(MAX_LINKS))
+    with pytest.raises(ValueError, match=f"{MAX_LINKS + 1} links exceeds the limit of {MAX_LINKS}"):
+        import_urdf(_robot(links, joints))

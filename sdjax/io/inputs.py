@@ -47,5 +47,8 @@ def read_text_file(path: str | os.PathLike, kind: str, limit: int) -> str:
     size = os.path.getsize(path)
     if size > limit:
         raise ValueError(f"{path}: {size} bytes exceeds the {kind} size limit of {limit}")
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a UTF-8 text {kind} file (byte {err.start}: {err.reason})") from None

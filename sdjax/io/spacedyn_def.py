@@ -126,15 +126,17 @@ def _scan(text: str) -> tuple[tuple[int, int] | None, dict[str, _Entry], dict[st
             if block:
                 key, rest = block.group(1), body[block.end() :]
                 start = number
-                while "]" not in rest:
+                parts, closed = [rest], "]" in rest
+                while not closed:  # (each line looked at once: linear in the block's length)
                     if k >= len(lines):
                         raise ValueError(f"line {start}: {key}[ has no closing ']'")
                     more = lines[k].split("#", 1)[0]
                     if "[" in more:
                         raise ValueError(f"line {start}: {key}[ has no closing ']' before the next block on line {k + 1}")
-                    rest += " " + more
+                    parts.append(more)
+                    closed = "]" in more
                     k += 1
-                inside, body = rest.split("]", 1)
+                inside, body = " ".join(parts).split("]", 1)
                 body = body.strip()
                 if key in blocks:
                     raise ValueError(f"line {start}: {key} given twice (first on line {blocks[key].line})")

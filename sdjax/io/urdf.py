@@ -60,7 +60,7 @@ Refused with a ``ValueError`` naming the link or joint: joint types ``floating``
 joints or a loop, joints naming undefined links, duplicate names, a zero axis, a base without
 mass, a model whose inertia matrix is singular (a joint moving only massless links; see
 :func:`sdjax.model.check_well_posed`), malformed numbers, DOCTYPE/entity declarations (no entity
-expansion), and files over :data:`MAX_FILE_BYTES` or :data:`MAX_ELEMENTS`. Massless moving
+expansion), and files over :data:`MAX_FILE_BYTES`, :data:`MAX_ELEMENTS` or :data:`MAX_LINKS`. Massless moving
 links (dummy frames between two joints of a wrist, zero-inertia links) are accepted when the
 system stays well posed; a massless body's reference point is its link frame origin.
 
@@ -100,6 +100,9 @@ from sdjax.state import State, make_state
 #: Largest accepted URDF text (bytes) and number of XML elements, checked before building.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_ELEMENTS = 1_000_000
+#: Largest number of links (URDF links, MJCF bodies and sites) turned into a model, checked
+#: before the tree is built (as the other readers' limits).
+MAX_LINKS = 10_000
 #: Bounds (m) written into the ``<limit>`` of exported prismatic joints.
 EXPORT_PRISMATIC_LIMIT = 1.0e6
 
@@ -435,6 +438,8 @@ def tree_import(
     URDF and MJCF readers; see :func:`import_urdf` for the arguments and the rules)."""
     if mimic not in MIMIC_CHOICES:
         raise ValueError(f"mimic: choose one of {list(MIMIC_CHOICES)}, got {mimic!r}")
+    if len(links) > MAX_LINKS:
+        raise ValueError(f"{label}: {len(links)} links exceeds the limit of {MAX_LINKS}")
     parent_joint: dict[str, TreeJoint] = {}
     joint_names: set[str] = set()
     for joint in joints:
