@@ -69,7 +69,17 @@ from sdjax.identification import (
     identify,
     payload_parameters,
 )
-from sdjax.integrate import EnvironmentLoads, Trajectory, euler_step, implicit_euler_step, max_stable_step, rk4_step, rollout, state_derivative
+from sdjax.integrate import (
+    EnvironmentLoads,
+    Trajectory,
+    euler_step,
+    implicit_euler_step,
+    max_stable_step,
+    newmark_step,
+    rk4_step,
+    rollout,
+    state_derivative,
+)
 from sdjax.io import (
     UrdfImport,
     import_urdf,
@@ -295,6 +305,7 @@ __all__ = [
     "model_to_dict",
     "model_to_spacedyn_arrays",
     "model_to_urdf",
+    "newmark_step",
     "normalize_state",
     "optimize_plan",
     "passive_joint_torques",

@@ -132,7 +132,7 @@ def simulate(
         progress: ``True`` for a tqdm progress bar (on stderr), ``False`` for none, or a
             callable ``progress(steps_done, N, state)`` called after each chunk with the
             chunk's last :class:`State`.
-        integrator: ``"rk4"``, ``"euler"`` or ``"implicit"`` (see :func:`sdjax.rollout`).
+        integrator: ``"rk4"``, ``"euler"``, ``"implicit"`` or ``"newmark"`` (see :func:`sdjax.rollout`).
         t0: initial time, s.
         check: fail if a state becomes non-finite (see :func:`sdjax.rollout`).
         rollout_options: further keyword arguments of :func:`sdjax.rollout`.

@@ -120,7 +120,7 @@ BAD_INPUTS = [
     (["demo", "--duration", "inf"], "argument --duration: expected a finite number"),
     (["demo", "--duration", "1e6"], "1e+08 steps exceeds the limit"),
     (["demo", "--dt", "0"], "argument --dt: expected a positive number"),
-    (["plot", "{tmp}/missing.npz"], "no such run file"),
+    (["plot", "{tmp}/missing.npz"], "missing.npz: no such file (expected a sdjax run file)"),
     (["plot", "{malformed}"], "not a sdjax run file"),
     (["plot", "{tmp}/x.npz", "--animate", "run.avi"], "must end in .gif or .mp4"),
     (["plot", "{tmp}/x.npz", "--fps", "0"], "expected a positive number"),
