@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -820,6 +821,64 @@ class MonteCarloResults:
             out[name] = row
         return out
 
+    def confidence_intervals(
+        self, confidence: float = 0.95, percentiles: Sequence[float] = DEFAULT_PERCENTILES
+    ) -> dict[str, dict[str, tuple[float, float]]]:
+        """Confidence intervals of each metric's mean and percentiles over the finite samples:
+        ``{metric: {"mean": (low, high), "p5": (low, high), ...}}``.
+
+        Percentiles: distribution-free order-statistic intervals ``[x_(j), x_(k)]`` with the
+        ranks chosen from the binomial distribution of the number of samples below the true
+        percentile, so the coverage is at least ``confidence`` for any continuous distribution
+        (``-inf``/``inf`` where too few samples lie on one side). Mean: the normal
+        approximation ``mean +- z s / sqrt(B)`` (large ``B``).
+        """
+        alpha = _check_confidence(confidence)
+        z = statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
+        out: dict[str, dict[str, tuple[float, float]]] = {}
+        for name, values in self.metrics.items():
+            finite = np.sort(values[np.isfinite(values)])
+            count = finite.size
+            row: dict[str, tuple[float, float]] = {}
+            if count:
+                half = z * float(np.std(finite, ddof=1)) / math.sqrt(count) if count > 1 else math.inf
+                row["mean"] = (float(np.mean(finite)) - half, float(np.mean(finite)) + half)
+            else:
+                row["mean"] = (math.nan, math.nan)
+            for p in percentiles:
+                low_rank, high_rank = _order_statistic_ranks(count, float(p) / 100.0, alpha)
+                low = float(finite[low_rank - 1]) if 1 <= low_rank <= count else -math.inf
+                high = float(finite[high_rank - 1]) if 1 <= high_rank <= count else math.inf
+                row[f"p{float(p):g}"] = (low, high) if count else (math.nan, math.nan)
+            out[name] = row
+        return out
+
+    def probability(self, metric: str, *, below: float | None = None, above: float | None = None, confidence: float = 0.95) -> tuple[float, float, float]:
+        """Estimated probability that ``metric`` lies below ``below`` and/or above ``above``
+        (a mission question: "how likely does the capture miss by more than 1 cm?"), with the
+        Wilson score interval: ``(estimate, low, high)``. Non-finite samples count as outside
+        (a diverged run does not meet a requirement).
+        """
+        if metric not in self.metrics:
+            raise ValueError(f"probability: unknown metric {metric!r}; available: {list(self.metrics)}")
+        if below is None and above is None:
+            raise ValueError("probability: give below= and/or above=")
+        alpha = _check_confidence(confidence)
+        values = self.metrics[metric]
+        inside = np.isfinite(values)
+        if below is not None:
+            inside &= values < below
+        if above is not None:
+            inside &= values > above
+        count, hits = values.size, int(np.sum(inside))
+        if count == 0:
+            return math.nan, math.nan, math.nan
+        z = statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
+        estimate = hits / count
+        centre = (estimate + z * z / (2 * count)) / (1 + z * z / count)
+        half = z / (1 + z * z / count) * math.sqrt(estimate * (1 - estimate) / count + z * z / (4 * count * count))
+        return estimate, max(0.0, centre - half), min(1.0, centre + half)
+
     def summary_table(self, percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
         """The summary as a fixed-width text table (one row per metric)."""
         summary = self.summary(percentiles)
@@ -901,6 +960,40 @@ class MonteCarloResults:
 
     def __repr__(self) -> str:
         return f"MonteCarloResults(num_samples={self.num_samples}, seed={self.seed}, metrics={list(self.metrics)}, draws={len(self.draws)})"
+
+
+def _check_confidence(confidence: Any) -> float:
+    """``alpha = 1 - confidence`` for a confidence level strictly between 0 and 1."""
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
+    return 1.0 - float(confidence)
+
+
+def _order_statistic_ranks(count: int, fraction: float, alpha: float) -> tuple[int, int]:
+    """1-based ranks ``(j, k)`` with ``P(x_(j) <= xi_p <= x_(k)) >= 1 - alpha`` for the
+    ``fraction`` quantile ``xi_p`` of ``count`` samples: the number ``N`` of samples below
+    ``xi_p`` is binomial ``(count, fraction)`` and ``x_(j) <= xi_p < x_(k)`` iff
+    ``j <= N < k``. ``j = 0`` or ``k = count + 1`` where a side has too little probability."""
+    if count == 0:
+        return 0, 1
+    if fraction <= 0.0:  # the distribution's minimum: only bounded above, by the smallest sample
+        return 0, 1
+    if fraction >= 1.0:
+        return count, count + 1
+    k = np.arange(count + 1)
+    with np.errstate(divide="ignore"):
+        log_pmf = (
+            math.lgamma(count + 1)
+            - np.array([math.lgamma(i + 1) + math.lgamma(count - i + 1) for i in k])
+            + k * np.log(fraction) + (count - k) * np.log1p(-fraction)
+        )  # fmt: skip
+    cdf = np.cumsum(np.exp(log_pmf))  # cdf[i] = P(N <= i)
+    # Largest j with P(N <= j - 1) <= alpha / 2; smallest k with P(N <= k - 1) >= 1 - alpha / 2.
+    below = np.nonzero(cdf <= alpha / 2.0)[0]
+    j = int(below[-1]) + 1 if below.size else 0
+    above = np.nonzero(cdf >= 1.0 - alpha / 2.0)[0]
+    high = int(above[0]) + 1 if above.size else count + 1
+    return j, high
 
 
 # ------------------------------------------------------------------------------------------
