@@ -535,6 +535,43 @@ def _latched(systems: _Systems, states: Sequence[State], constraints: tuple[Cons
     return tuple(out)
 
 
+@eqx.filter_jit
+def constraint_loads(model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint], multipliers: Any) -> Any:
+    """The frame constraints' multipliers as end-point loads ``(end_point_force (ne, 3),
+    end_point_torque (ne, 3))`` on the robot (inertial frame; a tuple of them per system), for
+    :func:`sdjax.joint_reaction_loads` and :func:`sdjax.forward_dynamics`: ``frame`` receives
+    the force ``F`` and torque ``T`` that ``other`` exerts (``R_other [lam]``), ``other`` the
+    opposite force and ``-T - (p_frame - p_other) x F`` (the same loads moved to its origin).
+    Joint locks and couplings act inside the joints and give no end-point loads (their torques
+    appear in the joints' axial loads). On the constraint manifold (zero errors, as after
+    :func:`project_to_constraints`) applying these loads with the same joint torques reproduces
+    the constrained motion exactly."""
+    systems, states, constraints = _systems(model, state, constraints, "constraint_loads")
+    dtype = states[0].q.dtype
+    lam = check_vector("multipliers", multipliers, (num_rows(constraints),), dtype)
+    kins = [forward_kinematics(m, s) for m, s in zip(systems.models, states)]
+    force = [jnp.zeros((m.num_end_points, 3), dtype) for m in systems.models]
+    torque = [jnp.zeros((m.num_end_points, 3), dtype) for m in systems.models]
+    row = 0
+    for c in constraints:
+        if isinstance(c, FrameConstraint):
+            wrench = jnp.zeros(6, dtype).at[jnp.asarray(c.axes)].set(lam[row : row + c.num_rows])
+            s, i = c.frame[0], systems.models[c.frame[0]].end_point_index(c.frame[1])
+            rotation = jnp.eye(3, dtype=dtype)
+            if c.other is not None:
+                so, io = c.other[0], systems.models[c.other[0]].end_point_index(c.other[1])
+                rotation = kins[so].end_point_rotation[io]
+            f, t = rotation @ wrench[:3], rotation @ wrench[3:]
+            force[s] = force[s].at[i].add(f)
+            torque[s] = torque[s].at[i].add(t)
+            if c.other is not None:
+                lever = kins[s].end_point_position[i] - kins[so].end_point_position[io]
+                force[so] = force[so].at[io].add(-f)
+                torque[so] = torque[so].at[io].add(-t - jnp.cross(lever, f))
+        row += c.num_rows
+    return systems.pack(list(zip(force, torque)))
+
+
 def _with_velocities(systems: _Systems, states: Sequence[State], velocity: Array) -> tuple[State, ...]:
     """``states`` with the stacked free-coordinate velocity ``velocity`` ``(nv,)``."""
     out = []
@@ -851,6 +888,7 @@ __all__ = [
     "constrained_inverse_dynamics",
     "constrained_rollout",
     "constraint_impulse",
+    "constraint_loads",
     "constraint_terms",
     "num_rows",
     "point_constraint",
