@@ -125,6 +125,20 @@ fig = res.plot(bins=20 if QUICK else 50)
 plt.show()'''
         ),
         new_markdown_cell(
+            "How sure are these numbers? `confidence_intervals` gives distribution-free intervals of the percentiles "
+            "(order statistics) and normal intervals of the means; `probability` answers a requirement question with "
+            "its Wilson interval (diverged samples count as failures)."
+        ),
+        new_code_cell(
+            '''intervals = res.confidence_intervals(0.95, (50, 95))
+for name, row in intervals.items():
+    print(f"{name:>20}: median in [{row['p50'][0]:.4g}, {row['p50'][1]:.4g}], p95 in [{row['p95'][0]:.4g}, {row['p95'][1]:.4g}]")
+p, low, high = res.probability("peak_joint_torque", above=45.0)
+print(f"P(peak joint torque > 45 N m) = {p:.4f}, 95 % interval [{low:.4f}, {high:.4f}]")
+p, low, high = res.probability("final_joint_error", below=0.5)
+print(f"P(final joint error < 0.5 rad) = {p:.4f}, 95 % interval [{low:.4f}, {high:.4f}]")'''
+        ),
+        new_markdown_cell(
             "The recorded draws make sensitivity plots one line each: here the base attitude error against the sampled "
             "payload mass and the peak torque against the first joint's gain."
         ),
