@@ -290,16 +290,21 @@ def _row_mask(constraints: Sequence[Constraint], active: Any, dtype: Any, what: 
 # Errors, Jacobian and acceleration terms.
 
 
+def _kinematics(systems: _Systems, states: Sequence[State]) -> list[Any]:
+    return [forward_kinematics(m, s) for m, s in zip(systems.models, states)]
+
+
+def _pose(systems: _Systems, kins: Sequence[Any], ref: tuple[int, str] | None, dtype: Any) -> tuple[Array, Array]:
+    """Position and rotation (inertial) of frame ``ref`` (the inertial frame for ``None``)."""
+    if ref is None:
+        return jnp.zeros(3, dtype), jnp.eye(3, dtype=dtype)
+    i = systems.models[ref[0]].end_point_index(ref[1])
+    return kins[ref[0]].end_point_position[i], kins[ref[0]].end_point_rotation[i]
+
+
 def _errors(systems: _Systems, states: Sequence[State], constraints: Sequence[Constraint]) -> Array:
-    kins = [forward_kinematics(m, s) for m, s in zip(systems.models, states)]
+    kins = _kinematics(systems, states)
     dtype = states[0].q.dtype
-
-    def pose(ref: tuple[int, str] | None) -> tuple[Array, Array]:
-        if ref is None:
-            return jnp.zeros(3, dtype), jnp.eye(3, dtype=dtype)
-        i = systems.models[ref[0]].end_point_index(ref[1])
-        return kins[ref[0]].end_point_position[i], kins[ref[0]].end_point_rotation[i]
-
     rows = []
     for c in constraints:
         if isinstance(c, JointLock):
@@ -309,8 +314,8 @@ def _errors(systems: _Systems, states: Sequence[State], constraints: Sequence[Co
             q = states[c.system].q
             rows.append((q[c.follower] - c.multiplier.astype(dtype) * q[c.leader] - c.offset.astype(dtype))[None])
             continue
-        position, rotation = pose(c.frame)
-        other_position, other_rotation = pose(c.other)
+        position, rotation = _pose(systems, kins, c.frame, dtype)
+        other_position, other_rotation = _pose(systems, kins, c.other, dtype)
         error_position = other_rotation.T @ (position - other_position) - c.position.astype(dtype)
         error_rotation = rotation_difference(c.rotation.astype(dtype), other_rotation.T @ rotation)
         rows.append(jnp.concatenate([error_position, error_rotation])[jnp.asarray(c.axes)])
@@ -506,27 +511,15 @@ def _checked_finite(lam: Array, accelerations: Sequence[Array], what: str) -> Ar
     )
 
 
-def _relative_pose(systems: _Systems, states: Sequence[State], c: FrameConstraint) -> tuple[Array, Array]:
-    """Position (in ``other``'s frame) and rotation of ``c.frame`` relative to ``c.other`` now."""
-    dtype = states[0].q.dtype
-
-    def pose(ref):
-        if ref is None:
-            return jnp.zeros(3, dtype), jnp.eye(3, dtype=dtype)
-        kin = forward_kinematics(systems.models[ref[0]], states[ref[0]])
-        i = systems.models[ref[0]].end_point_index(ref[1])
-        return kin.end_point_position[i], kin.end_point_rotation[i]
-
-    (p, r), (po, ro) = pose(c.frame), pose(c.other)
-    return ro.T @ (p - po), ro.T @ r
-
-
 def _latched(systems: _Systems, states: Sequence[State], constraints: tuple[Constraint, ...], switched_on: Array) -> tuple[Constraint, ...]:
-    """Frame constraints that switch on now (``switched_on`` ``(k,)``) hold the relative pose they find."""
+    """Frame constraints that switch on now (``switched_on`` ``(k,)``) hold the relative pose
+    they find (position in ``other``'s frame, rotation relative to it)."""
+    kins, dtype = _kinematics(systems, states), states[0].q.dtype
     out = []
     for k, c in enumerate(constraints):
         if isinstance(c, FrameConstraint):
-            position, rotation = _relative_pose(systems, states, c)
+            (p, r), (po, ro) = _pose(systems, kins, c.frame, dtype), _pose(systems, kins, c.other, dtype)
+            position, rotation = ro.T @ (p - po), ro.T @ r
             c = FrameConstraint(
                 c.frame, c.other, c.axes, jnp.where(switched_on[k], position, c.position.astype(position.dtype)),
                 jnp.where(switched_on[k], rotation, c.rotation.astype(rotation.dtype)),
@@ -549,23 +542,21 @@ def constraint_loads(model: Model | Sequence[Model], state: State | Sequence[Sta
     systems, states, constraints = _systems(model, state, constraints, "constraint_loads")
     dtype = states[0].q.dtype
     lam = check_vector("multipliers", multipliers, (num_rows(constraints),), dtype)
-    kins = [forward_kinematics(m, s) for m, s in zip(systems.models, states)]
+    kins = _kinematics(systems, states)
     force = [jnp.zeros((m.num_end_points, 3), dtype) for m in systems.models]
     torque = [jnp.zeros((m.num_end_points, 3), dtype) for m in systems.models]
     row = 0
     for c in constraints:
         if isinstance(c, FrameConstraint):
             wrench = jnp.zeros(6, dtype).at[jnp.asarray(c.axes)].set(lam[row : row + c.num_rows])
-            s, i = c.frame[0], systems.models[c.frame[0]].end_point_index(c.frame[1])
-            rotation = jnp.eye(3, dtype=dtype)
-            if c.other is not None:
-                so, io = c.other[0], systems.models[c.other[0]].end_point_index(c.other[1])
-                rotation = kins[so].end_point_rotation[io]
+            (position, _), (other_position, rotation) = _pose(systems, kins, c.frame, dtype), _pose(systems, kins, c.other, dtype)
             f, t = rotation @ wrench[:3], rotation @ wrench[3:]
+            s, i = c.frame[0], systems.models[c.frame[0]].end_point_index(c.frame[1])
             force[s] = force[s].at[i].add(f)
             torque[s] = torque[s].at[i].add(t)
             if c.other is not None:
-                lever = kins[s].end_point_position[i] - kins[so].end_point_position[io]
+                so, io = c.other[0], systems.models[c.other[0]].end_point_index(c.other[1])
+                lever = position - other_position
                 force[so] = force[so].at[io].add(-f)
                 torque[so] = torque[so].at[io].add(-t - jnp.cross(lever, f))
         row += c.num_rows
@@ -748,8 +739,6 @@ def constrained_rollout(
         flags = jnp.broadcast_to(flags, (num_steps, k))
     if flags.shape != (num_steps, k):
         raise ValueError(f"constrained_rollout: active must have shape ({k},) or ({num_steps}, {k}), got {flags.shape}")
-    counts = np.array([c.num_rows for c in constraints], dtype=np.int64)
-    rows = jnp.repeat(flags.astype(dtype), counts, axis=1, total_repeat_length=int(counts.sum()))
     if stabilization is None:
         stabilization = jnp.zeros((), dtype) if project else 0.1 / dt_array
     t0 = jnp.asarray(t0, dtype)
@@ -757,7 +746,7 @@ def constrained_rollout(
     def step(carry, inputs):
         states, index, previous, constraints = carry
         applied, on = inputs
-        mask = jnp.repeat(on.astype(dtype), counts, total_repeat_length=int(counts.sum()))
+        mask = _row_mask(constraints, on, dtype, "constrained_rollout")
         t = t0 + index.astype(dtype) * dt_array
         if law is not None:
             applied = systems.per_system(law(t, systems.pack(states)), "constrained_rollout: control law output")
@@ -766,7 +755,7 @@ def constrained_rollout(
             constraints = _latched(systems, states, constraints, on & ~previous & (index > 0))
         # The impact of the constraints that switch on; the others keep their (stabilised or
         # projected) velocities.
-        switched = jnp.repeat((on & ~previous).astype(dtype), counts, total_repeat_length=int(counts.sum()))
+        switched = _row_mask(constraints, on & ~previous, dtype, "constrained_rollout")
         states, impulse = _velocity_projection(systems, states, constraints, switched, regularization)
         accelerations, lam, _ = _constrained_acceleration(systems, states, controls, constraints, mask, stabilization, regularization)
         if check:
@@ -792,7 +781,7 @@ def constrained_rollout(
     start = (initial_states, jnp.asarray(0, jnp.int32), jnp.zeros(k, bool), constraints)
     (_, _, _, final_constraints), (states, controls, lam, impulses, errors) = lax.scan(step, start, (sequences, flags), length=num_steps)
     history = jax.tree.map(lambda x0, x: jnp.concatenate([x0[None], x]), initial_states, states)
-    first_error = (rows[0] if num_steps else jnp.ones(num_rows(constraints), dtype)) * _errors(systems, initial_states, constraints)
+    first_error = _row_mask(constraints, flags[0] if num_steps else None, dtype, "constrained_rollout") * _errors(systems, initial_states, constraints)
     time = t0 + jnp.arange(num_steps + 1, dtype=dtype) * dt_array
     return ConstrainedTrajectory(
         time, systems.pack(history), systems.pack(controls), lam, impulses, jnp.concatenate([first_error[None], errors]), final_constraints

@@ -26,7 +26,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
 
-from sdjax.dynamics import Controls, floating_acceleration, inertia_matrix, make_controls
+from sdjax.dynamics import Controls, floating_acceleration, forward_dynamics_and_factor, inertia_matrix, make_controls
 from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
 from sdjax.state import State, check_state, is_traced, make_state, with_base_motion_checked
@@ -250,8 +250,10 @@ def implicit_euler_step(
     controls = make_controls(model, dtype=dtype) if controls is None else controls
     controls = _with_environment(model, controls, environment, jnp.asarray(t, dtype), state)
     dt = jnp.asarray(dt, dtype)
-    explicit = free_coordinates(model, floating_acceleration(model, state, controls))
-    h = inertia_matrix(model, state)
+    # One composite-body pass: H = L L^T from the factor the forward dynamics already made.
+    acceleration, factor = forward_dynamics_and_factor(model, state, controls)
+    explicit = free_coordinates(model, acceleration)
+    h = factor @ factor.T
     nb = model.num_base_velocities
     joints = jnp.arange(nb, model.num_velocities)
     lhs = h.at[joints, joints].add(dt * model.joint_damping.astype(dtype) + dt * dt * model.joint_stiffness.astype(dtype))

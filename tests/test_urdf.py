@@ -562,7 +562,6 @@ def test_mimic_joints_against_pinocchio():
         tau_id, _ = C.constrained_inverse_dynamics(model, state, None, result.qdd, couplings, actuated=actuated)
         needed = perm.T @ pin.rnea(pm, data, q_pin, v_pin, perm @ expected)
         assert _rel(np.asarray(tau_id)[independent], needed) < 1e-11
-        assert np.all(np.asarray(tau_id)[~actuated] == 0)
 
 
 @pytest.mark.parametrize(
