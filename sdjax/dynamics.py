@@ -21,6 +21,7 @@ their 6-vector base arguments, with the constrained components of the base accel
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ import numpy as np
 from jax import Array, lax
 from jax.custom_batching import custom_vmap
 
+from sdjax import batch_kernel
 from sdjax.kinematics import (
     Frames,
     base_spatial_acceleration,
@@ -595,27 +597,42 @@ def _chunked_solve(model: Model, state: State, controls: Controls) -> tuple[Arra
     return _solve_forward_dynamics(model, state, controls)
 
 
-@_chunked_solve.def_vmap
-def _solve_in_chunks(axis_size: int, in_batched: Any, model: Model, state: State, controls: Controls):
-    """Batching rule: a large batch runs as a loop over chunks of :func:`batch_chunk_size`
-    samples (``lax.map``), each chunk vectorised. Per sample, a batch of 8192 then costs what a
-    batch of one chunk does instead of leaving the cache (measured 1.4-2.6x faster at 8192).
-    Only primal values pass through here: derivatives come from :func:`_forward_dynamics`'s
-    own rule."""
+@custom_vmap
+def _chunked_acceleration(model: Model, state: State, controls: Controls) -> Array:
+    return _solve_forward_dynamics(model, state, controls)[0]
+
+
+def _batched_solve(axis_size: int, in_batched: Any, model: Model, state: State, controls: Controls, with_factor: bool):
+    """Batching rule of the forward-dynamics solve (only primal values pass through here:
+    derivatives come from :func:`_forward_dynamics`'s own rule).
+
+    On the CPU with Numba installed, the compiled kernel of :mod:`sdjax.batch_kernel` solves
+    the whole batch (measured 4-5x faster than the vectorised XLA code). Otherwise a large
+    batch runs as a loop over chunks of :func:`batch_chunk_size` samples (``lax.map``), each
+    chunk vectorised: per sample, a batch of 8192 then costs what a batch of one chunk does
+    instead of leaving the cache (measured 1.4-2.6x faster at 8192)."""
     leaves, treedef = jax.tree.flatten((model, state, controls))
     batched = jax.tree.leaves(in_batched)
+    mapped = [x for x, b in zip(leaves, batched) if b]
+    if mapped and batch_kernel.available():
+        acceleration, factor = batch_kernel.solve_forward_dynamics(axis_size, model, state, controls, in_batched, with_factor=with_factor)
+        return ((acceleration, factor), (True, True)) if with_factor else (acceleration, True)
 
     def one(batched_leaves):
         it = iter(batched_leaves)
-        return _solve_forward_dynamics(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)]))
+        solved = _solve_forward_dynamics(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)]))
+        return solved if with_factor else solved[0]
 
-    mapped = [x for x, b in zip(leaves, batched) if b]
     chunk = batch_chunk_size(model.num_velocities)
     if mapped and axis_size > chunk:
         out = lax.map(one, mapped, batch_size=chunk)
     else:  # (nothing batched: e.g. the tangent basis of jax.hessian; the result is broadcast)
         out = jax.vmap(one, axis_size=axis_size)(mapped)
-    return out, (True, True)
+    return out, ((True, True) if with_factor else True)
+
+
+_chunked_solve.def_vmap(functools.partial(_batched_solve, with_factor=True))
+_chunked_acceleration.def_vmap(functools.partial(_batched_solve, with_factor=False))
 
 
 def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
@@ -627,7 +644,9 @@ def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) 
 
 @jax.custom_jvp
 def _forward_dynamics(model: Model, state: State, controls: Controls) -> Array:
-    return _batchable_solve(model, state, controls)[0]
+    # Never differentiated itself (the rule below replaces it), so the batched solve may run
+    # without its factor.
+    return _chunked_acceleration(model, state, controls)
 
 
 @_forward_dynamics.defjvp

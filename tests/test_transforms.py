@@ -167,8 +167,12 @@ def test_chunked_batches_equal_per_sample(monkeypatch, dtype, rtol):
     boundaries and in the remainder chunk, with an unbatched model. Tolerances: float64, round-off
     of a 20-DOF solve in another fusion order (~1e-13, with headroom); float32, epsilon 1.2e-7
     times the condition number of the random tree's inertia matrix (up to ~1e4)."""
-    from sdjax import dynamics
+    from sdjax import batch_kernel, dynamics
 
+    # The XLA path (the compiled kernel of sdjax.batch_kernel has tests of its own); traces
+    # made with the other path must not be reused.
+    monkeypatch.setenv(batch_kernel.KERNEL_ENV, "jax")
+    jax.clear_caches()
     monkeypatch.setattr(dynamics, "CHUNK_BUDGET", 32 * 20**2)
     model = random_model(5, 14, gravity=True, passive=True).astype(dtype)
     assert dynamics.batch_chunk_size(model.num_velocities) == 32
