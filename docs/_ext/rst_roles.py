@@ -9,6 +9,8 @@ before mkdocstrings renders the API pages:
   target resolves (the way Python would: the object's class, its module, then ``sdjax``) to
   an object that the API pages render, and plain code otherwise, so that ``mkdocs build
   --strict`` only sees references that exist;
+- a ``#:`` comment block just above a module or class attribute (Sphinx's doc-comment, which
+  griffe does not read) becomes that attribute's docstring;
 - a simple table becomes a Markdown table, and ``paragraph::`` before a literal block a
   plain colon (the indented block is a code block in Markdown too).
 
@@ -129,12 +131,32 @@ def _tables(text: str) -> str:
     return "\n".join(out)
 
 
+def _doc_comments(obj, files: dict) -> None:
+    """Give attributes without a docstring the ``#:`` comment block above them."""
+    for member in obj.members.values():
+        if member.is_alias:
+            continue
+        if member.is_attribute and member.docstring is None and member.lineno and member.filepath:
+            path = member.filepath
+            if path not in files:
+                files[path] = pathlib.Path(path).read_text().split("\n")
+            lines, k, block = files[path], member.lineno - 2, []
+            while k >= 0 and lines[k].strip().startswith("#:"):
+                block.insert(0, lines[k].strip()[2:].strip())
+                k -= 1
+            if block:
+                member.docstring = griffe.Docstring("\n".join(block), lineno=k + 2, parent=member)
+        if member.is_module or member.is_class:
+            _doc_comments(member, files)
+
+
 class RestRoles(griffe.Extension):
     """Rewrite reST roles and simple tables of every sdjax docstring (see the module docstring)."""
 
     def on_package(self, *, pkg, **kwargs) -> None:
         if pkg.path != "sdjax":
             return
+        _doc_comments(pkg, {})
         rendered = _rendered(pkg)
 
         def replace(obj):
