@@ -31,7 +31,7 @@ RULE = re.compile(r"^(\s*)(=+)((?:\s+=+)+)\s*$")
 
 
 def _documented_modules() -> list[str]:
-    """Modules that the API pages render (their ``::: module`` directives)."""
+    """Modules (and single objects) that the API pages render (their ``::: path`` directives)."""
     return [m for page in sorted(API_DIR.glob("*.md")) for m in DIRECTIVE.findall(page.read_text())]
 
 
@@ -63,6 +63,9 @@ def _rendered(pkg) -> dict[str, str]:
 
     for path in _documented_modules():
         module = pkg.get_member(path.split(".", 1)[1]) if "." in path else pkg
+        if not module.is_module:  # a directive for one object (a function shadowed by its module)
+            visit(module, path)
+            continue
         out.setdefault(module.path, module.path)
         for name, member in module.members.items():
             if name.startswith("_") or not member.is_public:
