@@ -27,6 +27,7 @@ import griffe
 API_DIR = pathlib.Path(__file__).resolve().parent.parent / "api"
 ROLE = re.compile(r":(?:func|class|mod|data|meth|attr|obj|exc):`(~?)([A-Za-z_][\w.]*)(?:\(\))?`")
 DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
+SECTION = re.compile(r"^(Arguments|Args|Parameters|Returns|Yields|Raises|Attributes|Examples?|Notes?|Warns|Warnings):\s*$")
 RULE = re.compile(r"^(\s*)(=+)((?:\s+=+)+)\s*$")
 
 
@@ -175,9 +176,25 @@ class RestRoles(griffe.Extension):
 
             return one
 
+        def roles(obj, text: str) -> str:
+            # Indented literal blocks outside the Arguments/Returns/... sections are code in
+            # Markdown: a role there becomes the bare name.
+            out, code, section, previous = [], False, False, ""
+            for line in text.split("\n"):
+                indented = line.startswith("    ")
+                if SECTION.match(line):
+                    section = True
+                elif line.strip() and not indented:
+                    section = False
+                if line.strip():
+                    code = indented and not section and (code or not previous.strip())
+                out.append(ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), line) if code else ROLE.sub(replace(obj), line))
+                previous = line
+            return "\n".join(out)
+
         def walk(obj) -> None:
             if obj.docstring is not None:
-                text = _tables(ROLE.sub(replace(obj), obj.docstring.value))
+                text = _tables(roles(obj, obj.docstring.value))
                 # reST's "paragraph::" before a literal block: the block is indented code in
                 # Markdown already.
                 obj.docstring.value = re.sub(r"(?<=\S)::$", ":", text, flags=re.MULTILINE)
