@@ -162,3 +162,20 @@ def test_readme_points_to_the_docs():
     for section in ("setup", "quickstart"):
         assert f"<!-- --8<-- [start:{section}] -->" in readme and f"<!-- --8<-- [end:{section}] -->" in readme
         assert f'--8<-- "README.md:{section}"' in (DOCS / "index.md").read_text()
+
+
+PAGES_WITH_CODE = sorted(p for p in DOCS.rglob("*.md") if "```python" in p.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: str(p.relative_to(DOCS)))
+def test_page_examples_run(page):
+    """The Python examples of a page run, in order, in one fresh interpreter (outside this test
+    configuration, as a reader would run them)."""
+    import subprocess
+    import sys
+
+    blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "JAX_ENABLE_X64"}
+    result = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{page.relative_to(ROOT)}:\n{result.stderr[-3000:]}"
