@@ -25,7 +25,7 @@ Sign of ``Fe``/``Te``: ``f_dyn``/``f_dyn_rk2`` take them as loads applied *to* t
 (``H a + c = F + J^T [Fe; Te]``); ``r_ne`` follows SpaceDyn v2r1 and seed 000 eq 3.32, where
 they are the loads the end points exert *on* the environment (``Force = H a + c + J^T [Fe; Te]``).
 
-Name mapping to the core API: see the table in the README.
+Name mapping to the core API: see the migration table of the documentation (docs/spacedyn.md).
 """
 
 from __future__ import annotations

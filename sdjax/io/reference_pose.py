@@ -71,7 +71,8 @@ def model_from_reference_pose(
         end_point_position: ``(ne, 3)`` end points, base frame, m.
         end_point_rotation: ``(ne, 3, 3)`` end-point frames (columns = axes), base frame;
             default: parallel to the link frame.
-        Other arguments as in :class:`~sdjax.Model`.
+        joint_stiffness, joint_damping, gravity, link_names, name, dtype: as in
+            :class:`~sdjax.Model`.
 
     Returns:
         The model; its link frames have z on the joint axis and x towards the next joint
