@@ -1,0 +1,389 @@
+"""What the viewer draws, as NumPy arrays: no viser here, so it is tested without a browser.
+
+One :class:`SceneGeometry` per trajectory holds every drawn shape at every time sample, in the
+inertial frame, in metres; the viewer only indexes it. The bones follow the stick figure of
+:mod:`sdjax.plotting` (:func:`sdjax.plotting.body_segments`: parent centroid -> joint,
+joint -> centroid, centroid -> end point) and are drawn as capsules of a radius set per body
+by :func:`link_radii`; the base is its inertia-equivalent box
+(:func:`sdjax.plotting.inertia_box`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from sdjax.integrate import Trajectory
+from sdjax.kinematics import center_of_mass
+from sdjax.model import Model
+from sdjax.momentum import angular_momentum, linear_momentum
+from sdjax.plotting import StickFigure, body_segments, inertia_box
+from sdjax.state import State
+
+#: Bounds of a drawn link radius as fractions of the model size (:func:`model_size`): a thin
+#: rod or a massless link stays visible, a heavy compact link does not hide the others.
+RADIUS_BOUNDS = (0.008, 0.04)
+
+#: Room around the drawn points in the initial view (link radii, the GUI panel).
+CAMERA_MARGIN = 1.2
+
+#: Most trajectories shown at once (Monte-Carlo ghosts): each is a few scene nodes updated at
+#: every frame, and the browser slows down well before this.
+MAX_TRAJECTORIES = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneGeometry:
+    """Everything drawn for one trajectory of ``T`` samples (inertial frame, m, NumPy float64).
+
+    Attributes:
+        label: the trajectory's name in the viewer.
+        time: ``(T,)`` s.
+        segment_start, segment_end: ``(T, S, 3)`` ends of the ``S`` bones
+            (:func:`sdjax.plotting.body_segments`), each a capsule.
+        segment_body: ``(S,)`` body each bone belongs to (0 = base).
+        segment_radius: ``(S,)`` capsule radius, m (:func:`link_radii` of its body).
+        joint_position: ``(T, n, 3)`` joint positions (origins of the joint frames).
+        joint_radius: ``(n,)`` radius of the joint spheres, m.
+        base_position: ``(T, 3)`` base centroid ``r0``.
+        base_rotation: ``(T, 3, 3)`` base attitude ``A0`` (base to inertial).
+        base_box_sides: ``(3,)`` sides of the base's inertia-equivalent box, m, along
+            ``base_box_axes``.
+        base_box_axes: ``(3, 3)`` columns: the box's principal axes in the base frame.
+        end_point_position: ``(T, ne, 3)``; end_point_rotation: ``(T, ne, 3, 3)`` end-point
+            frame to inertial.
+        center_of_mass: ``(T, 3)`` centre of mass of the system.
+        linear_momentum: ``(T, 3)`` kg m/s; angular_momentum: ``(T, 3)`` about the centre of
+            mass, kg m^2/s.
+        size: model size, m (:func:`model_size`): sets the radii, axes and arrow lengths.
+        total_mass: mass of the system, kg.
+    """
+
+    label: str
+    time: np.ndarray
+    segment_start: np.ndarray
+    segment_end: np.ndarray
+    segment_body: np.ndarray
+    segment_radius: np.ndarray
+    joint_position: np.ndarray
+    joint_radius: np.ndarray
+    base_position: np.ndarray
+    base_rotation: np.ndarray
+    base_box_sides: np.ndarray
+    base_box_axes: np.ndarray
+    end_point_position: np.ndarray
+    end_point_rotation: np.ndarray
+    center_of_mass: np.ndarray
+    linear_momentum: np.ndarray
+    angular_momentum: np.ndarray
+    size: float
+    total_mass: float
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.time.shape[0])
+
+    def points(self) -> np.ndarray:
+        """Every drawn point of every sample, ``(P, 3)`` (finite ones only): bone ends, joints,
+        end points and the base box corners."""
+        signs = np.array([[1.0 if (c >> k) & 1 else -1.0 for k in range(3)] for c in range(8)])
+        corners = (signs * (0.5 * self.base_box_sides)) @ self.base_box_axes.T  # (8, 3) base frame
+        box = self.base_position[:, None] + np.einsum("tij,cj->tci", self.base_rotation, corners)
+        parts = [self.segment_start, self.segment_end, self.joint_position, self.end_point_position, box]
+        points = np.concatenate([p.reshape(-1, 3) for p in parts])
+        return points[np.all(np.isfinite(points), axis=1)]
+
+
+# ------------------------------------------------------------------------------------------
+# Input.
+
+
+def _named(value: Any) -> str:
+    return type(value).__name__
+
+
+class TrajectoryItem(NamedTuple):
+    """One trajectory found in :func:`sdjax.viewer.show`'s ``trajectory`` argument."""
+
+    where: str  # names it in messages and is its default label: trajectory, trajectory[2], trajectory[1][5]
+    time: np.ndarray  # (T,) s; a State without times gets the sample index
+    states: State  # leaves with a leading time axis T
+    group: int  # which item of the argument it came from (a batch is one group)
+    batched: bool  # a member of a batch (a Monte-Carlo ghost)
+
+
+def split_trajectories(trajectory: Any, name: str = "trajectory") -> list[TrajectoryItem]:
+    """The trajectories in one argument of :func:`sdjax.viewer.show`.
+
+    Arguments:
+        trajectory: a :class:`~sdjax.Trajectory` (``N + 1`` states), a :class:`~sdjax.State`
+            whose leaves have a leading time axis, either with an extra leading batch axis
+            (``vmap`` of a rollout: ``(B, N + 1, ...)``), a :class:`sdjax.simulation.SimulationRun`,
+            or a list/tuple of these.
+        name: the argument's name, for the messages.
+
+    Returns:
+        One :class:`TrajectoryItem` per trajectory.
+
+    Raises:
+        ValueError: an item of another type, or states whose leaves disagree in shape (the
+            message names the item and the field).
+    """
+    if not isinstance(trajectory, (list, tuple)):
+        return _split_one(trajectory, name, 0)
+    if not trajectory:
+        raise ValueError(f"{name}: expected at least one trajectory, got an empty {_named(trajectory)}")
+    out = []
+    for k, item in enumerate(trajectory):
+        if isinstance(item, (list, tuple)):
+            raise ValueError(f"{name}[{k}]: expected a Trajectory or a State, got a nested {_named(item)}")
+        out += _split_one(item, f"{name}[{k}]", k)
+    return out
+
+
+def _split_one(trajectory: Any, name: str, group: int) -> list[TrajectoryItem]:
+    if isinstance(getattr(trajectory, "trajectory", None), Trajectory):  # a SimulationRun
+        trajectory = trajectory.trajectory
+    if isinstance(trajectory, Trajectory):
+        states, time = trajectory.states, np.asarray(trajectory.time, np.float64)
+    elif isinstance(trajectory, State):
+        states, time = trajectory, None
+    else:
+        raise ValueError(f"{name}: expected a sdjax Trajectory, a State with a time axis or a list of them, got {_named(trajectory)}")
+    q = np.shape(states.q)
+    if len(q) not in (2, 3):
+        raise ValueError(f"{name}.states.q: expected shape (T, n) or (B, T, n) (time, or batch and time, then joints), got {q}")
+    lead = q[:-1]
+    for field, size in (("base_position", 3), ("base_quaternion", 4), ("base_linear_velocity", 3), ("base_angular_velocity", 3), ("qd", q[-1])):
+        shape = np.shape(getattr(states, field))
+        if shape != (*lead, size):
+            raise ValueError(f"{name}.states.{field}: expected shape {(*lead, size)} to match states.q {q}, got {shape}")
+    if time is not None and time.shape not in (lead, lead[-1:]):
+        raise ValueError(f"{name}.time: expected shape {lead[-1:]} (one time per state), got {time.shape}")
+    if len(lead) == 1:
+        return [TrajectoryItem(name, np.arange(lead[0], dtype=np.float64) if time is None else time, states, group, False)]
+    items = []
+    for b in range(lead[0]):
+        times = np.arange(lead[1], dtype=np.float64) if time is None else (time[b] if time.ndim == 2 else time)
+        items.append(TrajectoryItem(f"{name}[{b}]", times, jax.tree.map(lambda x: np.asarray(x)[b], states), group, True))
+    return items
+
+
+def check_trajectory(model: Model, where: str, time: np.ndarray, states: State) -> None:
+    """Raise ``ValueError`` (naming ``where`` and the field) when a trajectory does not fit the
+    model or cannot be drawn: joint count, empty, non-increasing or non-finite times."""
+    n = model.num_joints
+    found = np.shape(states.q)[-1]
+    if found != n:
+        raise ValueError(f"{where}.states.q: {found} joint coordinates, but model {model.name!r} has {n} joints")
+    if time.shape[0] < 1:
+        raise ValueError(f"{where}: no samples (the time axis is empty)")
+    if not np.all(np.isfinite(time)) or np.any(np.diff(time) <= 0):
+        raise ValueError(f"{where}.time: times must be finite and increasing")
+
+
+# ------------------------------------------------------------------------------------------
+# Sizes.
+
+
+def model_size(model: Model, state: State) -> float:
+    """Size of a model, m: the largest extent (along x, y or z) of its drawn points
+    (centroids, joints, end points, base box corners) at ``state``; 1 m for a point-like model.
+    Link radii, frame axes and arrow lengths are fractions of it, so a 30 m orbiter and a
+    0.3 m test-bed arm look alike."""
+    figure = StickFigure(model, jax.tree.map(lambda x: np.asarray(x)[None], state))
+    points = figure.all_points()
+    points = points[np.all(np.isfinite(points), axis=1)]
+    size = float(np.max(np.ptp(points, axis=0))) if points.size else 0.0
+    return size if size > 0 else 1.0
+
+
+def link_radii(model: Model, size: float) -> np.ndarray:
+    """Drawn radius of every body, ``(n + 1,)`` m.
+
+    A link is drawn as the uniform solid cylinder with its mass and its smallest principal
+    moment as the moment about the cylinder axis, ``I_min = m r^2 / 2``, so
+    ``r = sqrt(2 I_min / m)`` (a slender rod's smallest moment is about its own axis), clipped
+    to :data:`RADIUS_BOUNDS` times ``size``; a massless link gets the lower bound. The base is
+    drawn as a box; its bones (centroid to the joints on it) get the mean link radius.
+    """
+    low, high = (bound * size for bound in RADIUS_BOUNDS)
+    masses = np.asarray(model.link_mass, np.float64)
+    smallest = np.linalg.eigvalsh(np.asarray(model.link_inertia, np.float64))[..., 0] if model.num_joints else np.zeros(0)
+    safe = np.where(masses > 0, masses, 1.0)
+    radius = np.where(masses > 0, np.sqrt(np.maximum(2.0 * smallest / safe, 0.0)), low)
+    radius = np.clip(radius, low, high)
+    base = float(np.mean(radius)) if radius.size else low
+    return np.concatenate([[base], radius])
+
+
+# ------------------------------------------------------------------------------------------
+# Geometry.
+
+
+def _mass_motion(model: Model, state: State) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Centre of mass, linear momentum and angular momentum about the centre of mass."""
+    return center_of_mass(model, state), linear_momentum(model, state), angular_momentum(model, state, about="com")
+
+
+def scene_geometry(model: Model, time: Any, states: State, *, label: str = "trajectory", size: float | None = None) -> SceneGeometry:
+    """The drawn geometry of one trajectory (see :class:`SceneGeometry`).
+
+    Arguments:
+        model: the system.
+        time: ``(T,)`` times, s.
+        states: :class:`~sdjax.State` with a leading time axis ``T``.
+        label: the trajectory's name.
+        size: model size, m (default: :func:`model_size` at the first sample); pass one size
+            to give several trajectories the same radii.
+
+    Returns:
+        :class:`SceneGeometry`.
+    """
+    time = np.asarray(time, np.float64)
+    check_trajectory(model, label, time, states)
+    first = jax.tree.map(lambda x: np.asarray(x)[0], states)
+    size = model_size(model, first) if size is None else float(size)
+    figure = StickFigure(model, states)
+    segments = body_segments(model)
+    owner = np.array([ia if ka == "c" else ib for ka, ia, _, ib in segments], dtype=np.int64)
+    radii = link_radii(model, size)
+    com, momentum, spin = jax.device_get(jax.vmap(_mass_motion, in_axes=(None, 0))(model, states))
+    sides, axes = inertia_box(model.base_mass, model.base_inertia)
+    return SceneGeometry(
+        label=label,
+        time=time,
+        segment_start=figure.segments[:, :, 0],
+        segment_end=figure.segments[:, :, 1],
+        segment_body=owner,
+        segment_radius=radii[owner] if owner.size else np.zeros(0),
+        joint_position=figure.joint,
+        joint_radius=1.4 * radii[1:],
+        base_position=figure.centroid[:, 0],
+        base_rotation=figure.rotation,
+        base_box_sides=sides,
+        base_box_axes=axes,
+        end_point_position=figure.end_point,
+        end_point_rotation=figure.end_point_rotation,
+        center_of_mass=np.asarray(com, np.float64),
+        linear_momentum=np.asarray(momentum, np.float64),
+        angular_momentum=np.asarray(spin, np.float64),
+        size=size,
+        total_mass=float(model.total_mass),
+    )
+
+
+def scene_geometries(models: Model | Sequence[Model], items: Sequence[TrajectoryItem], labels: Sequence[str] | None = None) -> list[SceneGeometry]:
+    """Geometry of every trajectory of :func:`sdjax.viewer.show`'s arguments, all drawn at the
+    size of the first (:func:`model_size`), so Monte-Carlo ghosts match the nominal robot.
+
+    Arguments:
+        models: one model for every trajectory, or one per trajectory (same count).
+        items: :func:`split_trajectories` of the ``trajectory`` argument.
+        labels: one name per trajectory (default: where each came from, ``trajectory[k]``).
+
+    Raises:
+        ValueError: naming the argument: joint counts that do not match the model, a labels or
+            models count that differs from the trajectory count, more than
+            :data:`MAX_TRAJECTORIES`.
+    """
+    count = len(items)
+    if count > MAX_TRAJECTORIES:
+        raise ValueError(f"trajectory: {count} trajectories, more than the viewer shows at once ({MAX_TRAJECTORIES}); pass a subset")
+    if isinstance(models, Model):
+        models = [models] * count
+    else:
+        models = list(models)
+        if len(models) != count or not all(isinstance(m, Model) for m in models):
+            raise ValueError(f"model: expected a Model or a list of {count} Models (one per trajectory), got {len(models)} items")
+    if labels is None:
+        labels = [item.where for item in items]
+    else:
+        labels = [str(label) for label in labels]
+        if len(labels) != count:
+            raise ValueError(f"labels: expected {count} labels (one per trajectory), got {len(labels)}")
+        if len(set(labels)) != count:
+            raise ValueError(f"labels: expected distinct labels, got {labels}")
+    for item, model in zip(items, models):
+        check_trajectory(model, item.where, item.time, item.states)
+    size = model_size(models[0], jax.tree.map(lambda x: np.asarray(x)[0], items[0].states))
+    return [scene_geometry(model, item.time, item.states, label=label, size=size) for item, model, label in zip(items, models, labels)]
+
+
+def camera_pose(geometries: Sequence[SceneGeometry], fov: float, elev: float = 25.0, azim: float = -60.0) -> tuple[np.ndarray, np.ndarray]:
+    """Camera ``(position, look_at)`` that frames every drawn point of every sample.
+
+    The camera looks at the centre of the points' bounding box from the direction of the
+    view angles (``elev``, ``azim`` in degrees, as :func:`sdjax.plotting.plot_frame`), far
+    enough that the sphere around the points, enlarged by :data:`CAMERA_MARGIN`, fits the
+    vertical field of view ``fov`` (rad).
+    """
+    points = np.concatenate([g.points() for g in geometries])
+    if not points.size:
+        points = np.zeros((1, 3))
+    low, high = points.min(axis=0), points.max(axis=0)
+    centre = 0.5 * (low + high)
+    radius = max(float(np.max(np.linalg.norm(points - centre, axis=1))), 0.5 * geometries[0].size)
+    e, a = np.radians(elev), np.radians(azim)
+    direction = np.array([np.cos(e) * np.cos(a), np.cos(e) * np.sin(a), np.sin(e)])
+    return centre + direction * CAMERA_MARGIN * radius / np.sin(0.5 * fov), centre
+
+
+def frame_index(time: np.ndarray, t: float) -> int:
+    """Index of the last sample at or before ``t`` (the first sample before it starts)."""
+    return int(np.clip(np.searchsorted(time, t, side="right") - 1, 0, time.shape[0] - 1))
+
+
+def segment_poses(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Poses of unit cylinders (radius 1, height 1 along z, centred) stretched onto segments.
+
+    Arguments:
+        start, end: ``(S, 3)`` segment ends.
+
+    Returns:
+        ``centre`` ``(S, 3)``, ``wxyz`` ``(S, 4)`` (scalar-first, viser's convention: turns
+        ``e_z`` onto the segment direction) and ``length`` ``(S,)``. The cylinder's axis ends
+        are ``centre -/+ length/2 R e_z`` = ``start``, ``end``.
+    """
+    delta = end - start
+    length = np.linalg.norm(delta, axis=-1)
+    d = delta / np.where(length > 0, length, 1.0)[:, None]
+    d[length == 0] = (0.0, 0.0, 1.0)
+    # Shortest rotation from e_z to d: axis e_z x d = (-d_y, d_x, 0), cos(angle) = d_z; as a
+    # quaternion (1 + d_z, e_z x d) normalised. Opposite to e_z: half a turn about x.
+    wxyz = np.stack([1.0 + d[:, 2], -d[:, 1], d[:, 0], np.zeros_like(length)], axis=-1)
+    opposite = d[:, 2] < -1.0 + 1e-12
+    wxyz[opposite] = (0.0, 1.0, 0.0, 0.0)
+    wxyz /= np.linalg.norm(wxyz, axis=-1, keepdims=True)
+    return 0.5 * (start + end), wxyz, length
+
+
+def matrix_to_wxyz(rotation: np.ndarray) -> np.ndarray:
+    """Scalar-first quaternions ``(..., 4)`` of rotation matrices ``(..., 3, 3)`` (viser's
+    convention; :func:`sdjax.matrix_to_quat` is scalar-last)."""
+    from sdjax.rotation import matrix_to_quat
+
+    xyzw = np.asarray(matrix_to_quat(np.asarray(rotation, np.float64)), np.float64)
+    return np.concatenate([xyzw[..., 3:], xyzw[..., :3]], axis=-1)
+
+
+__all__ = [
+    "MAX_TRAJECTORIES",
+    "RADIUS_BOUNDS",
+    "SceneGeometry",
+    "TrajectoryItem",
+    "camera_pose",
+    "check_trajectory",
+    "frame_index",
+    "link_radii",
+    "matrix_to_wxyz",
+    "model_size",
+    "scene_geometries",
+    "scene_geometry",
+    "segment_poses",
+    "split_trajectories",
+]
