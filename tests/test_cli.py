@@ -129,7 +129,7 @@ BAD_INPUTS = [
     (["info", "spacedyn_sample", "--gravity", "0", "-9.8"], "--gravity: expected 3 values, got 2"),
     (["info", "spacedyn_sample", "--base", "planar", "--inertia-check", "physical", "--gravity", "0", "0", "nan"], "argument --gravity: expected a finite number"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
-    ([], "required: {demo,info,simulate,plot}"),
+    ([], "required: {demo,info,simulate,plot,view}"),
 ]
 
 

@@ -17,14 +17,19 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+import equinox as eqx
+
 from sdjax.integrate import Trajectory
-from sdjax.kinematics import center_of_mass
+from sdjax.kinematics import Kinematics, center_of_mass, forward_kinematics
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, linear_momentum
-from sdjax.plotting import StickFigure, body_segments, inertia_box
+from sdjax.plotting import body_segments, inertia_box
+from sdjax.rotation import matrix_to_quat
 from sdjax.state import State
 
-#: Bounds of a drawn link radius as fractions of the model size (:func:`model_size`): a thin
+_matrix_to_quat = jax.jit(matrix_to_quat)  # compiled once per shape, not op by op
+
+#: Bounds of a drawn link radius as fractions of the model size (:func:`extent`): a thin
 #: rod or a massless link stays visible, a heavy compact link does not hide the others.
 RADIUS_BOUNDS = (0.008, 0.04)
 
@@ -59,7 +64,7 @@ class SceneGeometry:
         center_of_mass: ``(T, 3)`` centre of mass of the system.
         linear_momentum: ``(T, 3)`` kg m/s; angular_momentum: ``(T, 3)`` about the centre of
             mass, kg m^2/s.
-        size: model size, m (:func:`model_size`): sets the radii, axes and arrow lengths.
+        size: model size, m (:func:`extent`): sets the radii, axes and arrow lengths.
         total_mass: mass of the system, kg.
     """
 
@@ -90,8 +95,7 @@ class SceneGeometry:
     def points(self) -> np.ndarray:
         """Every drawn point of every sample, ``(P, 3)`` (finite ones only): bone ends, joints,
         end points and the base box corners."""
-        signs = np.array([[1.0 if (c >> k) & 1 else -1.0 for k in range(3)] for c in range(8)])
-        corners = (signs * (0.5 * self.base_box_sides)) @ self.base_box_axes.T  # (8, 3) base frame
+        corners = box_corners(self.base_box_sides, self.base_box_axes)  # (8, 3) base frame
         box = self.base_position[:, None] + np.einsum("tij,cj->tci", self.base_rotation, corners)
         parts = [self.segment_start, self.segment_end, self.joint_position, self.end_point_position, box]
         points = np.concatenate([p.reshape(-1, 3) for p in parts])
@@ -190,13 +194,18 @@ def check_trajectory(model: Model, where: str, time: np.ndarray, states: State) 
 # Sizes.
 
 
-def model_size(model: Model, state: State) -> float:
-    """Size of a model, m: the largest extent (along x, y or z) of its drawn points
-    (centroids, joints, end points, base box corners) at ``state``; 1 m for a point-like model.
-    Link radii, frame axes and arrow lengths are fractions of it, so a 30 m orbiter and a
-    0.3 m test-bed arm look alike."""
-    figure = StickFigure(model, jax.tree.map(lambda x: np.asarray(x)[None], state))
-    points = figure.all_points()
+def box_corners(sides: np.ndarray, axes: np.ndarray) -> np.ndarray:
+    """Corners ``(8, 3)`` of a box centred at the origin with ``sides`` ``(3,)`` along the columns
+    of ``axes`` ``(3, 3)``; corner ``c`` is + along axis ``k`` when bit ``k`` of ``c`` is set."""
+    signs = np.array([[1.0 if (c >> k) & 1 else -1.0 for k in range(3)] for c in range(8)])
+    return (signs * (0.5 * np.asarray(sides))) @ np.asarray(axes).T
+
+
+def extent(points: np.ndarray) -> float:
+    """Size of a set of points ``(P, 3)``, m: their largest extent along x, y or z (non-finite
+    points ignored); 1 m for a single point. Link radii, frame axes and arrow lengths are
+    fractions of the model's size at its first sample, so a 30 m orbiter and a 0.3 m test-bed
+    arm look alike."""
     points = points[np.all(np.isfinite(points), axis=1)]
     size = float(np.max(np.ptp(points, axis=0))) if points.size else 0.0
     return size if size > 0 else 1.0
@@ -225,9 +234,15 @@ def link_radii(model: Model, size: float) -> np.ndarray:
 # Geometry.
 
 
-def _mass_motion(model: Model, state: State) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Centre of mass, linear momentum and angular momentum about the centre of mass."""
-    return center_of_mass(model, state), linear_momentum(model, state), angular_momentum(model, state, about="com")
+@eqx.filter_jit
+def _samples(model: Model, states: State) -> tuple[Kinematics, jax.Array, jax.Array, jax.Array]:
+    """Kinematics, centre of mass, linear momentum and angular momentum about the centre of
+    mass of every sample (one compiled program: op-by-op dispatch compiles dozens)."""
+
+    def one(state: State):
+        return forward_kinematics(model, state), center_of_mass(model, state), linear_momentum(model, state), angular_momentum(model, state, about="com")
+
+    return jax.vmap(one)(states)
 
 
 def scene_geometry(model: Model, time: Any, states: State, *, label: str = "trajectory", size: float | None = None) -> SceneGeometry:
@@ -238,48 +253,53 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
         time: ``(T,)`` times, s.
         states: :class:`~sdjax.State` with a leading time axis ``T``.
         label: the trajectory's name.
-        size: model size, m (default: :func:`model_size` at the first sample); pass one size
-            to give several trajectories the same radii.
+        size: model size, m (default: the :func:`extent` of the drawn points at the first
+            sample); pass one size to give several trajectories the same radii.
 
     Returns:
         :class:`SceneGeometry`.
     """
     time = np.asarray(time, np.float64)
     check_trajectory(model, label, time, states)
-    first = jax.tree.map(lambda x: np.asarray(x)[0], states)
-    size = model_size(model, first) if size is None else float(size)
-    figure = StickFigure(model, states)
+    kin, com, momentum, spin = jax.device_get(_samples(model, states))
+    points = {"c": np.asarray(kin.centroid, np.float64), "j": np.asarray(kin.joint_position, np.float64), "e": np.asarray(kin.end_point_position, np.float64)}
+    rotation = np.asarray(kin.rotation, np.float64)
     segments = body_segments(model)
+    ends = [np.stack([points[kind][:, index] for kind, index in side], axis=1) if segments else np.zeros((time.shape[0], 0, 3))
+            for side in ([(ka, ia) for ka, ia, _, _ in segments], [(kb, ib) for _, _, kb, ib in segments])]
     owner = np.array([ia if ka == "c" else ib for ka, ia, _, ib in segments], dtype=np.int64)
-    radii = link_radii(model, size)
-    com, momentum, spin = jax.device_get(jax.vmap(_mass_motion, in_axes=(None, 0))(model, states))
     sides, axes = inertia_box(model.base_mass, model.base_inertia)
+    base = points["c"][:, 0]
+    if size is None:
+        box = base[0] + box_corners(sides, axes) @ rotation[0, 0].T
+        size = extent(np.concatenate([points["c"][0], points["j"][0], points["e"][0], box]))
+    radii = link_radii(model, size)
     return SceneGeometry(
         label=label,
         time=time,
-        segment_start=figure.segments[:, :, 0],
-        segment_end=figure.segments[:, :, 1],
+        segment_start=ends[0],
+        segment_end=ends[1],
         segment_body=owner,
-        segment_radius=radii[owner] if owner.size else np.zeros(0),
-        joint_position=figure.joint,
+        segment_radius=radii[owner],
+        joint_position=points["j"],
         joint_radius=1.4 * radii[1:],
-        base_position=figure.centroid[:, 0],
-        base_rotation=figure.rotation,
+        base_position=base,
+        base_rotation=rotation[:, 0],
         base_box_sides=sides,
         base_box_axes=axes,
-        end_point_position=figure.end_point,
-        end_point_rotation=figure.end_point_rotation,
+        end_point_position=points["e"],
+        end_point_rotation=np.asarray(kin.end_point_rotation, np.float64),
         center_of_mass=np.asarray(com, np.float64),
         linear_momentum=np.asarray(momentum, np.float64),
         angular_momentum=np.asarray(spin, np.float64),
-        size=size,
+        size=float(size),
         total_mass=float(model.total_mass),
     )
 
 
 def scene_geometries(models: Model | Sequence[Model], items: Sequence[TrajectoryItem], labels: Sequence[str] | None = None) -> list[SceneGeometry]:
     """Geometry of every trajectory of :func:`sdjax.viewer.show`'s arguments, all drawn at the
-    size of the first (:func:`model_size`), so Monte-Carlo ghosts match the nominal robot.
+    size of the first (:func:`extent`), so Monte-Carlo ghosts match the nominal robot.
 
     Arguments:
         models: one model for every trajectory, or one per trajectory (same count).
@@ -310,8 +330,9 @@ def scene_geometries(models: Model | Sequence[Model], items: Sequence[Trajectory
             raise ValueError(f"labels: expected distinct labels, got {labels}")
     for item, model in zip(items, models):
         check_trajectory(model, item.where, item.time, item.states)
-    size = model_size(models[0], jax.tree.map(lambda x: np.asarray(x)[0], items[0].states))
-    return [scene_geometry(model, item.time, item.states, label=label, size=size) for item, model, label in zip(items, models, labels)]
+    first = scene_geometry(models[0], items[0].time, items[0].states, label=labels[0])
+    rest = [scene_geometry(model, item.time, item.states, label=label, size=first.size) for item, model, label in zip(items[1:], models[1:], labels[1:])]
+    return [first, *rest]
 
 
 def camera_pose(geometries: Sequence[SceneGeometry], fov: float, elev: float = 25.0, azim: float = -60.0) -> tuple[np.ndarray, np.ndarray]:
@@ -362,12 +383,21 @@ def segment_poses(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nd
     return 0.5 * (start + end), wxyz, length
 
 
+def attitudes(geometry: SceneGeometry) -> dict[str, np.ndarray]:
+    """Attitudes of the drawn bodies at every sample, as viser's scalar-first quaternions:
+    ``base`` ``(T, 4)`` (``A0``), ``box`` ``(T, 4)`` (``A0`` times the box's principal axes)
+    and ``end_points`` ``(T, ne, 4)``."""
+    return {
+        "base": matrix_to_wxyz(geometry.base_rotation),
+        "box": matrix_to_wxyz(geometry.base_rotation @ geometry.base_box_axes),
+        "end_points": matrix_to_wxyz(geometry.end_point_rotation),
+    }
+
+
 def matrix_to_wxyz(rotation: np.ndarray) -> np.ndarray:
     """Scalar-first quaternions ``(..., 4)`` of rotation matrices ``(..., 3, 3)`` (viser's
     convention; :func:`sdjax.matrix_to_quat` is scalar-last)."""
-    from sdjax.rotation import matrix_to_quat
-
-    xyzw = np.asarray(matrix_to_quat(np.asarray(rotation, np.float64)), np.float64)
+    xyzw = np.asarray(_matrix_to_quat(np.asarray(rotation, np.float64)), np.float64)
     return np.concatenate([xyzw[..., 3:], xyzw[..., :3]], axis=-1)
 
 
@@ -376,12 +406,14 @@ __all__ = [
     "RADIUS_BOUNDS",
     "SceneGeometry",
     "TrajectoryItem",
+    "attitudes",
     "camera_pose",
     "check_trajectory",
     "frame_index",
     "link_radii",
     "matrix_to_wxyz",
-    "model_size",
+    "box_corners",
+    "extent",
     "scene_geometries",
     "scene_geometry",
     "segment_poses",

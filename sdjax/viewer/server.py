@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 
 from sdjax.model import Model
-from sdjax.viewer.geometry import SceneGeometry, camera_pose, frame_index, matrix_to_wxyz, scene_geometries, segment_poses, split_trajectories
+from sdjax.viewer.geometry import SceneGeometry, attitudes, camera_pose, frame_index, scene_geometries, segment_poses, split_trajectories
 
 #: The viser release the viewer was written and tested against (the ``viewer`` extra pins it).
 VISER_VERSION = "1.1.1"
 
 #: Link colours, RGB, one per trajectory argument (a batch shares one), cycled.
-PALETTE = ((70, 130, 180), (230, 120, 40), (60, 160, 90), (150, 90, 190), (200, 60, 60), (40, 170, 180), (180, 150, 40), (120, 120, 120))
-JOINT_COLOR = (235, 235, 235)
+PALETTE = ((30, 90, 170), (220, 100, 20), (40, 140, 70), (130, 70, 180), (190, 40, 40), (20, 150, 160), (160, 130, 20), (100, 100, 100))
+JOINT_COLOR = (40, 40, 50)  # dark actuators: they stand out on the white background and on the links
 BASE_COLOR = (214, 170, 60)  # gold foil
 COM_COLOR = (220, 40, 160)
 LINEAR_MOMENTUM_COLOR = (255, 140, 0)
@@ -71,10 +71,7 @@ class _Robot:
     def __init__(self, scene, root: str, geometry: SceneGeometry, color, opacity: float, meshes, overlays: bool, momentum_floor):
         (cyl_v, cyl_f), (sph_v, sph_f) = meshes
         g, self.geometry = geometry, geometry
-        # Attitudes as viser's scalar-first quaternions, once for every sample.
-        self.box_wxyz = matrix_to_wxyz(g.base_rotation @ g.base_box_axes)
-        self.base_wxyz = matrix_to_wxyz(g.base_rotation)
-        self.end_point_wxyz = matrix_to_wxyz(g.end_point_rotation)
+        self.wxyz = attitudes(g)  # once for every sample
         alpha = None if opacity >= 1.0 else float(opacity)
         S, n, ne = g.segment_radius.shape[0], g.joint_radius.shape[0], g.end_point_position.shape[1]
         self.root = scene.add_frame(root, show_axes=False)
@@ -125,13 +122,13 @@ class _Robot:
         if g.joint_radius.size:
             self.joints.batched_positions = g.joint_position[k]
             self.joints.batched_scales = np.repeat(g.joint_radius[:, None], 3, axis=1)
-        self.box.position, self.box.wxyz = g.base_position[k], self.box_wxyz[k]
+        self.box.position, self.box.wxyz = g.base_position[k], self.wxyz["box"][k]
         if not self.overlays:
             return
-        self.base_frame.position, self.base_frame.wxyz = g.base_position[k], self.base_wxyz[k]
+        self.base_frame.position, self.base_frame.wxyz = g.base_position[k], self.wxyz["base"][k]
         if g.end_point_position.shape[1]:
             self.end_points.batched_positions = g.end_point_position[k]
-            self.end_points.batched_wxyzs = self.end_point_wxyz[k]
+            self.end_points.batched_wxyzs = self.wxyz["end_points"][k]
         com = g.center_of_mass[k]
         self.com.position = com
         tips = [com + s * v[k] for s, v in zip(self.arrow_scale, (g.linear_momentum, g.angular_momentum))]
