@@ -195,6 +195,22 @@ def test_camera_sees_every_point(tree):
     assert np.max(angles) < 0.5 * fov / G.CAMERA_MARGIN * 1.001  # within the margin (sin ~ angle: 0.1 % slack)
 
 
+def test_a_diverged_run_is_drawn_until_it_diverges(sample_model):
+    """Samples whose coordinates overflow (or are NaN) are not drawn (NaN), the others are, and
+    when the drawn ones spread over more than CAMERA_MAX_SPREAD sizes (here 1e5 m away) the
+    initial view frames the first sample."""
+    states = _stack([random_state(sample_model, seed) for seed in range(4)])
+    far = states.base_position.at[1].add(1e5).at[2].set(1e200).at[3].set(jnp.nan)
+    geometry = G.scene_geometry(sample_model, np.arange(4.0), eqx.tree_at(lambda s: s.base_position, states, far))
+    assert np.all(np.isfinite(geometry.segment_start[:2])) and np.all(np.isnan(geometry.segment_start[2:]))
+    assert np.all(np.isfinite(geometry.center_of_mass[:2])) and np.all(np.isnan(geometry.center_of_mass[2:]))
+    start = G.scene_geometry(sample_model, np.arange(1.0), jax.tree.map(lambda x: x[:1], states))
+    for got, want in zip(G.camera_pose([geometry], 0.8), G.camera_pose([start], 0.8)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)  # same points, same arithmetic
+    centre, wxyz, length = G.segment_poses(geometry.segment_start[3], geometry.segment_end[3])  # no warnings (errors here)
+    assert np.all(np.isnan(centre))
+
+
 BAD_INPUTS = [
     (lambda m, s: jax.tree.map(lambda x: x[..., :0] if x.ndim == 2 and x.shape[-1] == 6 else x, s), "trajectory.states.q: 0 joint coordinates, but model 'spacedyn_sample' has 6 joints"),
     (lambda m, s: jax.tree.map(lambda x: x[0], s), "trajectory.states.q: expected shape (T, n) or (B, T, n)"),
@@ -284,6 +300,47 @@ def test_view_command_serves_the_page_until_interrupted(sample_model, sample_run
             process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+def test_scene_follows_the_timeline(sample_model, sample_run):
+    """The scene nodes hold the geometry of the sample shown: the first trajectory's sample,
+    and for a trajectory on a coarser time grid its last sample at or before that time;
+    set_time refuses bad indices; play() advances the time and stops."""
+    from sdjax import viewer
+
+    coarse = sdjax.Trajectory(sample_run.time[::4], jax.tree.map(lambda x: x[::4], sample_run.states), sample_run.controls)
+    shown = viewer.show(sample_model, [sample_run, coarse], labels=["executed", "planned"], port=0, momentum=True)
+    try:
+        for index in (0, 7, 20, -1):
+            shown.set_time(index)
+            assert shown.index == index % 21
+            for robot, geometry in zip(shown._robots, shown.geometries):
+                k = G.frame_index(geometry.time, float(sample_run.time[index]))
+                centre, _, length = G.segment_poses(geometry.segment_start[k], geometry.segment_end[k])
+                np.testing.assert_allclose(robot.bones.batched_positions, centre, atol=1e-6)  # viser stores float32
+                np.testing.assert_allclose(robot.bones.batched_scales[:, 2], length, atol=1e-6)
+                np.testing.assert_allclose(robot.joints.batched_positions, geometry.joint_position[k], atol=1e-6)
+            first = shown.geometries[0]
+            # Started at rest: the momentum is a conserved zero, no arrow (both ends on the centre of mass).
+            np.testing.assert_allclose(shown._robots[0].momentum.points, np.broadcast_to(first.center_of_mass[index], (2, 2, 3)), atol=1e-6)
+        with pytest.raises(IndexError, match="set_time: index 21 out of range for 21 samples"):
+            shown.set_time(21)
+        with pytest.raises(TypeError, match="set_time: index must be an integer sample index, got float"):
+            shown.set_time(1.5)
+        with pytest.raises(ValueError, match=re.escape("set_visible: no trajectory labelled 'nominal'; labels are ['executed', 'planned']")):
+            shown.set_visible("nominal", False)
+        shown.set_time(0)
+        shown.play()
+        start = time.monotonic()
+        while shown.index == 0 and time.monotonic() - start < 10:
+            time.sleep(0.05)
+        shown.play(False)
+        stopped = shown.index
+        assert stopped > 0 and not shown.playing
+        time.sleep(0.2)
+        assert shown.index == stopped
+    finally:
+        shown.close()
 
 
 def _projector(camera):

@@ -36,6 +36,12 @@ RADIUS_BOUNDS = (0.008, 0.04)
 #: Room around the drawn points in the initial view (link radii, the GUI panel).
 CAMERA_MARGIN = 1.2
 
+#: Largest spread of the drawn points, in model sizes, that the initial view frames whole.
+CAMERA_MAX_SPREAD = 100.0
+
+#: Largest coordinate drawn (m, kg m/s, kg m^2/s): the browser draws in float32 (to 3.4e38).
+DRAWABLE_LIMIT = 1e30
+
 #: Most trajectories shown at once (Monte-Carlo ghosts): each is a few scene nodes updated at
 #: every frame, and the browser slows down well before this.
 MAX_TRAJECTORIES = 256
@@ -61,6 +67,8 @@ class SceneGeometry:
         base_box_axes: ``(3, 3)`` columns: the box's principal axes in the base frame.
         end_point_position: ``(T, ne, 3)``; end_point_rotation: ``(T, ne, 3, 3)`` end-point
             frame to inertial.
+        (Values of a diverged run beyond :data:`DRAWABLE_LIMIT`, and non-finite ones, are NaN:
+        not drawn.)
         center_of_mass: ``(T, 3)`` centre of mass of the system.
         linear_momentum: ``(T, 3)`` kg m/s; angular_momentum: ``(T, 3)`` about the centre of
             mass, kg m^2/s.
@@ -92,12 +100,13 @@ class SceneGeometry:
     def num_samples(self) -> int:
         return int(self.time.shape[0])
 
-    def points(self) -> np.ndarray:
-        """Every drawn point of every sample, ``(P, 3)`` (finite ones only): bone ends, joints,
-        end points and the base box corners."""
+    def points(self, sample: int | None = None) -> np.ndarray:
+        """Every drawn point of every sample (or of one), ``(P, 3)`` (finite ones only): bone
+        ends, joints, end points and the base box corners."""
+        take = slice(None) if sample is None else slice(sample, sample + 1)
         corners = box_corners(self.base_box_sides, self.base_box_axes)  # (8, 3) base frame
-        box = self.base_position[:, None] + np.einsum("tij,cj->tci", self.base_rotation, corners)
-        parts = [self.segment_start, self.segment_end, self.joint_position, self.end_point_position, box]
+        box = self.base_position[take, None] + np.einsum("tij,cj->tci", self.base_rotation[take], corners)
+        parts = [self.segment_start[take], self.segment_end[take], self.joint_position[take], self.end_point_position[take], box]
         points = np.concatenate([p.reshape(-1, 3) for p in parts])
         return points[np.all(np.isfinite(points), axis=1)]
 
@@ -234,6 +243,13 @@ def link_radii(model: Model, size: float) -> np.ndarray:
 # Geometry.
 
 
+def _drawable(values: Any) -> np.ndarray:
+    """Float64 copy with the values the browser cannot draw (non-finite, or beyond
+    :data:`DRAWABLE_LIMIT`: a diverged run) set to NaN, which viser leaves undrawn."""
+    values = np.asarray(values, np.float64)
+    return np.where(np.abs(values) <= DRAWABLE_LIMIT, values, np.nan)
+
+
 @eqx.filter_jit
 def _samples(model: Model, states: State) -> tuple[Kinematics, jax.Array, jax.Array, jax.Array]:
     """Kinematics, centre of mass, linear momentum and angular momentum about the centre of
@@ -262,8 +278,8 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
     time = np.asarray(time, np.float64)
     check_trajectory(model, label, time, states)
     kin, com, momentum, spin = jax.device_get(_samples(model, states))
-    points = {"c": np.asarray(kin.centroid, np.float64), "j": np.asarray(kin.joint_position, np.float64), "e": np.asarray(kin.end_point_position, np.float64)}
-    rotation = np.asarray(kin.rotation, np.float64)
+    points = {"c": _drawable(kin.centroid), "j": _drawable(kin.joint_position), "e": _drawable(kin.end_point_position)}
+    rotation = _drawable(kin.rotation)
     segments = body_segments(model)
     ends = [np.stack([points[kind][:, index] for kind, index in side], axis=1) if segments else np.zeros((time.shape[0], 0, 3))
             for side in ([(ka, ia) for ka, ia, _, _ in segments], [(kb, ib) for _, _, kb, ib in segments])]
@@ -288,10 +304,10 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
         base_box_sides=sides,
         base_box_axes=axes,
         end_point_position=points["e"],
-        end_point_rotation=np.asarray(kin.end_point_rotation, np.float64),
-        center_of_mass=np.asarray(com, np.float64),
-        linear_momentum=np.asarray(momentum, np.float64),
-        angular_momentum=np.asarray(spin, np.float64),
+        end_point_rotation=_drawable(kin.end_point_rotation),
+        center_of_mass=_drawable(com),
+        linear_momentum=_drawable(momentum),
+        angular_momentum=_drawable(spin),
         size=float(size),
         total_mass=float(model.total_mass),
     )
@@ -341,9 +357,13 @@ def camera_pose(geometries: Sequence[SceneGeometry], fov: float, elev: float = 2
     The camera looks at the centre of the points' bounding box from the direction of the
     view angles (``elev``, ``azim`` in degrees, as :func:`sdjax.plotting.plot_frame`), far
     enough that the sphere around the points, enlarged by :data:`CAMERA_MARGIN`, fits the
-    vertical field of view ``fov`` (rad).
+    vertical field of view ``fov`` (rad). When the points spread over more than
+    :data:`CAMERA_MAX_SPREAD` model sizes (a diverged run, a long traverse) the first samples
+    are framed instead.
     """
     points = np.concatenate([g.points() for g in geometries])
+    if extent(points) > CAMERA_MAX_SPREAD * geometries[0].size:
+        points = np.concatenate([g.points(0) for g in geometries])
     if not points.size:
         points = np.zeros((1, 3))
     low, high = points.min(axis=0), points.max(axis=0)

@@ -22,6 +22,8 @@ VISER_VERSION = "1.1.1"
 PALETTE = ((30, 90, 170), (220, 100, 20), (40, 140, 70), (130, 70, 180), (190, 40, 40), (20, 150, 160), (160, 130, 20), (100, 100, 100))
 JOINT_COLOR = (40, 40, 50)  # dark actuators: they stand out on the white background and on the links
 BASE_COLOR = (214, 170, 60)  # gold foil
+#: The base box is translucent: the centre of mass and the base frame inside it stay visible.
+BASE_OPACITY = 0.6
 COM_COLOR = (220, 40, 160)
 LINEAR_MOMENTUM_COLOR = (255, 140, 0)
 ANGULAR_MOMENTUM_COLOR = (120, 60, 220)
@@ -87,7 +89,7 @@ class _Robot:
         self.bones = batched("links", cyl_v, cyl_f, S, color)
         self.caps = batched("link_ends", sph_v, sph_f, 2 * S, color)
         self.joints = batched("joints", sph_v, sph_f, n, JOINT_COLOR)
-        self.box = scene.add_box(f"{root}/base", color=BASE_COLOR, dimensions=np.maximum(g.base_box_sides, 1e-6), opacity=alpha,
+        self.box = scene.add_box(f"{root}/base", color=BASE_COLOR, dimensions=np.maximum(g.base_box_sides, 1e-6), opacity=BASE_OPACITY * opacity,
                                  visible=bool(np.any(g.base_box_sides > 0)))
         self.overlays = overlays
         if not overlays:
@@ -106,7 +108,7 @@ class _Robot:
                             for v, floor in zip((g.linear_momentum, g.angular_momentum), momentum_floor)]
         self.momentum = scene.add_arrows(
             f"{root}/momentum", np.zeros((2, 2, 3)), np.array([LINEAR_MOMENTUM_COLOR, ANGULAR_MOMENTUM_COLOR]),
-            shaft_radius=0.01 * g.size, head_radius=0.025 * g.size, head_length=0.05 * g.size, visible=False,
+            shaft_radius=0.01 * g.size, head_radius=0.025 * g.size, head_length=0.05 * g.size,
         )
 
     def show_sample(self, k: int) -> None:
@@ -199,13 +201,7 @@ class Viewer:
             self._loop = gui.add_checkbox("loop", initial_value=True)
         self._slider.on_update(lambda _: self._show(int(self._slider.value)))
 
-        @self._play.on_click
-        def _(_) -> None:
-            with self._lock:
-                if not self._playing and self._index >= last:
-                    self._t = float(self.time[0])  # play again from the start
-                self._playing = not self._playing
-                self._play.label = "Pause" if self._playing else "Play"
+        self._play.on_click(lambda _: self.play(not self._playing))
 
         first = self._robots[0]
         with gui.add_folder("Show"):
@@ -216,7 +212,7 @@ class Viewer:
                 ("momentum P (orange), L about CoM (purple)", [first.momentum], momentum),
             ]
             for label, nodes, value in toggles:
-                self._toggle(label, nodes, value)
+                self._toggle(label, [node for node in nodes if node.visible], value)  # empty nodes stay hidden
             self._trajectory_boxes = []
             if len(self._robots) <= 16:
                 for robot in self._robots:
@@ -230,7 +226,7 @@ class Viewer:
     def _toggle(self, label: str, nodes: list, value: bool):
         box = self.server.gui.add_checkbox(label, initial_value=value)
         for node in nodes:
-            node.visible = node.visible and value
+            node.visible = value
 
         @box.on_update
         def _(_) -> None:
@@ -300,10 +296,13 @@ class Viewer:
         self._show(int(index) % count)
 
     def play(self, playing: bool = True) -> None:
-        """Start (or stop) the playback, as the Play button does."""
+        """Start (or stop) the playback, as the Play/Pause button does; playing from the last
+        sample starts again from the first."""
         with self._lock:
-            if playing != self._playing:
-                self._play.click()  # same path as the button: label and restart at the end
+            if playing and not self._playing and self._index == self.time.shape[0] - 1:
+                self._t = float(self.time[0])
+            self._playing = bool(playing)
+            self._play.label = "Pause" if self._playing else "Play"
 
     def set_visible(self, label: str, visible: bool) -> None:
         """Show or hide one trajectory (by label), as its checkbox does."""
