@@ -25,6 +25,8 @@ BASE_COLOR = (214, 170, 60)  # gold foil
 #: The base box is translucent: the centre of mass and the base frame inside it stay visible.
 BASE_OPACITY = 0.6
 COM_COLOR = (220, 40, 160)
+#: Radius of the centre-of-mass sphere in thickest link radii.
+COM_RADIUS = 1.5
 LINEAR_MOMENTUM_COLOR = (255, 140, 0)
 ANGULAR_MOMENTUM_COLOR = (120, 60, 220)
 
@@ -67,6 +69,15 @@ def _unit_meshes():
     return (cylinder.vertices, cylinder.faces), (sphere.vertices, sphere.faces)
 
 
+def _arrow_scale(values: np.ndarray, size: float, floor: float) -> float:
+    """Metres per unit of a vector ``(T, 3)`` drawn as an arrow: the longest finite one is
+    ``ARROW_LENGTH * size`` long; 0 (no arrow) when that is below ``floor``."""
+    norms = np.linalg.norm(values, axis=-1)
+    norms = norms[np.isfinite(norms)]
+    largest = float(np.max(norms, initial=0.0))
+    return ARROW_LENGTH * size / largest if largest > floor else 0.0
+
+
 class _Robot:
     """The scene nodes of one trajectory, updated sample by sample."""
 
@@ -87,8 +98,12 @@ class _Robot:
             )
 
         self.bones = batched("links", cyl_v, cyl_f, S, color)
-        self.caps = batched("link_ends", sph_v, sph_f, 2 * S, color)
+        self.caps = batched("link_ends", sph_v, sph_f, 2 * S, color)  # capsule ends: bone starts, then ends
         self.joints = batched("joints", sph_v, sph_f, n, JOINT_COLOR)
+        if S:
+            self.caps.batched_scales = np.repeat(np.concatenate([g.segment_radius, g.segment_radius])[:, None], 3, axis=1)
+        if n:
+            self.joints.batched_scales = np.repeat(g.joint_radius[:, None], 3, axis=1)
         self.box = scene.add_box(f"{root}/base", color=BASE_COLOR, dimensions=np.maximum(g.base_box_sides, 1e-6), opacity=BASE_OPACITY * opacity,
                                  visible=bool(np.any(g.base_box_sides > 0)))
         self.overlays = overlays
@@ -102,10 +117,9 @@ class _Robot:
             f"{root}/end_points", np.repeat(ident, max(ne, 1), 0), np.repeat(zeros, max(ne, 1), 0),
             axes_length=length, axes_radius=0.06 * length, visible=ne > 0,
         )
-        self.com = scene.add_icosphere(f"{root}/center_of_mass", radius=1.5 * float(np.max(g.segment_radius, initial=0.005 * g.size)),
+        self.com = scene.add_icosphere(f"{root}/center_of_mass", radius=COM_RADIUS * float(np.max(g.segment_radius, initial=0.005 * g.size)),
                                        color=COM_COLOR, subdivisions=2)
-        self.arrow_scale = [ARROW_LENGTH * g.size / np.max(np.linalg.norm(v, axis=-1)) if float(np.max(np.linalg.norm(v, axis=-1))) > floor else 0.0
-                            for v, floor in zip((g.linear_momentum, g.angular_momentum), momentum_floor)]
+        self.arrow_scale = [_arrow_scale(g.linear_momentum, g.size, momentum_floor[0]), _arrow_scale(g.angular_momentum, g.size, momentum_floor[1])]
         self.momentum = scene.add_arrows(
             f"{root}/momentum", np.zeros((2, 2, 3)), np.array([LINEAR_MOMENTUM_COLOR, ANGULAR_MOMENTUM_COLOR]),
             shaft_radius=0.01 * g.size, head_radius=0.025 * g.size, head_length=0.05 * g.size,
@@ -120,10 +134,8 @@ class _Robot:
             self.bones.batched_wxyzs = wxyz
             self.bones.batched_scales = np.stack([radius, radius, length], axis=-1)
             self.caps.batched_positions = np.concatenate([start, end])
-            self.caps.batched_scales = np.repeat(np.concatenate([radius, radius])[:, None], 3, axis=1)
         if g.joint_radius.size:
             self.joints.batched_positions = g.joint_position[k]
-            self.joints.batched_scales = np.repeat(g.joint_radius[:, None], 3, axis=1)
         self.box.position, self.box.wxyz = g.base_position[k], self.wxyz["box"][k]
         if not self.overlays:
             return
@@ -199,7 +211,7 @@ class Viewer:
             self._play = gui.add_button("Play", disabled=last == 0)
             self._speed = gui.add_number("speed", initial_value=1.0, min=1e-3, max=1e3, step=0.1, hint="simulated seconds per second")
             self._loop = gui.add_checkbox("loop", initial_value=True)
-        self._slider.on_update(lambda _: self._show(int(self._slider.value)))
+        self._slider.on_update(lambda _: self._show(int(self._slider.value), seek=True))
 
         self._play.on_click(lambda _: self.play(not self._playing))
 
@@ -217,11 +229,16 @@ class Viewer:
             if len(self._robots) <= 16:
                 for robot in self._robots:
                     self._trajectory_boxes.append(self._toggle(robot.geometry.label, [robot.root], True))
-        legend = "  \n".join(
-            f'<span style="color: rgb{PALETTE[group % len(PALETTE)]}">&#9632;</span> {html.escape(label)}'
-            for label, group in dict.fromkeys((g.label if len(self._robots) <= 16 else f"group {grp}", grp) for g, grp in zip(self.geometries, groups))
-        )
-        gui.add_markdown(f"**{html.escape(title)}**  \n{legend}")
+        gui.add_markdown(f"**{html.escape(title)}**  \n" + "  \n".join(self._legend(groups)))
+
+    def _legend(self, groups: Sequence[int]) -> list[str]:
+        """One line per colour: the first trajectory drawn in it and how many more share it."""
+        lines = []
+        for group in dict.fromkeys(groups):
+            labels = [g.label for g, grp in zip(self.geometries, groups) if grp == group]
+            more = f" and {len(labels) - 1} more" if len(labels) > 1 else ""
+            lines.append(f'<span style="color: rgb{PALETTE[group % len(PALETTE)]}">&#9632;</span> {html.escape(labels[0])}{more}')
+        return lines
 
     def _toggle(self, label: str, nodes: list, value: bool):
         box = self.server.gui.add_checkbox(label, initial_value=value)
@@ -241,13 +258,14 @@ class Viewer:
     # --------------------------------------------------------------------------------------
     # Time.
 
-    def _show(self, index: int) -> None:
+    def _show(self, index: int, seek: bool = False) -> None:
+        """Draw sample ``index``; ``seek``: a user moved the time (the playback goes on from there)."""
         with self._lock:
             if index == self._index:
                 return
             self._index = index
             t = float(self.time[index])
-            if not self._playing:
+            if seek:
                 self._t = t
             with self.server.atomic():
                 for robot in self._robots:
@@ -293,7 +311,7 @@ class Viewer:
             raise TypeError(f"set_time: index must be an integer sample index, got {type(index).__name__}")
         if not -count <= index < count:
             raise IndexError(f"set_time: index {index} out of range for {count} samples")
-        self._show(int(index) % count)
+        self._show(int(index) % count, seek=True)
 
     def play(self, playing: bool = True) -> None:
         """Start (or stop) the playback, as the Play/Pause button does; playing from the last
