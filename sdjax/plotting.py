@@ -301,16 +301,20 @@ def inertia_box(mass: float, inertia: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.sqrt(np.maximum(6.0 * (np.sum(moments) - 2.0 * moments) / float(mass), 0.0)), axes
 
 
-def base_box(model: Model) -> np.ndarray:
-    """Corners of the base's inertia-equivalent box (:func:`inertia_box`) in the base frame,
-    ``(8, 3)`` m.
-
-    Corner ``c`` has signs from the bits of ``c`` (bit k set: + along principal axis k). A
-    massless base (a fixed base may have none) is drawn as a point: every corner at the origin.
-    """
-    sides, axes = inertia_box(model.base_mass, model.base_inertia)
+def box_corners(sides: Any, axes: Any) -> np.ndarray:
+    """Corners ``(8, 3)`` of a box centred at the origin with ``sides`` ``(3,)`` along the
+    columns of ``axes`` ``(3, 3)``; corner ``c`` is + along axis ``k`` when bit ``k`` of ``c``
+    is set."""
     signs = np.array([[1.0 if (c >> k) & 1 else -1.0 for k in range(3)] for c in range(8)])
-    return (signs * (0.5 * sides)) @ axes.T
+    return (signs * (0.5 * np.asarray(sides))) @ np.asarray(axes).T
+
+
+def base_box(model: Model) -> np.ndarray:
+    """Corners of the base's inertia-equivalent box (:func:`inertia_box`, :func:`box_corners`)
+    in the base frame, ``(8, 3)`` m. A massless base (a fixed base may have none) is drawn as a
+    point: every corner at the origin.
+    """
+    return box_corners(*inertia_box(model.base_mass, model.base_inertia))
 
 
 #: Box edges as corner pairs (corners differ in exactly one bit).
@@ -540,6 +544,7 @@ __all__ = [
     "base_attitude",
     "base_box",
     "body_segments",
+    "box_corners",
     "inertia_box",
     "plot_base",
     "plot_energy",

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -284,6 +285,8 @@ def test_view_command_serves_the_page_until_interrupted(sample_model, sample_run
     SimulationRun(sample_model, sample_run).save(path)
     command = [sys.executable, "-m", "sdjax", "view", str(path), "--no-browser", "--port", "0"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(120.0, process.kill)  # a hung server fails the test instead of hanging it
+    watchdog.start()
     try:
         for line in process.stdout:  # viser's banner, then ours once the server is up
             if line.startswith("sdjax view:"):
@@ -295,6 +298,7 @@ def test_view_command_serves_the_page_until_interrupted(sample_model, sample_run
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     finally:
+        watchdog.cancel()
         if process.poll() is None:
             process.kill()
             process.wait()
@@ -323,6 +327,7 @@ def test_scene_follows_the_timeline(sample_model, sample_run):
             first = shown.geometries[0]
             # Started at rest: the momentum is a conserved zero, no arrow (both ends on the centre of mass).
             np.testing.assert_allclose(shown._robots[0].momentum.points, np.broadcast_to(first.center_of_mass[index], (2, 2, 3)), atol=1e-6)
+        assert f'src="{shown.url}"' in shown._repr_html_()  # Jupyter shows the page inline
         with pytest.raises(IndexError, match="set_time: index 21 out of range for 21 samples"):
             shown.set_time(21)
         with pytest.raises(TypeError, match="set_time: index must be an integer sample index, got float"):
@@ -422,7 +427,7 @@ def test_robot_is_drawn_and_scrubbed_in_a_real_browser(sample_model, sample_run,
                 joints = project(geometry.joint_position[0])
                 assert np.all((joints > 0) & (joints < [1000, 800])), joints  # the camera frames the robot
                 assert np.all(_on(robot, joints)), joints[~_on(robot, joints)]
-                assert not robot[:50].any() or robot.mean() < 0.5  # not a blank or a flooded canvas
+                assert robot.mean() < 0.5  # the robot, not a changed background
                 # Link material: blue at each link's centroid, where its two capsules meet (the
                 # joint -> centroid bones come second for each link, as test_capsules_... checks).
                 centroids = project(geometry.segment_end[0, 1 : 2 * sample_model.num_joints : 2])

@@ -14,16 +14,15 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import numpy as np
-
-import equinox as eqx
 
 from sdjax.integrate import Trajectory
 from sdjax.kinematics import Kinematics, center_of_mass, forward_kinematics
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, linear_momentum
-from sdjax.plotting import body_segments, inertia_box
+from sdjax.plotting import body_segments, box_corners, inertia_box
 from sdjax.rotation import matrix_to_quat
 from sdjax.state import State
 
@@ -203,13 +202,6 @@ def check_trajectory(model: Model, where: str, time: np.ndarray, states: State) 
 # Sizes.
 
 
-def box_corners(sides: np.ndarray, axes: np.ndarray) -> np.ndarray:
-    """Corners ``(8, 3)`` of a box centred at the origin with ``sides`` ``(3,)`` along the columns
-    of ``axes`` ``(3, 3)``; corner ``c`` is + along axis ``k`` when bit ``k`` of ``c`` is set."""
-    signs = np.array([[1.0 if (c >> k) & 1 else -1.0 for k in range(3)] for c in range(8)])
-    return (signs * (0.5 * np.asarray(sides))) @ np.asarray(axes).T
-
-
 def extent(points: np.ndarray) -> float:
     """Size of a set of points ``(P, 3)``, m: their largest extent along x, y or z (non-finite
     points ignored); 1 m for a single point. Link radii, frame axes and arrow lengths are
@@ -281,8 +273,11 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
     points = {"c": _drawable(kin.centroid), "j": _drawable(kin.joint_position), "e": _drawable(kin.end_point_position)}
     rotation = _drawable(kin.rotation)
     segments = body_segments(model)
-    ends = [np.stack([points[kind][:, index] for kind, index in side], axis=1) if segments else np.zeros((time.shape[0], 0, 3))
-            for side in ([(ka, ia) for ka, ia, _, _ in segments], [(kb, ib) for _, _, kb, ib in segments])]
+
+    def bone_ends(pairs: list[tuple[str, int]]) -> np.ndarray:  # (T, S, 3)
+        return np.stack([points[kind][:, index] for kind, index in pairs], axis=1) if pairs else np.zeros((time.shape[0], 0, 3))
+
+    start, end = bone_ends([(ka, ia) for ka, ia, _, _ in segments]), bone_ends([(kb, ib) for _, _, kb, ib in segments])
     owner = np.array([ia if ka == "c" else ib for ka, ia, _, ib in segments], dtype=np.int64)
     sides, axes = inertia_box(model.base_mass, model.base_inertia)
     base = points["c"][:, 0]
@@ -293,8 +288,8 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
     return SceneGeometry(
         label=label,
         time=time,
-        segment_start=ends[0],
-        segment_end=ends[1],
+        segment_start=start,
+        segment_end=end,
         segment_body=owner,
         segment_radius=radii[owner],
         joint_position=points["j"],
@@ -432,7 +427,6 @@ __all__ = [
     "frame_index",
     "link_radii",
     "matrix_to_wxyz",
-    "box_corners",
     "extent",
     "scene_geometries",
     "scene_geometry",
