@@ -514,9 +514,12 @@ def _view(args: argparse.Namespace) -> int:
         viewer.server.import_viser()
     except ImportError as err:
         raise CommandError(str(err)) from None
+    options = _reader_options(args)
+    if options and args.model is None:
+        raise UsageError("--base, --inertia-check, --gravity and --end-points apply to --model (a run file carries its model)")
     runs = [load_run(path) for path in args.runs]
     if args.model is not None:
-        model = _load_model(args.model, options=_reader_options(args))
+        model = _load_model(args.model, options=options)
         for path, run in zip(args.runs, runs):
             found = run.model.num_joints
             if found != model.num_joints:
