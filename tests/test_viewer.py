@@ -20,7 +20,7 @@ import pytest
 import sdjax
 from sdjax.models import random_model, rigid_body, spacedyn_sample
 from sdjax.viewer import geometry as G
-from tests.helpers import random_state, with_frames
+from helpers import random_state, with_frames
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 
