@@ -2,7 +2,7 @@
 
 ```python
 from sdjax import viewer
-v = viewer.show(model, trajectory)             # prints nothing; open v.url (Jupyter: shown inline)
+v = viewer.show(model, trajectory)             # viser prints the URL (v.url); Jupyter shows it inline
 v.set_time(100); v.play(); v.close()
 viewer.show(model, [planned, executed], labels=["planned", "executed"])
 viewer.show(model, [nominal, batch])           # batch: vmap of a rollout, drawn as ghosts
