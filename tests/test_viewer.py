@@ -147,7 +147,8 @@ def _rod_model(radius: float, mass: float = 2.0, length: float = 1.0):
 
 def test_link_radius_is_that_of_the_equivalent_cylinder():
     """A link with the inertia of a uniform solid cylinder of radius r is drawn with radius r
-    (inside the bounds); a massless link with the lower bound; radii clip at the bounds."""
+    (inside the bounds and below the length cap); a massless link with the lower bound; radii
+    clip at the bounds and at the length cap."""
     size = 2.0
     radii = G.link_radii(_rod_model(0.03), size)
     low, high = (b * size for b in G.RADIUS_BOUNDS)
@@ -156,6 +157,14 @@ def test_link_radius_is_that_of_the_equivalent_cylinder():
     assert radii[0] == pytest.approx(np.mean(radii[1:]))  # base bones: the mean link radius
     assert G.link_radii(_rod_model(0.5), size)[1] == high
     assert G.link_radii(_rod_model(1e-4), size)[1] == low
+    # At most RADIUS_PER_LENGTH of the link's longest bone: a short, thick segment stays a rod.
+    lengths = np.array([1.0, 0.2, 0.1, 0.1])
+    assert G.link_radii(_rod_model(0.03), size, lengths)[1] == 0.03  # 0.03 < 0.3 x 0.2
+    assert G.link_radii(_rod_model(0.07), size, lengths)[1] == pytest.approx(G.RADIUS_PER_LENGTH * 0.2, rel=1e-15)
+    # The drawn model: the rod's longest bone is half its length (joint -> centroid -> next joint).
+    rod = _rod_model(0.03)
+    geometry = G.scene_geometry(rod, [0.0], _stack([sdjax.make_state(rod)]))
+    np.testing.assert_allclose(geometry.segment_radius[geometry.segment_body == 1], 0.03, rtol=1e-12)
 
 
 def test_a_batch_is_drawn_as_ghosts_of_one_size(sample_model):

@@ -32,6 +32,9 @@ _matrix_to_quat = jax.jit(matrix_to_quat)  # compiled once per shape, not op by 
 #: rod or a massless link stays visible, a heavy compact link does not hide the others.
 RADIUS_BOUNDS = (0.008, 0.04)
 
+#: Largest drawn link radius as a fraction of the link's longest bone.
+RADIUS_PER_LENGTH = 0.3
+
 #: Room around the drawn points in the initial view (link radii, the GUI panel).
 CAMERA_MARGIN = 1.2
 
@@ -212,20 +215,29 @@ def extent(points: np.ndarray) -> float:
     return size if size > 0 else 1.0
 
 
-def link_radii(model: Model, size: float) -> np.ndarray:
+def link_radii(model: Model, size: float, lengths: Any = None) -> np.ndarray:
     """Drawn radius of every body, ``(n + 1,)`` m.
 
     A link is drawn as the uniform solid cylinder with its mass and its smallest principal
     moment as the moment about the cylinder axis, ``I_min = m r^2 / 2``, so
-    ``r = sqrt(2 I_min / m)`` (a slender rod's smallest moment is about its own axis), clipped
-    to :data:`RADIUS_BOUNDS` times ``size``; a massless link gets the lower bound. The base is
-    drawn as a box; its bones (centroid to the joints on it) get the mean link radius.
+    ``r = sqrt(2 I_min / m)`` (a slender rod's smallest moment is about its own axis), at most
+    :data:`RADIUS_PER_LENGTH` of its longest bone (a short segment of a plate or a beam stays a
+    rod) and clipped to :data:`RADIUS_BOUNDS` times ``size``; a massless link gets the lower
+    bound. The base is drawn as a box; its bones (centroid to the joints on it) get the mean
+    link radius.
+
+    Arguments:
+        model: the system.
+        size: model size, m (:func:`extent`).
+        lengths: ``(n + 1,)`` longest bone of each body, m (default: no length cap).
     """
     low, high = (bound * size for bound in RADIUS_BOUNDS)
     masses = np.asarray(model.link_mass, np.float64)
     smallest = np.linalg.eigvalsh(np.asarray(model.link_inertia, np.float64))[..., 0] if model.num_joints else np.zeros(0)
     safe = np.where(masses > 0, masses, 1.0)
     radius = np.where(masses > 0, np.sqrt(np.maximum(2.0 * smallest / safe, 0.0)), low)
+    if lengths is not None:
+        radius = np.minimum(radius, RADIUS_PER_LENGTH * np.asarray(lengths, np.float64)[1:])
     radius = np.clip(radius, low, high)
     base = float(np.mean(radius)) if radius.size else low
     return np.concatenate([[base], radius])
@@ -284,7 +296,10 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
     if size is None:
         box = base[0] + box_corners(sides, axes) @ rotation[0, 0].T
         size = extent(np.concatenate([points["c"][0], points["j"][0], points["e"][0], box]))
-    radii = link_radii(model, size)
+    bone = np.linalg.norm(end[0] - start[0], axis=-1)  # (S,) at the first sample
+    longest = np.zeros(model.num_joints + 1)
+    np.maximum.at(longest, owner, np.where(np.isfinite(bone), bone, 0.0))
+    radii = link_radii(model, size, longest)
     return SceneGeometry(
         label=label,
         time=time,
@@ -419,6 +434,7 @@ def matrix_to_wxyz(rotation: np.ndarray) -> np.ndarray:
 __all__ = [
     "MAX_TRAJECTORIES",
     "RADIUS_BOUNDS",
+    "RADIUS_PER_LENGTH",
     "SceneGeometry",
     "TrajectoryItem",
     "attitudes",

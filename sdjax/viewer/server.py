@@ -36,8 +36,8 @@ GHOST_OPACITY = 0.3
 PLAYBACK_FPS = 30.0
 #: Vertical field of view of the initial camera, rad.
 CAMERA_FOV = np.radians(50.0)
-#: Lengths as fractions of the model size: end-point axes, base axes (of the box size), the
-#: longest momentum arrow over the trajectory.
+#: Lengths as fractions of the model size: end-point axes, base axes (of the box's median
+#: side), the longest momentum arrow over the trajectory.
 END_POINT_AXES, BASE_AXES, ARROW_LENGTH = 0.08, 0.75, 0.4
 #: Momentum arrows are scaled so the longest over the trajectory is ``ARROW_LENGTH`` sizes;
 #: none is drawn when the largest is below this fraction of the system's mass moving one size
@@ -109,7 +109,7 @@ class _Robot:
         self.overlays = overlays
         if not overlays:
             return
-        box = float(np.max(g.base_box_sides))
+        box = float(np.median(g.base_box_sides))  # an elongated orbiter gets axes of its girth
         base_axes = BASE_AXES * box if box > 0 else END_POINT_AXES * g.size
         self.base_frame = scene.add_frame(f"{root}/base_frame", axes_length=base_axes, axes_radius=0.04 * base_axes)
         length = END_POINT_AXES * g.size
