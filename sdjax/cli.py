@@ -1,4 +1,4 @@
-"""Command line: ``sdjax {demo,info,simulate,plot}`` (also ``python -m sdjax ...``).
+"""Command line: ``sdjax {demo,info,simulate,plot,view}`` (also ``python -m sdjax ...``).
 
 ::
 
@@ -7,6 +7,8 @@
     sdjax simulate MODEL --duration 10 --dt 0.01 --controller pd --target 0.3 0.2 0.1 0.6 0.5 0.4 \\
                    --out run.npz                  chunked simulation with a progress bar
     sdjax plot run.npz --out plots/ --animate run.gif
+    sdjax view run.npz [more.npz ...] [--model MODEL] [--port 8080] [--no-browser]
+                                                  3-D viewer in the browser (pip install 'sdjax[viewer]')
 
 ``MODEL`` is a built-in name (``sdjax.models.BUILTIN_MODELS``) or a model file read by
 ``sdjax.io.loader.load_model`` (chosen by suffix, e.g. ``.json``). Bad input (a missing or
@@ -89,6 +91,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number in 0..65535, got {text!r}")
     return value
 
 
@@ -489,6 +501,49 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------
+# view
+
+
+def _view(args: argparse.Namespace) -> int:
+    _setup_jax(False)
+    from sdjax.simulation import load_run
+
+    try:
+        from sdjax import viewer
+
+        viewer.server.import_viser()
+    except ImportError as err:
+        raise CommandError(str(err)) from None
+    options = _reader_options(args)
+    if options and args.model is None:
+        raise UsageError("--base, --inertia-check, --gravity and --end-points apply to --model (a run file carries its model)")
+    runs = [load_run(path) for path in args.runs]
+    if args.model is not None:
+        model = _load_model(args.model, options=options)
+        for path, run in zip(args.runs, runs):
+            found = run.model.num_joints
+            if found != model.num_joints:
+                raise CommandError(f"{path}: the run has {found} joint coordinates, but --model {args.model} has {model.num_joints} joints")
+        models = [model] * len(runs)
+    else:
+        models = [run.model for run in runs]
+    stems = [os.path.splitext(os.path.basename(path))[0] for path in args.runs]
+    labels = stems if len(set(stems)) == len(stems) else list(args.runs)
+    shown = viewer.show(
+        models, [run.trajectory for run in runs], labels=labels, momentum=args.momentum,
+        port=args.port, host=args.host, open_browser=not args.no_browser, title=models[0].name,
+    )  # fmt: skip
+    print(f"sdjax view: {', '.join(labels)} ({models[0].name}, {runs[0].num_steps} steps) at {shown.url}; Ctrl-C stops", flush=True)
+    try:
+        shown.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        shown.close()
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
 # The parser.
 
 
@@ -510,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     builtin = ", ".join(sorted(BUILTIN_MODELS))
     parser = _Parser(prog="sdjax", description="Differentiable dynamics of space and mobile robots.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,info,simulate,plot}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,info,simulate,plot,view}")
     demo = commands.add_parser("demo", help="simulate a built-in free-floating robot and print a summary")
     demo.add_argument("--model", choices=sorted(BUILTIN_MODELS), default="spacedyn_sample")
     demo.add_argument("--duration", type=_positive, default=20.0, help="simulated time, s (default 20)")
@@ -564,10 +619,24 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--speed", type=_positive, default=1.0, help="simulated seconds per second of animation (default 1)")
     plot.add_argument("--max-frames", type=_positive_int, default=200, help="most animation frames (default 200)")
     plot.add_argument("--dpi", type=_positive_int, default=100, help="PNG resolution (default 100)")
+
+    view = commands.add_parser(
+        "view",
+        help="show run files in a 3-D viewer in the browser (pip install 'sdjax[viewer]')",
+        description="Serve a 3-D view of one or more run files (planned vs executed, several starts) "
+        "with a time slider and playback, until Ctrl-C.",
+    )
+    view.add_argument("runs", nargs="+", metavar="RUN", help="run files written by 'sdjax simulate' (.npz)")
+    view.add_argument("--model", metavar="MODEL", help=f"draw with this model instead of the runs' own ({model_help})")
+    _add_reader_options(view)
+    view.add_argument("--port", type=_port, default=8080, help="preferred port (the next free one is taken if busy; 0: any; default 8080)")
+    view.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 for other machines)")
+    view.add_argument("--no-browser", action="store_true", help="do not open a browser (print the URL only)")
+    view.add_argument("--momentum", action="store_true", help="show the momentum arrows at start")
     return parser
 
 
-_COMMANDS = {"demo": _demo, "info": _info, "simulate": _simulate, "plot": _plot}
+_COMMANDS = {"demo": _demo, "info": _info, "simulate": _simulate, "plot": _plot, "view": _view}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

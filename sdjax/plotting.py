@@ -274,31 +274,58 @@ def save_time_histories(
 # Stick figure.
 
 
-def base_box(model: Model) -> np.ndarray:
-    """Corners of the base's inertia-equivalent box in the base frame, ``(8, 3)`` m.
+def inertia_box(mass: float, inertia: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The uniform box with a body's mass and principal moments (its *inertia-equivalent box*).
 
-    The uniform box with the base mass and principal moments ``I_k`` has sides
-    ``a_k = sqrt(6 (I_1 + I_2 + I_3 - 2 I_k) / m)`` along the principal axes (non-negative by
-    the triangle inequality every model satisfies). Corner ``c`` has signs from the bits of
-    ``c`` (bit k set: + along principal axis k). A massless base (a fixed base may have none)
-    is drawn as a point: every corner at the origin.
+    A uniform box of mass ``m`` and sides ``a_k`` has principal moments
+    ``I_k = m (a_i^2 + a_j^2) / 12`` (``i, j`` the other two axes), so
+    ``a_k = sqrt(6 (I_1 + I_2 + I_3 - 2 I_k) / m)``, non-negative when the moments obey the
+    triangle inequality (a body that breaks it gets the side clipped to zero). A massless body
+    is a point.
+
+    Arguments:
+        mass: ``()`` kg.
+        inertia: ``(3, 3)`` inertia about the centroid, body frame, kg m^2.
+
+    Returns:
+        ``sides`` ``(3,)`` m, in the order of ascending principal moments, and ``axes``
+        ``(3, 3)``: column ``k`` is the body-frame unit vector along side ``k`` (a proper
+        rotation, determinant +1).
     """
-    if not float(model.base_mass) > 0:
-        return np.zeros((8, 3))
-    inertia = np.asarray(model.base_inertia, np.float64)
+    inertia = np.asarray(inertia, np.float64)
     moments, axes = np.linalg.eigh(0.5 * (inertia + inertia.T))
-    sides = np.sqrt(np.maximum(6.0 * (np.sum(moments) - 2.0 * moments) / float(model.base_mass), 0.0))
+    if np.linalg.det(axes) < 0:
+        axes[:, 2] = -axes[:, 2]
+    if not float(mass) > 0:
+        return np.zeros(3), axes
+    return np.sqrt(np.maximum(6.0 * (np.sum(moments) - 2.0 * moments) / float(mass), 0.0)), axes
+
+
+def box_corners(sides: Any, axes: Any) -> np.ndarray:
+    """Corners ``(8, 3)`` of a box centred at the origin with ``sides`` ``(3,)`` along the
+    columns of ``axes`` ``(3, 3)``; corner ``c`` is + along axis ``k`` when bit ``k`` of ``c``
+    is set."""
     signs = np.array([[1.0 if (c >> k) & 1 else -1.0 for k in range(3)] for c in range(8)])
-    return (signs * (0.5 * sides)) @ axes.T
+    return (signs * (0.5 * np.asarray(sides))) @ np.asarray(axes).T
+
+
+def base_box(model: Model) -> np.ndarray:
+    """Corners of the base's inertia-equivalent box (:func:`inertia_box`, :func:`box_corners`)
+    in the base frame, ``(8, 3)`` m. A massless base (a fixed base may have none) is drawn as a
+    point: every corner at the origin.
+    """
+    return box_corners(*inertia_box(model.base_mass, model.base_inertia))
 
 
 #: Box edges as corner pairs (corners differ in exactly one bit).
 _BOX_EDGES = tuple((a, a | (1 << k)) for a in range(8) for k in range(3) if not a & (1 << k))
 
 
-def _body_segments(model: Model) -> list[tuple[str, int, str, int]]:
-    """Static list of segments ``(kind_a, index_a, kind_b, index_b)`` with kinds
-    ``"c"`` (centroid of body), ``"j"`` (joint of link, 0-based) and ``"e"`` (end point)."""
+def body_segments(model: Model) -> list[tuple[str, int, str, int]]:
+    """Static list of the bones ``(kind_a, index_a, kind_b, index_b)`` with kinds ``"c"``
+    (centroid of body), ``"j"`` (joint of link, 0-based) and ``"e"`` (end point): for every
+    link, parent centroid -> its joint and joint -> its centroid; then body centroid -> each
+    end point. The bone belongs to body ``index_a`` when ``kind_a == "c"``, else to ``index_b``."""
     segments = []
     for k, p in enumerate(model.parent):
         segments.append(("c", p, "j", k))  # parent centroid -> joint k+1
@@ -313,6 +340,7 @@ class StickFigure:
 
     Attributes:
         centroid: ``(F, n + 1, 3)``; joint: ``(F, n, 3)``; end_point: ``(F, ne, 3)``;
+        end_point_rotation: ``(F, ne, 3, 3)`` end-point-frame-to-inertial rotations;
         rotation: ``(F, 3, 3)`` base attitude ``A0``; box: ``(F, 8, 3)`` base box corners;
         axes: ``(F, 3, 3)`` tips of the base frame axes (x, y, z), from ``centroid[:, 0]``;
         segments: ``(F, S, 2, 3)`` bone segments following the tree.
@@ -324,6 +352,7 @@ class StickFigure:
         self.centroid = np.asarray(kin.centroid, np.float64)
         self.joint = np.asarray(kin.joint_position, np.float64)
         self.end_point = np.asarray(kin.end_point_position, np.float64)
+        self.end_point_rotation = np.asarray(kin.end_point_rotation, np.float64)
         self.rotation = np.asarray(kin.rotation[:, 0], np.float64)
         corners = base_box(model)
         r0 = self.centroid[:, 0]
@@ -332,7 +361,7 @@ class StickFigure:
         length = 0.75 * size if size > 0 else 0.5
         self.axes = r0[:, None] + length * np.swapaxes(self.rotation, 1, 2)
         points = {"c": self.centroid, "j": self.joint, "e": self.end_point}
-        segs = _body_segments(model)
+        segs = body_segments(model)
         self.segments = np.stack(
             [np.stack([points[ka][:, ia], points[kb][:, ib]], axis=1) for ka, ia, kb, ib in segs], axis=1
         ) if segs else np.zeros((len(self.centroid), 0, 2, 3))
@@ -514,6 +543,9 @@ __all__ = [
     "animation_frames",
     "base_attitude",
     "base_box",
+    "body_segments",
+    "box_corners",
+    "inertia_box",
     "plot_base",
     "plot_energy",
     "plot_frame",

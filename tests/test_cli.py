@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -81,6 +83,18 @@ def test_info(capsys, tmp_path, sample_model):
     assert from_file.split("\n", 1)[1] == out.split("\n", 1)[1]  # same description, other source line
 
 
+@pytest.fixture(scope="module")
+def sample_run_file(tmp_path_factory, sample_model) -> str:
+    """A run file of the sample model: two samples at rest."""
+    from sdjax.simulation import SimulationRun
+
+    states = jax.tree.map(lambda x: jnp.stack([x, x]), sdjax.make_state(sample_model))
+    path = tmp_path_factory.mktemp("runs") / "run.npz"
+    controls = jax.vmap(lambda tau: sdjax.make_controls(sample_model, tau))(jnp.zeros((1, 6)))  # one step
+    SimulationRun(sample_model, sdjax.Trajectory(jnp.array([0.0, 0.1]), states, controls)).save(path)
+    return str(path)
+
+
 def _write(path, text):
     path.write_text(text)
     return str(path)
@@ -124,23 +138,28 @@ BAD_INPUTS = [
     (["plot", "{malformed}"], "not a sdjax run file"),
     (["plot", "{tmp}/x.npz", "--animate", "run.avi"], "must end in .gif or .mp4"),
     (["plot", "{tmp}/x.npz", "--fps", "0"], "expected a positive number"),
+    (["view", "{tmp}/missing.npz"], "missing.npz: no such file (expected a sdjax run file)"),
+    (["view", "{tmp}/x.npz", "--port", "70000"], "argument --port: expected a port number in 0..65535, got '70000'"),
+    (["view", "{run}", "--base", "planar"], "--base, --inertia-check, --gravity and --end-points apply to --model"),
+    (["view", "{run}", "--model", "free_flying_arm_7dof", "--no-browser"], "run.npz: the run has 6 joint coordinates, but --model free_flying_arm_7dof has 7 joints"),
     (["info", "spacedyn_sample", "--base", "hovering"], "argument --base: invalid choice: 'hovering'"),
     (["info", "spacedyn_sample", "--end-points", "tool"], "--end-points selects URDF links; built-in models have their end points"),
     (["info", "spacedyn_sample", "--gravity", "0", "-9.8"], "--gravity: expected 3 values, got 2"),
     (["info", "spacedyn_sample", "--base", "planar", "--inertia-check", "physical", "--gravity", "0", "0", "nan"], "argument --gravity: expected a finite number"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
-    ([], "required: {demo,info,simulate,plot}"),
+    ([], "required: {demo,info,simulate,plot,view}"),
 ]
 
 
 @pytest.mark.parametrize("argv, message", BAD_INPUTS, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
-def test_bad_input_is_one_error_line(argv, message, tmp_path, sample_model, capsys):
+def test_bad_input_is_one_error_line(argv, message, tmp_path, sample_model, sample_run_file, capsys):
     files = {
         "tmp": str(tmp_path),
         "malformed": _write(tmp_path / "malformed.json", '{"format": "sdjax-model", '),
         "negative": _bad_mass_model(tmp_path, sample_model),
         "unknown_suffix": _write(tmp_path / "robot.xyz", "robot"),
         "old": _write(tmp_path / "old.npz", "an earlier run"),
+        "run": sample_run_file,
     }
     argv = [arg.format(**files) for arg in argv]
     status = main(argv)
