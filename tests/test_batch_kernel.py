@@ -23,6 +23,16 @@ from helpers import assert_close, random_state
 
 pytest.importorskip("numba")
 
+
+@pytest.fixture(autouse=True)
+def _kernel_for_small_batches(monkeypatch):
+    """The public path gives batches of MIN_BATCH and more to the kernel; these tests use
+    small batches, so every batch goes there (traces made otherwise are dropped)."""
+    monkeypatch.setattr(batch_kernel, "MIN_BATCH", 1)
+    jax.clear_caches()
+    yield
+    jax.clear_caches()
+
 # Tolerances. float64: round-off of a solve with up to 26 unknowns in another summation order
 # (observed <= 2e-12 relative to the largest acceleration, on inertia matrices with condition
 # numbers up to ~1e4). float32: epsilon 1.2e-7 times that condition number, with headroom.
