@@ -26,6 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import sdjax  # noqa: E402
+from sdjax import batch_kernel  # noqa: E402
 from sdjax.models import free_flying_arm_7dof, random_model, spacedyn_sample  # noqa: E402
 from sdjax.models.random import random_rotation  # noqa: E402
 
@@ -52,6 +53,11 @@ def random_state(model: sdjax.Model, seed: int) -> sdjax.State:
         q=rng.uniform(-np.pi, np.pi, size=n),
         qd=rng.normal(size=n),
     )
+
+
+#: Engine labels of the sdjax rows: the default path, and the XLA path alone.
+SDJAX_DEFAULT = "sdjax (jit + vmap)"
+SDJAX_XLA = "sdjax (jit + vmap, XLA path)"
 
 
 def sdjax_functions(model: sdjax.Model):
@@ -151,24 +157,34 @@ def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float)
                     t = common.time_call(peer.parallel(algo, batch), repeats=repeats, min_seconds=min_seconds)
                     results.append(dict(model=model_name, engine=f"pinocchio {PINOCCHIO_PARALLEL[algo]} ({os.cpu_count()} threads)", algorithm=algo, dtype="float64", batch=batch, seconds_per_call=t["min"], evals_per_second=batch / t["min"], median_seconds_per_call=t["median"]))
                     print(f"{model_name:22s} {algo:17s} pinocchio {PINOCCHIO_PARALLEL[algo]} B={batch:6d}: {batch / t['min']:12,.0f} evals/s", flush=True)
-        for dtype_name in dtypes:
-            dtype = jnp.float64 if dtype_name == "float64" else jnp.float32
-            model = model64.astype(dtype)
-            functions = sdjax_functions(model)
-            for batch in batches:
-                states = common.batch_of(lambda k: jax.tree.map(lambda x: x.astype(dtype), host_states[k]), batch, distinct)
-                args = (states,) + tuple(
-                    jnp.resize(jnp.asarray(inputs[key], dtype), (batch,) + inputs[key].shape[1:]) for key in ("tau", "base_acc", "qdd")
-                )
-                for algo in ALGORITHMS:
-                    compile_s, compiled = common.compile_seconds(jax.jit(jax.vmap(functions[algo])), *args)
-                    t = common.time_call(lambda: compiled(*args), repeats=repeats, min_seconds=min_seconds)
-                    rate = batch / t["min"]
-                    row = dict(model=model_name, engine="sdjax (jit + vmap)", algorithm=algo, dtype=dtype_name, batch=batch, seconds_per_call=t["min"], median_seconds_per_call=t["median"], evals_per_second=rate, compile_seconds=compile_s)
-                    if algo in pin_rate:
-                        row["ratio_to_pinocchio"] = rate / pin_rate[algo]
-                    results.append(row)
-                    print(f"{model_name:22s} {algo:17s} {dtype_name} B={batch:6d}: {rate:12,.0f} evals/s" + (f"  ({row['ratio_to_pinocchio']:.2f}x Pinocchio)" if "ratio_to_pinocchio" in row else ""), flush=True)
+        # The default path (the compiled kernel of sdjax.batch_kernel for large batches when
+        # Numba is installed), then, for comparison in the same run, forward dynamics on the
+        # XLA path alone (SDJAX_KERNEL=jax) at the batches the kernel would take.
+        paths = [(SDJAX_DEFAULT, "auto", ALGORITHMS, batches)]
+        if batch_kernel.available():
+            paths.append((SDJAX_XLA, "jax", ("forward_dynamics",), [b for b in batches if b >= batch_kernel.MIN_BATCH]))
+        for engine, kernel, algorithms, path_batches in paths:
+            os.environ[batch_kernel.KERNEL_ENV] = kernel
+            jax.clear_caches()  # (the path is chosen when a function is traced)
+            for dtype_name in dtypes:
+                dtype = jnp.float64 if dtype_name == "float64" else jnp.float32
+                model = model64.astype(dtype)
+                functions = sdjax_functions(model)
+                for batch in path_batches:
+                    states = common.batch_of(lambda k: jax.tree.map(lambda x: x.astype(dtype), host_states[k]), batch, distinct)
+                    args = (states,) + tuple(
+                        jnp.resize(jnp.asarray(inputs[key], dtype), (batch,) + inputs[key].shape[1:]) for key in ("tau", "base_acc", "qdd")
+                    )
+                    for algo in algorithms:
+                        compile_s, compiled = common.compile_seconds(jax.jit(jax.vmap(functions[algo])), *args)
+                        t = common.time_call(lambda: compiled(*args), repeats=repeats, min_seconds=min_seconds)
+                        rate = batch / t["min"]
+                        row = dict(model=model_name, engine=engine, algorithm=algo, dtype=dtype_name, batch=batch, seconds_per_call=t["min"], median_seconds_per_call=t["median"], evals_per_second=rate, compile_seconds=compile_s)
+                        if algo in pin_rate:
+                            row["ratio_to_pinocchio"] = rate / pin_rate[algo]
+                        results.append(row)
+                        print(f"{model_name:22s} {algo:17s} {dtype_name} B={batch:6d} {engine}: {rate:12,.0f} evals/s" + (f"  ({row['ratio_to_pinocchio']:.2f}x Pinocchio)" if "ratio_to_pinocchio" in row else ""), flush=True)
+        os.environ.pop(batch_kernel.KERNEL_ENV, None)
     return {"results": results}
 
 

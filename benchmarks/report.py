@@ -40,8 +40,9 @@ def dynamics_tables(data: dict) -> str:
                 continue
             loop = per_sample.get((model, r["algorithm"]), "")
             parallel = threaded.get((model, r["algorithm"], r["batch"]), {}).get("evals_per_second", "")
-            body.append([r["algorithm"], r["dtype"], r["batch"], r["evals_per_second"], loop, r.get("ratio_to_pinocchio", ""), parallel, r["evals_per_second"] / parallel if parallel else ""])
-        headers = ["algorithm", "dtype", "batch", "sdjax evals/s", "Pinocchio loop evals/s", "x loop", "Pinocchio threaded evals/s", "x threaded"]
+            path = "XLA" if "XLA" in r["engine"] else "default"
+            body.append([r["algorithm"], path, r["dtype"], r["batch"], r["evals_per_second"], loop, r.get("ratio_to_pinocchio", ""), parallel, r["evals_per_second"] / parallel if parallel else ""])
+        headers = ["algorithm", "sdjax path", "dtype", "batch", "sdjax evals/s", "Pinocchio loop evals/s", "x loop", "Pinocchio threaded evals/s", "x threaded"]
         out += [f"**{model}**", "", table(headers, body), ""]
     return "\n".join(out)
 
@@ -85,7 +86,7 @@ def plot(data: dict, path: pathlib.Path) -> None:
     for ax, algo in zip(axes, ("forward_dynamics", "inverse_dynamics", "inertia_matrix")):
         for model in dict.fromkeys(r["model"] for r in rows):
             for dtype, style in (("float64", "-o"), ("float32", "--s")):
-                pts = [(r["batch"], r["evals_per_second"]) for r in rows if r["model"] == model and r["algorithm"] == algo and r["dtype"] == dtype and r["engine"].startswith("sdjax")]
+                pts = [(r["batch"], r["evals_per_second"]) for r in rows if r["model"] == model and r["algorithm"] == algo and r["dtype"] == dtype and r["engine"] == "sdjax (jit + vmap)"]
                 if pts:
                     ax.plot(*zip(*pts), style, label=f"sdjax {model} {dtype}")
             pin = [r["evals_per_second"] for r in rows if r["model"] == model and r["algorithm"] == algo and r["engine"] == "pinocchio (per-sample Python)"]

@@ -24,6 +24,7 @@ the JAX path to round-off (tests/test_batch_kernel.py).
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import os
 import threading
@@ -74,7 +75,7 @@ def _forward_dynamics_kernel(
     base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
     centroid_to_end_point, stiffness, damping, gravity,
     tau, base_force, base_torque, end_point_force, end_point_torque,
-    acceleration_out, factor_out, blocks,
+    acceleration_out, factor_out, start, stop,
 ):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
     """Forward dynamics of ``B`` samples (see the module docstring).
 
@@ -83,17 +84,15 @@ def _forward_dynamics_kernel(
     input has a leading batch axis of ``B`` or 1 (shared by the batch); ``joint_frame (.., n,
     3, 3)`` is the fixed rotation ``Rx Ry Rz`` of each joint frame. Outputs: ``acceleration_out
     (B, 6 + n)``, ``factor_out (B, nv, nv)`` (lower Cholesky factor of the free coordinates'
-    inertia matrix, zero above the diagonal). ``blocks``: number of sample blocks run in
-    parallel (each allocates its scratch once).
+    inertia matrix, zero above the diagonal). Samples ``start <= b < stop`` are computed (threads
+    share the arrays and take disjoint ranges).
     """
-    batch = acceleration_out.shape[0]
     n = parent.shape[0]
     nv = free.shape[0]
     ne = end_point_link.shape[0]
     size = 6 + n
     dtype = q.dtype
-    per_block = (batch + blocks - 1) // blocks
-    for block in prange(blocks):
+    if True:  # (one scratch block per call)
         rot = np.zeros((n + 1, 3, 3), dtype)
         pos = np.zeros((n + 1, 3), dtype)  # centroid - r0
         twist = np.zeros((n + 1, 6), dtype)  # (w, v_o)
@@ -110,7 +109,7 @@ def _forward_dynamics_kernel(
         rhs = np.zeros(size, dtype)
         factor = np.zeros((nv, nv), dtype)
         y = np.zeros(nv, dtype)
-        for b in range(block * per_block, min(batch, (block + 1) * per_block)):
+        for b in range(start, stop):
             bq = b if quaternion.shape[0] > 1 else 0
             bv = b if linear_velocity.shape[0] > 1 else 0
             bw = b if angular_velocity.shape[0] > 1 else 0
@@ -356,16 +355,24 @@ def _forward_dynamics_kernel(
                     factor_out[b, r, c] = factor[r, c] if c <= r else 0.0
 
 
-#: The kernel's parallel loop: ``range`` when run as plain Python, ``numba.prange`` once compiled.
-prange = range
+@functools.cache
+def _compiled() -> Any:
+    # Serial and without the GIL: threads of this process take disjoint sample ranges (a
+    # parallel Numba loop compiles 3x longer, 13 s, and its OpenMP threads spin between calls,
+    # slowing XLA's own threads).
+    return _numba().njit(cache=True, nogil=True)(_forward_dynamics_kernel)
 
 
 @functools.cache
-def _compiled() -> Any:
-    global prange
-    numba = _numba()
-    prange = numba.prange
-    return numba.njit(parallel=True, cache=True, nogil=True)(_forward_dynamics_kernel)
+def _threads() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=_thread_count(), thread_name_prefix="sdjax-kernel")
+
+
+def _thread_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (not on every platform)
+        return max(1, os.cpu_count() or 1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -433,11 +440,13 @@ def solve_forward_dynamics(
             arrays, column, offset = [], 0, 0
             for shape, b in zip(core_shapes, is_batched):
                 size = int(np.prod(shape, dtype=np.int64))
+                # Contiguous and writable, always: Numba compiles one kernel per array type, and
+                # views of XLA's buffers are read-only.
                 if b:
-                    arrays.append(np.ascontiguousarray(batched_numbers[k, :, column : column + size]).reshape((axis_size,) + shape))
+                    arrays.append(np.require(batched_numbers[k, :, column : column + size], requirements="CW").reshape((axis_size,) + shape))
                     column += size
                 else:
-                    arrays.append(np.ascontiguousarray(shared_numbers[k, offset : offset + size]).reshape((1,) + shape))
+                    arrays.append(np.require(shared_numbers[k, offset : offset + size], requirements="CW").reshape((1,) + shape))
                     offset += size
             factor = outputs[1][k] if with_factor else np.empty((axis_size, nv, nv), dtype)
             _run(static, arrays, outputs[0][k], factor)
@@ -451,13 +460,20 @@ _lock = threading.Lock()
 
 
 def _run(static: tuple, arrays: list, acceleration: np.ndarray, factor: np.ndarray) -> None:
-    """One call of the compiled kernel, with as many blocks as make every thread busy. Calls
-    are serialised: XLA may run two callbacks at once, and Numba's threading layers differ in
-    whether they allow that."""
-    numba = _numba()
-    blocks = max(1, min(len(acceleration), 4 * numba.get_num_threads()))
+    """The compiled kernel over the batch, one contiguous range of samples per core (ranges of
+    at least :data:`MIN_BATCH` / 2 samples). Calls are serialised (XLA may run two callbacks at
+    once; the cores are busy either way)."""
+    kernel = _compiled()
+    count = len(acceleration)
+    parts = max(1, min(_thread_count(), count // max(1, MIN_BATCH // 2)))
+    bounds = [count * k // parts for k in range(parts + 1)]
     with _lock:
-        _compiled()(*static, *arrays, acceleration, factor, blocks)
+        if parts == 1:
+            kernel(*static, *arrays, acceleration, factor, 0, count)
+            return
+        futures = [_threads().submit(kernel, *static, *arrays, acceleration, factor, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        for future in futures:
+            future.result()
 
 
 __all__: list[str] = []
