@@ -365,7 +365,7 @@ def _compiled() -> Any:
 
 @functools.cache
 def _threads() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(max_workers=_thread_count(), thread_name_prefix="sdjax-kernel")
+    return concurrent.futures.ThreadPoolExecutor(max_workers=max(1, _thread_count() - 1), thread_name_prefix="sdjax-kernel")
 
 
 def _thread_count() -> int:
@@ -471,7 +471,9 @@ def _run(static: tuple, arrays: list, acceleration: np.ndarray, factor: np.ndarr
         if parts == 1:
             kernel(*static, *arrays, acceleration, factor, 0, count)
             return
-        futures = [_threads().submit(kernel, *static, *arrays, acceleration, factor, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        # The other ranges on the pool, the first on this thread.
+        futures = [_threads().submit(kernel, *static, *arrays, acceleration, factor, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+        kernel(*static, *arrays, acceleration, factor, bounds[0], bounds[1])
         for future in futures:
             future.result()
 

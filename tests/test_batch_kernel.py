@@ -157,3 +157,28 @@ def test_derivatives_unchanged():
         expected = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(model, *sample)
         for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[k], batched)), jax.tree.leaves(expected)):
             assert_close(a, b, 1e-10, f"gradient, sample {k}")  # (round-off of two solves, as above)
+
+
+def test_optional_dependency():
+    """``import sdjax`` does not import Numba, and without Numba batched forward dynamics runs
+    on the XLA path (a fresh interpreter in which ``import numba`` fails)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['numba'] = None\n"  # makes `import numba` raise ImportError
+        "import jax, jax.numpy as jnp\n"
+        "import sdjax\n"
+        "from sdjax import batch_kernel\n"
+        "from sdjax.models import spacedyn_sample\n"
+        "assert not batch_kernel.available()\n"
+        "m = spacedyn_sample()\n"
+        "s = jax.vmap(lambda q: sdjax.make_state(m, q=q))(jnp.zeros((256, m.num_joints)))\n"
+        "a = jax.vmap(lambda st: sdjax.forward_dynamics(m, st)[1])(s)\n"
+        "assert a.shape == (256, m.num_joints) and bool(jnp.all(jnp.isfinite(a)))\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    imported = subprocess.run([sys.executable, "-c", "import sys, sdjax; print('numba' in sys.modules)"], capture_output=True, text=True, timeout=300)
+    assert imported.stdout.strip() == "False", imported.stderr[-2000:]
