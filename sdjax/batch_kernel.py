@@ -84,7 +84,7 @@ def _forward_dynamics_kernel(
     input has a leading batch axis of ``B`` or 1 (shared by the batch); ``joint_frame (.., n,
     3, 3)`` is the fixed rotation ``Rx Ry Rz`` of each joint frame. Outputs: ``acceleration_out
     (B, 6 + n)``, ``factor_out (B, nv, nv)`` (lower Cholesky factor of the free coordinates'
-    inertia matrix, zero above the diagonal). Samples ``start <= b < stop`` are computed (threads
+    inertia matrix, zero above the diagonal; a ``(0, nv, nv)`` array: not stored). Samples ``start <= b < stop`` are computed (threads
     share the arrays and take disjoint ranges).
     """
     n = parent.shape[0]
@@ -351,8 +351,10 @@ def _forward_dynamics_kernel(
             acceleration_out[b, a] = 0.0
         for r in range(nv):
             acceleration_out[b, free[r]] = y[r]
-            for c in range(nv):
-                factor_out[b, r, c] = factor[r, c] if c <= r else 0.0
+        if factor_out.shape[0]:  # (empty when the caller does not use the factor)
+            for r in range(nv):
+                for c in range(nv):
+                    factor_out[b, r, c] = factor[r, c] if c <= r else 0.0
 
 
 @functools.cache
@@ -408,6 +410,8 @@ def solve_forward_dynamics(
     )
     is_batched = [bool(flags[id(x)]) for x in leaves]
     values = [jnp.asarray(x, dtype) for x in leaves]
+    if not any(is_batched):  # (only leaves the dynamics does not read vary, e.g. base_position)
+        values[3], is_batched[3] = jnp.broadcast_to(values[3], (axis_size,) + values[3].shape), True
     # The fixed rotation Rx Ry Rz of each joint frame replaces its RPY angles (computed once
     # per model, not per sample, when the model is shared).
     values[9] = rpy_to_matrix(values[9])
@@ -448,7 +452,7 @@ def solve_forward_dynamics(
                 else:
                     arrays.append(np.require(shared_numbers[k, offset : offset + size], requirements="CW").reshape((1,) + shape))
                     offset += size
-            factor = outputs[1][k] if with_factor else np.empty((axis_size, nv, nv), dtype)
+            factor = outputs[1][k] if with_factor else np.empty((0, nv, nv), dtype)
             _run(static, arrays, outputs[0][k], factor)
         return [o.reshape(outer + o.shape[1:]) for o in outputs]
 

@@ -182,3 +182,14 @@ def test_optional_dependency():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
     imported = subprocess.run([sys.executable, "-c", "import sys, sdjax; print('numba' in sys.modules)"], capture_output=True, text=True, timeout=300)
     assert imported.stdout.strip() == "False", imported.stderr[-2000:]
+
+
+def test_batch_of_leaves_the_dynamics_does_not_read():
+    """A batch over the base position only (which forward dynamics does not depend on) gives
+    the unbatched accelerations for every sample."""
+    model = random_model(6, 5, gravity=True)
+    state = random_state(model, 1)
+    positions = jnp.asarray(np.random.default_rng(3).normal(size=(9, 3)))
+    ours = jax.jit(jax.vmap(lambda p: dynamics.floating_acceleration(model, eqx.tree_at(lambda s: s.base_position, state, p), dynamics.make_controls(model))))(positions)
+    expected = dynamics._solve_forward_dynamics(model, state, dynamics.make_controls(model))[0]
+    assert_close(ours, jnp.broadcast_to(expected, ours.shape), RTOL[jnp.float64], "batch over the base position")
