@@ -15,6 +15,7 @@ on the unit sphere.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,9 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
+from jax.custom_batching import custom_vmap
 
+from sdjax import batch_kernel
 from sdjax.dynamics import Controls, floating_acceleration, forward_dynamics_and_factor, inertia_matrix, make_controls
 from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
@@ -448,6 +451,87 @@ def control_schedule(model: Model, control: Any, num_steps: Any, dt: Any, dtype:
     return law, sequence, dt_array
 
 
+def _checked_finite(states: State) -> State:
+    return eqx.error_if(
+        states,
+        ~jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(states)])),
+        "rollout: the state became non-finite",
+    )
+
+
+def _scan_steps(
+    model: Model, initial_state: State, dt: Array, num_steps: int, law: Any, sequence: Any,
+    step_fn: Callable[..., State], environment: EnvironmentLoads | None, t0: Array, checkpoint: bool, check: bool,
+) -> tuple[State, Controls]:
+    """``num_steps`` steps of ``step_fn`` as one ``lax.scan``: the states after each step and
+    the controls held over it (leading axis ``num_steps``). Controls from ``law(t, state)`` at
+    the start of each step, or the rows of ``sequence``, or none (both ``None``)."""
+    dtype = initial_state.q.dtype
+
+    def step(carry, applied):
+        state, k = carry
+        t = t0 + k.astype(dtype) * dt
+        if law is not None:
+            applied = law(t, state)
+        controls = as_controls(model, applied, dtype)
+        new = step_fn(model, state, dt, controls, environment=environment, t=t)
+        if check:
+            new = _checked_finite(new)
+        return (new, k + 1), (new, controls)
+
+    if checkpoint:
+        step = jax.checkpoint(step)
+    (_, _), (states, controls) = lax.scan(step, (initial_state, jnp.asarray(0, jnp.int32)), sequence, length=num_steps)
+    return states, controls
+
+
+@functools.cache
+def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls], State]:
+    """``(model, initial_state, dt, controls) -> states``: open-loop RK4 steps (``controls``
+    with a leading axis ``N`` held over each step; the ``N`` states after each step).
+
+    One ``lax.scan`` of :func:`rk4_step`, except under ``vmap`` on the CPU with Numba
+    installed, where batches of :data:`sdjax.batch_kernel.MIN_ROLLOUT_BATCH` samples and more
+    run every step in the compiled kernel (:func:`sdjax.batch_kernel.rk4_rollout`: one crossing
+    from XLA per rollout instead of four per step). The kernel sees primal values only:
+    derivatives are those of the scan (the JVP rule below), so gradients, ``checkpoint`` and
+    higher derivatives are unchanged."""
+
+    def scan(model: Model, state: State, dt: Array, controls: Controls) -> State:
+        return _scan_steps(model, state, dt, controls.tau.shape[0], None, controls, rk4_step, None, jnp.zeros((), dt.dtype), checkpoint, False)[0]
+
+    @custom_vmap
+    def batchable(model: Model, state: State, dt: Array, controls: Controls) -> State:
+        return scan(model, state, dt, controls)
+
+    @batchable.def_vmap
+    def _batched(axis_size: int, in_batched: Any, model: Model, state: State, dt: Array, controls: Controls):
+        leaves, treedef = jax.tree.flatten((model, state, dt, controls))
+        batched = jax.tree.leaves(in_batched)
+        out_batched = jax.tree.map(lambda _: True, state)
+        if any(batched) and axis_size >= batch_kernel.MIN_ROLLOUT_BATCH and batch_kernel.available():
+            packed = batch_kernel.rk4_rollout(axis_size, model, state, dt, controls, in_batched)
+            n = model.num_joints
+            fields = jnp.split(packed, [3, 7, 10, 13, 13 + n], axis=-1)
+            return jax.tree.unflatten(jax.tree.structure(state), fields), out_batched  # (State checks unbatched shapes)
+
+        def one(batched_leaves):
+            it = iter(batched_leaves)
+            return scan(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)]))
+
+        return jax.vmap(one, axis_size=axis_size)([x for x, b in zip(leaves, batched) if b]), out_batched
+
+    @jax.custom_jvp
+    def rollout_states(model: Model, state: State, dt: Array, controls: Controls) -> State:
+        return batchable(model, state, dt, controls)
+
+    @rollout_states.defjvp
+    def _jvp(primals, tangents):
+        return jax.jvp(scan, primals, tangents)
+
+    return rollout_states
+
+
 @eqx.filter_jit
 def rollout(
     model: Model,
@@ -493,29 +577,22 @@ def rollout(
     initial_state = with_base_motion_checked(model, initial_state, "rollout: initial_state")
     if integrator not in INTEGRATORS:
         raise ValueError(f"rollout: unknown integrator {integrator!r}; choose one of {sorted(INTEGRATORS)}")
-    step_fn = INTEGRATORS[integrator]
     dtype = initial_state.q.dtype
     law, sequence, dt_array = control_schedule(model, control, num_steps, dt, dtype, "rollout")
     t0 = jnp.asarray(t0, dtype)
-
-    def step(carry, applied):
-        state, k = carry
-        t = t0 + k.astype(dtype) * dt_array
-        if law is not None:
-            applied = law(t, state)
-        controls = as_controls(model, applied, dtype)
-        new = step_fn(model, state, dt, controls, environment=environment, t=t)
+    if law is None and environment is None and integrator == "rk4" and num_steps > 0:
+        # Open loop: batches of it run in the compiled kernel on the CPU (_open_loop_rk4).
+        if sequence is None:
+            controls = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_steps,) + x.shape), make_controls(model, dtype=dtype))
+        else:
+            controls = jax.vmap(lambda applied: as_controls(model, applied, dtype))(sequence)
+        states = _open_loop_rk4(checkpoint)(model, initial_state, dt_array, controls)
         if check:
-            new = eqx.error_if(
-                new,
-                ~jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new)])),
-                "rollout: the state became non-finite",
-            )
-        return (new, k + 1), (new, controls)
-
-    if checkpoint:
-        step = jax.checkpoint(step)
-    (_, _), (states, controls) = lax.scan(step, (initial_state, jnp.asarray(0, jnp.int32)), sequence, length=num_steps)
+            states = _checked_finite(states)
+    else:
+        states, controls = _scan_steps(
+            model, initial_state, dt_array, num_steps, law, sequence, INTEGRATORS[integrator], environment, t0, checkpoint, check
+        )
     history = jax.tree.map(lambda x0, xs: jnp.concatenate([x0[None], xs]), initial_state, states)
     time = t0 + jnp.arange(num_steps + 1, dtype=dtype) * dt_array
     return Trajectory(time=time, states=history, controls=controls)

@@ -29,6 +29,7 @@ def _kernel_for_small_batches(monkeypatch):
     """The public path gives batches of MIN_BATCH and more to the kernel; these tests use
     small batches, so every batch goes there (traces made otherwise are dropped)."""
     monkeypatch.setattr(batch_kernel, "MIN_BATCH", 1)
+    monkeypatch.setattr(batch_kernel, "MIN_ROLLOUT_BATCH", 1)
     jax.clear_caches()
     yield
     jax.clear_caches()
@@ -193,3 +194,137 @@ def test_batch_of_leaves_the_dynamics_does_not_read():
     ours = jax.jit(jax.vmap(lambda p: dynamics.floating_acceleration(model, eqx.tree_at(lambda s: s.base_position, state, p), dynamics.make_controls(model))))(positions)
     expected = dynamics._solve_forward_dynamics(model, state, dynamics.make_controls(model))[0]
     assert_close(ours, jnp.broadcast_to(expected, ours.shape), RTOL[jnp.float64], "batch over the base position")
+
+
+# ------------------------------------------------------------------------------------------
+# Open-loop RK4 rollouts in the kernel.
+
+# Rollout tolerances: the per-step round-off of the accelerations (RTOL above) carried through
+# 20 RK4 steps of a system with velocities of order 1 (observed <= 3e-13 in float64, 2e-5 in
+# float32, relative to each state component's largest magnitude).
+ROLLOUT_RTOL = {jnp.float64: 1e-10, jnp.float32: 2e-3}
+ROLLOUT_STEPS, ROLLOUT_DT = 20, 0.01
+
+
+def _counting_kernels(monkeypatch) -> list:
+    """Records the name of each kernel run (patched ``batch_kernel._run``)."""
+    names = []
+    original = batch_kernel._run
+    monkeypatch.setattr(batch_kernel, "_run", lambda kernel, *a: (names.append(kernel.__name__), original(kernel, *a)))
+    jax.clear_caches()
+    return names
+
+
+def _per_sample_rollouts(model, states, control, dt=ROLLOUT_DT, steps=ROLLOUT_STEPS):
+    """Each sample's rollout without vmap: one lax.scan of rk4_step on the XLA path."""
+    run = jax.jit(lambda s, c, h: sdjax.rollout(model, s, h, steps, c))
+    out = []
+    for k in range(states.q.shape[0]):
+        pick = lambda x: x[k]  # noqa: E731
+        sample_control = None if control is None else jax.tree.map(pick, control)
+        out.append(run(jax.tree.map(pick, states), sample_control, dt[k] if jnp.ndim(dt) else dt))
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *out)
+
+
+def _assert_trajectories(ours, expected, rtol, what):
+    for name in ("base_position", "base_quaternion", "base_linear_velocity", "base_angular_velocity", "q", "qd"):
+        assert_close(getattr(ours.states, name), getattr(expected.states, name), rtol, f"{what}: {name}")
+    assert_close(ours.time, expected.time, 1e-15, f"{what}: time")  # (the same arange)
+    for a, b in zip(jax.tree.leaves(ours.controls), jax.tree.leaves(expected.controls)):
+        assert_close(a, b, 1e-15, f"{what}: recorded controls")  # (copies of the inputs)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("base", ["floating", "planar", "fixed"])
+def test_rollout_kernel_equals_scan(base, dtype, monkeypatch):
+    """A batch of open-loop RK4 rollouts runs in the kernel and equals each sample's
+    ``lax.scan`` of :func:`sdjax.rk4_step` on a branched tree with prismatic joints, gravity,
+    passive joints, and per-step torques, base and end-point loads, in every base mode."""
+    model = sdjax.edit_model(random_model(11, 12, gravity=True, passive=True), base=base).astype(dtype)
+    batch = 5
+    states = jax.tree.map(lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, 40 + k, scale=0.5) for k in range(batch)])
+    rng = np.random.default_rng(8)
+    n, ne = model.num_joints, model.num_end_points
+    loads = dynamics.Controls(*[
+        jnp.asarray(rng.normal(size=(batch, ROLLOUT_STEPS) + shape), dtype) for shape in [(n,), (3,), (3,), (ne, 3), (ne, 3)]
+    ])
+    names = _counting_kernels(monkeypatch)
+    ours = jax.jit(jax.vmap(lambda s, c: sdjax.rollout(model, s, ROLLOUT_DT, ROLLOUT_STEPS, c)))(states, loads)
+    assert names == ["rk4_rollout"], names
+    assert ours.states.q.dtype == dtype and ours.states.q.shape == (batch, ROLLOUT_STEPS + 1, n)
+    _assert_trajectories(ours, _per_sample_rollouts(model, states, loads), ROLLOUT_RTOL[dtype], f"{base} {jnp.dtype(dtype).name}")
+
+
+def test_rollout_kernel_shared_and_batched_inputs(monkeypatch):
+    """Any input may be batched or shared: no control, one torque sequence for the whole batch,
+    a batch of models, a batch of steps ``dt``."""
+    model = random_model(31, 6, gravity=True, passive=True)
+    batch = 4
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_state(model, 60 + k, scale=0.5) for k in range(batch)])
+    names = _counting_kernels(monkeypatch)
+    rollout = lambda m, s, c, h: sdjax.rollout(m, s, h, ROLLOUT_STEPS, c)  # noqa: E731
+    free = jax.jit(jax.vmap(rollout, in_axes=(None, 0, None, None)))(model, states, None, ROLLOUT_DT)
+    _assert_trajectories(free, _per_sample_rollouts(model, states, None), ROLLOUT_RTOL[jnp.float64], "no control")
+    tau = jnp.asarray(np.random.default_rng(1).normal(size=(ROLLOUT_STEPS, model.num_joints)))
+    shared = jax.jit(jax.vmap(rollout, in_axes=(None, 0, None, None)))(model, states, tau, ROLLOUT_DT)
+    _assert_trajectories(shared, _per_sample_rollouts(model, states, jnp.broadcast_to(tau, (batch,) + tau.shape)), ROLLOUT_RTOL[jnp.float64], "shared torques")
+    steps = jnp.asarray([0.004, 0.007, 0.01, 0.013])
+    by_dt = jax.jit(jax.vmap(rollout, in_axes=(None, 0, None, 0)))(model, states, None, steps)
+    _assert_trajectories(by_dt, _per_sample_rollouts(model, states, None, steps), ROLLOUT_RTOL[jnp.float64], "batched dt")
+    rng = np.random.default_rng(2)
+    models = sdjax.stack_models([jax.tree.map(lambda x: x * (1 + 0.2 * rng.uniform()), model) for _ in range(batch)])
+    state = random_state(model, 5, scale=0.5)
+    by_model = jax.jit(jax.vmap(rollout, in_axes=(0, None, None, None)))(models, state, None, ROLLOUT_DT)
+    for k in range(batch):
+        expected = jax.jit(lambda m: sdjax.rollout(m, state, ROLLOUT_DT, ROLLOUT_STEPS))(jax.tree.map(lambda x: x[k], models))
+        assert_close(by_model.states.q[k], expected.states.q, ROLLOUT_RTOL[jnp.float64], f"batched model {k}")
+    assert names == ["rk4_rollout"] * 4, names
+
+
+def test_rollout_kernel_only_for_open_loop_rk4(monkeypatch):
+    """Feedback laws, environment loads and other integrators need XLA between steps: those
+    rollouts never enter the rollout kernel (their forward dynamics may enter the other)."""
+    model = random_model(3, 5)
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_state(model, k) for k in range(3)])
+    names = _counting_kernels(monkeypatch)
+    law = lambda t, s: -s.qd  # noqa: E731
+    environment = lambda t, s: dynamics.make_controls(model, tau=-s.q)  # noqa: E731
+    for kwargs in ({"control": law}, {"environment": environment}, {"integrator": "euler"}):
+        jax.block_until_ready(jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, 0.01, 4, **kwargs)))(states))
+    assert "rk4_rollout" not in names and "forward_dynamics" in names, names
+
+
+def test_rollout_kernel_gradients_and_checks(monkeypatch):
+    """Gradients of batched rollouts (the kernel serves the forward pass) equal the per-sample
+    gradients of the scan, for the initial state and the torque sequence, with and without
+    ``checkpoint``; ``check=True`` reports a state that turns non-finite."""
+    model = random_model(12, 5, gravity=True, passive=True)
+    batch = 3
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_state(model, 70 + k, scale=0.5) for k in range(batch)])
+    tau = jnp.asarray(np.random.default_rng(4).normal(size=(batch, 8, model.num_joints)))
+
+    def loss(s, c, checkpoint):
+        trajectory = sdjax.rollout(model, s, ROLLOUT_DT, 8, c, checkpoint=checkpoint)
+        return jnp.sum(jnp.sin(trajectory.states.q[-1])) + jnp.sum(trajectory.states.base_angular_velocity[-1] ** 2)
+
+    for checkpoint in (False, True):
+        ours = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, 0, None)), static_argnums=2)(states, tau, checkpoint)
+        for k in range(batch):
+            expected = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(jax.tree.map(lambda x: x[k], states), tau[k], checkpoint)
+            for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[k], ours)), jax.tree.leaves(expected)):
+                assert_close(a, b, 1e-9, f"gradient, sample {k}, checkpoint={checkpoint}")  # (round-off of 8 steps' solves)
+    names = _counting_kernels(monkeypatch)
+    bad = eqx.tree_at(lambda s: s.qd, states, states.qd.at[1, 0].set(jnp.inf))
+    with pytest.raises(Exception, match="non-finite"):
+        jax.block_until_ready(jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, ROLLOUT_DT, 4, check=True).states.q))(bad))
+    assert names == ["rk4_rollout"], names
+
+
+def test_rollout_kernel_nested_vmap():
+    """vmap of vmap of a rollout: each outer index is a batch of its own."""
+    model = random_model(5, 4, gravity=True)
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_state(model, 80 + k, scale=0.5) for k in range(6)])
+    grid = jax.tree.map(lambda x: x.reshape((2, 3) + x.shape[1:]), states)
+    ours = jax.jit(jax.vmap(jax.vmap(lambda s: sdjax.rollout(model, s, ROLLOUT_DT, ROLLOUT_STEPS).states.q)))(grid)
+    expected = _per_sample_rollouts(model, states, None).states.q.reshape(ours.shape)
+    assert_close(ours, expected, ROLLOUT_RTOL[jnp.float64], "nested vmap")

@@ -1,0 +1,487 @@
+"""The equations of :mod:`sdjax.batch_kernel`, compiled by Numba (imported only by it, and
+only when a batch is solved on the CPU: ``import sdjax`` never imports Numba).
+
+Three compiled functions share one per-sample forward dynamics:
+
+- :func:`sample_acceleration`: one sample's kinematics and Newton-Euler bias forces (seed 000
+  eqs 3.1-3.39), the composite-body inertia matrix from subtree mass moments (eqs 3.18-3.28,
+  as :func:`sdjax.dynamics.inertia_matrix_from_frames`), its Cholesky factorisation and eq
+  3.29's solve, every intermediate in a scratch block (:func:`scratch`);
+- :func:`forward_dynamics`: that, over a range of samples of a batch;
+- :func:`rk4_rollout`: open-loop rollouts of a range of samples with classical RK4 (the
+  scheme of :func:`sdjax.integrate.rk4_step`: four stages on the un-normalised quaternion,
+  normalised after each step), four forward dynamics per step, no crossing back to XLA.
+
+Each is serial and releases the GIL (threads of :mod:`sdjax.batch_kernel` take disjoint sample
+ranges) and is cached on disk by Numba (compiled once per precision).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True)
+# Inlined into its callers at Numba's IR level: called as a separate function it ran 1.5x slower.
+_inline = numba.njit(cache=True, nogil=True, inline="always")
+
+
+@_inline
+def scratch(n, nv, dtype_of):  # pragma: no cover - compiled by Numba; results tested against the JAX path
+    """Working arrays of :func:`forward_dynamics_range` for ``n`` joints and ``nv`` free
+    coordinates, in the precision of the array ``dtype_of``."""
+    dtype = dtype_of.dtype
+    size = 6 + n
+    return (
+        np.zeros((n + 1, 3, 3), dtype),  # rot: body-to-inertial rotations
+        np.zeros((n + 1, 3), dtype),  # pos: centroid - r0
+        np.zeros((n + 1, 6), dtype),  # twist (w, v_o)
+        np.zeros((n + 1, 6), dtype),  # accel: spatial acceleration at zero base/joint accelerations
+        np.zeros((n, 6), dtype),  # axis: joint motion axes (k, p x k) or (0, k)
+        np.zeros((n + 1, 6), dtype),  # wrench (force, moment about r0), subtree sums after the up pass
+        np.zeros(n + 1, dtype),  # mass (subtree)
+        np.zeros((n + 1, 3), dtype),  # first mass moments about r0
+        np.zeros((n + 1, 3, 3), dtype),  # second mass moments about r0
+        np.zeros((3, 3), dtype),  # world: one body's inertia in the inertial frame
+        np.zeros(3, dtype),  # jp: joint position - r0
+        np.zeros((3, 3), dtype),  # tmp
+        np.zeros((size, size), dtype),  # h: inertia matrix
+        np.zeros(size, dtype),  # rhs
+        np.zeros((nv, nv), dtype),  # factor: lower Cholesky factor of the free coordinates' H
+        np.zeros(nv, dtype),  # y: solution in the free coordinates
+    )
+
+
+@_jit
+def forward_dynamics_range(
+    parent, revolute, free, end_point_link,
+    quaternion, linear_velocity, angular_velocity, q, qd,
+    base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
+    centroid_to_end_point, stiffness, damping, gravity,
+    step, tau, base_force, base_torque, end_point_force, end_point_torque,
+    acceleration_out, factor_out, start, stop, work,
+):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
+    """Forward dynamics of the samples ``start <= b < stop`` of a batch of ``B``.
+
+    Static topology: ``parent (n,)`` int, ``revolute (n,)`` bool, ``free (nv,)`` int (the base
+    mode's free coordinates in ``[v0, w0, qd]``), ``end_point_link (ne,)`` int. Every other
+    input has a leading axis of ``B`` or 1 (shared by the batch). State: ``quaternion (.., 4)``
+    (x, y, z, w; any non-zero norm), ``linear_velocity, angular_velocity (.., 3)``, ``q, qd
+    (.., n)``. Model: ``base_mass (..)``, ``base_inertia (.., 3, 3)``, ``link_mass (.., n)``,
+    ``link_inertia (.., n, 3, 3)``, ``joint_frame (.., n, 3, 3)`` (the fixed rotation ``Rx Ry
+    Rz`` of each joint frame), joint offsets ``(.., n, 3)``, ``centroid_to_end_point (.., ne,
+    3)``, ``stiffness, damping (.., n)``, ``gravity (.., 3)``. Loads have a step axis of ``S``
+    or 1 after the batch axis, read at ``step`` (or 0): ``tau (.., .., n)``, ``base_force,
+    base_torque (.., .., 3)``, end-point ``(.., .., ne, 3)``.
+
+    Outputs: ``acceleration_out (B, 6 + n)`` in floating order ``[dv0/dt, dw0/dt, qdd]`` (zero
+    along the components the base mode fixes); ``factor_out (B, nv, nv)``, the lower Cholesky
+    factor of the free coordinates' inertia matrix, zero above the diagonal (a ``(0, nv, nv)``
+    array: not stored). ``work``: :func:`scratch`. Inputs are indexed in place, never sliced
+    into per-sample views, and the work arrays are unpacked once per call: each array
+    reference taken per sample costs an atomic reference count (measured: 25 % of the time of
+    a 13-DOF sample when the per-sample equations were a separate function).
+    """
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = work
+    n = parent.shape[0]
+    nv = free.shape[0]
+    ne = end_point_link.shape[0]
+    size = 6 + n
+    for b in range(start, stop):
+        bq = _pick(b, quaternion)
+        bv = _pick(b, linear_velocity)
+        bw = _pick(b, angular_velocity)
+        bj = _pick(b, q)
+        bd = _pick(b, qd)
+        bm = _pick(b, link_mass)
+        bbm = _pick(b, base_mass)
+        bbi = _pick(b, base_inertia)
+        bli = _pick(b, link_inertia)
+        bf = _pick(b, joint_frame)
+        bpj = _pick(b, parent_to_joint)
+        bcj = _pick(b, centroid_to_joint)
+        bce = _pick(b, centroid_to_end_point)
+        bk = _pick(b, stiffness)
+        bdd = _pick(b, damping)
+        bg = _pick(b, gravity)
+        bt = _pick(b, tau)
+        bbf = _pick(b, base_force)
+        bbt = _pick(b, base_torque)
+        bef = _pick(b, end_point_force)
+        bet = _pick(b, end_point_torque)
+        # Loads: a step axis of S or 1 after the batch axis.
+        st, sf, sm = _pick_step(step, tau), _pick_step(step, base_force), _pick_step(step, base_torque)
+        sef, set_ = _pick_step(step, end_point_force), _pick_step(step, end_point_torque)
+        # Base rotation from the (not necessarily unit) quaternion x, y, z, w.
+        x, yq, z, w = quaternion[bq, 0], quaternion[bq, 1], quaternion[bq, 2], quaternion[bq, 3]
+        s = 2.0 / (x * x + yq * yq + z * z + w * w)
+        rot[0, 0, 0] = 1 - s * (yq * yq + z * z)
+        rot[0, 0, 1] = s * (x * yq - z * w)
+        rot[0, 0, 2] = s * (x * z + yq * w)
+        rot[0, 1, 0] = s * (x * yq + z * w)
+        rot[0, 1, 1] = 1 - s * (x * x + z * z)
+        rot[0, 1, 2] = s * (yq * z - x * w)
+        rot[0, 2, 0] = s * (x * z - yq * w)
+        rot[0, 2, 1] = s * (yq * z + x * w)
+        rot[0, 2, 2] = 1 - s * (x * x + yq * yq)
+        w0 = angular_velocity[bw]
+        v0 = linear_velocity[bv]
+        for a in range(3):
+            pos[0, a] = 0.0
+            twist[0, a] = w0[a]
+            twist[0, 3 + a] = v0[a]
+            accel[0, a] = 0.0
+        # Base spatial acceleration (0, -w0 x v0) at zero base acceleration.
+        accel[0, 3] = -(w0[1] * v0[2] - w0[2] * v0[1])
+        accel[0, 4] = -(w0[2] * v0[0] - w0[0] * v0[2])
+        accel[0, 5] = -(w0[0] * v0[1] - w0[1] * v0[0])
+        # Kinematics, root to leaves (eq 3.1; twists and accelerations eqs 3.8-3.15).
+        for i in range(n):
+            p = parent[i]
+            qi = q[bj, i]
+            qdi = qd[bd, i]
+            fixed = joint_frame[bf, i]
+            if revolute[i]:
+                c, sn = np.cos(qi), np.sin(qi)
+                for r in range(3):
+                    tmp[r, 0] = c * fixed[r, 0] + sn * fixed[r, 1]
+                    tmp[r, 1] = c * fixed[r, 1] - sn * fixed[r, 0]
+                    tmp[r, 2] = fixed[r, 2]
+            else:
+                for r in range(3):
+                    for k in range(3):
+                        tmp[r, k] = fixed[r, k]
+            for r in range(3):
+                for k in range(3):
+                    rot[i + 1, r, k] = rot[p, r, 0] * tmp[0, k] + rot[p, r, 1] * tmp[1, k] + rot[p, r, 2] * tmp[2, k]
+            pj = parent_to_joint[bpj, i]
+            cj = centroid_to_joint[bcj, i]
+            o0, o1, o2 = -cj[0], -cj[1], -cj[2]
+            if not revolute[i]:
+                o2 += qi
+            for r in range(3):
+                jp[r] = pos[p, r] + rot[p, r, 0] * pj[0] + rot[p, r, 1] * pj[1] + rot[p, r, 2] * pj[2]
+            for r in range(3):
+                pos[i + 1, r] = jp[r] + rot[i + 1, r, 0] * o0 + rot[i + 1, r, 1] * o1 + rot[i + 1, r, 2] * o2
+            k0, k1, k2 = rot[i + 1, 0, 2], rot[i + 1, 1, 2], rot[i + 1, 2, 2]
+            if revolute[i]:
+                axis[i, 0], axis[i, 1], axis[i, 2] = k0, k1, k2
+                axis[i, 3] = jp[1] * k2 - jp[2] * k1
+                axis[i, 4] = jp[2] * k0 - jp[0] * k2
+                axis[i, 5] = jp[0] * k1 - jp[1] * k0
+            else:
+                axis[i, 0], axis[i, 1], axis[i, 2] = 0.0, 0.0, 0.0
+                axis[i, 3], axis[i, 4], axis[i, 5] = k0, k1, k2
+            for a in range(6):
+                twist[i + 1, a] = twist[p, a] + axis[i, a] * qdi
+            # (twist_i x s_i) qd_i: (w x sw, w x sv + v x sw).
+            tw0, tw1, tw2 = twist[i + 1, 0], twist[i + 1, 1], twist[i + 1, 2]
+            tv0, tv1, tv2 = twist[i + 1, 3], twist[i + 1, 4], twist[i + 1, 5]
+            sw0, sw1, sw2 = axis[i, 0], axis[i, 1], axis[i, 2]
+            sv0, sv1, sv2 = axis[i, 3], axis[i, 4], axis[i, 5]
+            accel[i + 1, 0] = accel[p, 0] + qdi * (tw1 * sw2 - tw2 * sw1)
+            accel[i + 1, 1] = accel[p, 1] + qdi * (tw2 * sw0 - tw0 * sw2)
+            accel[i + 1, 2] = accel[p, 2] + qdi * (tw0 * sw1 - tw1 * sw0)
+            accel[i + 1, 3] = accel[p, 3] + qdi * (tw1 * sv2 - tw2 * sv1 + tv1 * sw2 - tv2 * sw1)
+            accel[i + 1, 4] = accel[p, 4] + qdi * (tw2 * sv0 - tw0 * sv2 + tv2 * sw0 - tv0 * sw2)
+            accel[i + 1, 5] = accel[p, 5] + qdi * (tw0 * sv1 - tw1 * sv0 + tv0 * sw1 - tv1 * sw0)
+        # Per body: Newton-Euler wrench about r0 (eqs 3.30-3.31) and mass moments about r0.
+        g = gravity[bg]
+        for body in range(n + 1):
+            if body == 0:
+                m = base_mass[bbm]
+                inertia = base_inertia[bbi]
+            else:
+                m = link_mass[bm, body - 1]
+                inertia = link_inertia[bli, body - 1]
+            # world = A I A^T (symmetrised).
+            for r in range(3):
+                for k in range(3):
+                    tmp[r, k] = rot[body, r, 0] * inertia[0, k] + rot[body, r, 1] * inertia[1, k] + rot[body, r, 2] * inertia[2, k]
+            for r in range(3):
+                for k in range(r, 3):
+                    value = tmp[r, 0] * rot[body, k, 0] + tmp[r, 1] * rot[body, k, 1] + tmp[r, 2] * rot[body, k, 2]
+                    world[r, k] = value
+                    world[k, r] = value
+            wx, wy, wz = twist[body, 0], twist[body, 1], twist[body, 2]
+            ax, ay, az = accel[body, 0], accel[body, 1], accel[body, 2]
+            hx = world[0, 0] * wx + world[0, 1] * wy + world[0, 2] * wz
+            hy = world[1, 0] * wx + world[1, 1] * wy + world[1, 2] * wz
+            hz = world[2, 0] * wx + world[2, 1] * wy + world[2, 2] * wz
+            nx = world[0, 0] * ax + world[0, 1] * ay + world[0, 2] * az + wy * hz - wz * hy
+            ny = world[1, 0] * ax + world[1, 1] * ay + world[1, 2] * az + wz * hx - wx * hz
+            nz = world[2, 0] * ax + world[2, 1] * ay + world[2, 2] * az + wx * hy - wy * hx
+            rx, ry, rz = pos[body, 0], pos[body, 1], pos[body, 2]
+            # Centroid velocity and classical acceleration from the spatial quantities.
+            vx = twist[body, 3] + wy * rz - wz * ry
+            vy = twist[body, 4] + wz * rx - wx * rz
+            vz = twist[body, 5] + wx * ry - wy * rx
+            lx = accel[body, 3] + ay * rz - az * ry + wy * vz - wz * vy
+            ly = accel[body, 4] + az * rx - ax * rz + wz * vx - wx * vz
+            lz = accel[body, 5] + ax * ry - ay * rx + wx * vy - wy * vx
+            fx, fy, fz = m * (lx - g[0]), m * (ly - g[1]), m * (lz - g[2])
+            wrench[body, 0], wrench[body, 1], wrench[body, 2] = fx, fy, fz
+            wrench[body, 3] = nx + ry * fz - rz * fy
+            wrench[body, 4] = ny + rz * fx - rx * fz
+            wrench[body, 5] = nz + rx * fy - ry * fx
+            mass[body] = m
+            first[body, 0], first[body, 1], first[body, 2] = m * rx, m * ry, m * rz
+            rr = m * (rx * rx + ry * ry + rz * rz)
+            for r in range(3):
+                for k in range(3):
+                    second[body, r, k] = world[r, k] - first[body, r] * pos[body, k]
+                second[body, r, r] += rr
+        # End-point loads are applied, not required: subtract them.
+        for e in range(ne):
+            body = end_point_link[e]
+            ce = centroid_to_end_point[bce, e]
+            fe = end_point_force[bef, sef, e]
+            te = end_point_torque[bet, set_, e]
+            px = pos[body, 0] + rot[body, 0, 0] * ce[0] + rot[body, 0, 1] * ce[1] + rot[body, 0, 2] * ce[2]
+            py = pos[body, 1] + rot[body, 1, 0] * ce[0] + rot[body, 1, 1] * ce[1] + rot[body, 1, 2] * ce[2]
+            pz = pos[body, 2] + rot[body, 2, 0] * ce[0] + rot[body, 2, 1] * ce[1] + rot[body, 2, 2] * ce[2]
+            wrench[body, 0] -= fe[0]
+            wrench[body, 1] -= fe[1]
+            wrench[body, 2] -= fe[2]
+            wrench[body, 3] -= te[0] + py * fe[2] - pz * fe[1]
+            wrench[body, 4] -= te[1] + pz * fe[0] - px * fe[2]
+            wrench[body, 5] -= te[2] + px * fe[1] - py * fe[0]
+        # Subtree sums, leaves to root (eqs 3.32-3.35; parents have smaller numbers).
+        for i in range(n - 1, -1, -1):
+            body, p = i + 1, parent[i]
+            mass[p] += mass[body]
+            for a in range(6):
+                wrench[p, a] += wrench[body, a]
+            for a in range(3):
+                first[p, a] += first[body, a]
+                for k in range(3):
+                    second[p, a, k] += second[body, a, k]
+        # Right-hand side [F0; N0; tau + tau_passive] - c (eqs 3.36-3.39 give c).
+        for a in range(3):
+            rhs[a] = base_force[bbf, sf, a] - wrench[0, a]
+            rhs[3 + a] = base_torque[bbt, sm, a] - wrench[0, 3 + a]
+        for i in range(n):
+            bias = 0.0
+            for a in range(3):
+                bias += axis[i, a] * wrench[i + 1, 3 + a] + axis[i, 3 + a] * wrench[i + 1, a]
+            passive = -stiffness[bk, i] * q[bj, i] - damping[bdd, i] * qd[bd, i]
+            rhs[6 + i] = tau[bt, st, i] + passive - bias
+        # Inertia matrix (eqs 3.18-3.28): H_b, and per joint its subtree momentum at unit rate.
+        m0 = mass[0]
+        s0x, s0y, s0z = first[0, 0], first[0, 1], first[0, 2]
+        for r in range(6):
+            for k in range(6):
+                h[r, k] = 0.0
+        for a in range(3):
+            h[a, a] = m0
+            for k in range(3):
+                h[3 + a, 3 + k] = second[0, a, k]
+        # Lower-left block skew(s0), upper-right -skew(s0).
+        h[3, 1], h[3, 2], h[4, 0], h[4, 2], h[5, 0], h[5, 1] = -s0z, s0y, s0z, -s0x, -s0y, s0x
+        h[1, 3], h[2, 3], h[0, 4], h[2, 4], h[0, 5], h[1, 5] = -s0z, s0y, s0z, -s0x, -s0y, s0x
+        for i in range(n):
+            body = i + 1
+            sw0, sw1, sw2 = axis[i, 0], axis[i, 1], axis[i, 2]
+            sv0, sv1, sv2 = axis[i, 3], axis[i, 4], axis[i, 5]
+            f0, f1, f2 = first[body, 0], first[body, 1], first[body, 2]
+            mi = mass[body]
+            lin0 = mi * sv0 + sw1 * f2 - sw2 * f1
+            lin1 = mi * sv1 + sw2 * f0 - sw0 * f2
+            lin2 = mi * sv2 + sw0 * f1 - sw1 * f0
+            ang0 = second[body, 0, 0] * sw0 + second[body, 0, 1] * sw1 + second[body, 0, 2] * sw2 + f1 * sv2 - f2 * sv1
+            ang1 = second[body, 1, 0] * sw0 + second[body, 1, 1] * sw1 + second[body, 1, 2] * sw2 + f2 * sv0 - f0 * sv2
+            ang2 = second[body, 2, 0] * sw0 + second[body, 2, 1] * sw1 + second[body, 2, 2] * sw2 + f0 * sv1 - f1 * sv0
+            h[0, 6 + i], h[1, 6 + i], h[2, 6 + i] = lin0, lin1, lin2
+            h[3, 6 + i], h[4, 6 + i], h[5, 6 + i] = ang0, ang1, ang2
+            for a in range(6):
+                h[6 + i, a] = h[a, 6 + i]
+            # H_m[j, i] = s_j . (L_i, h_i) for every joint j on the path to link i.
+            for k in range(n):
+                h[6 + i, 6 + k] = 0.0
+            j = i
+            while True:
+                value = (axis[j, 0] * ang0 + axis[j, 1] * ang1 + axis[j, 2] * ang2
+                         + axis[j, 3] * lin0 + axis[j, 4] * lin1 + axis[j, 5] * lin2)
+                h[6 + i, 6 + j] = value
+                h[6 + j, 6 + i] = value
+                if parent[j] == 0:
+                    break
+                j = parent[j] - 1
+        # Cholesky factor of the free coordinates' H and eq 3.29's solve.
+        for c in range(nv):
+            for r in range(c, nv):
+                value = h[free[r], free[c]]
+                for k in range(c):
+                    value -= factor[r, k] * factor[c, k]
+                if r == c:
+                    value = np.sqrt(value)
+                    factor[c, c] = value
+                else:
+                    factor[r, c] = value / factor[c, c]
+        for r in range(nv):
+            value = rhs[free[r]]
+            for k in range(r):
+                value -= factor[r, k] * y[k]
+            y[r] = value / factor[r, r]
+        for r in range(nv - 1, -1, -1):
+            value = y[r]
+            for k in range(r + 1, nv):
+                value -= factor[k, r] * y[k]
+            y[r] = value / factor[r, r]
+        for a in range(size):
+            acceleration_out[b, a] = 0.0
+        for r in range(nv):
+            acceleration_out[b, free[r]] = y[r]
+        if factor_out.shape[0]:  # (empty when the caller does not use the factor)
+            for r in range(nv):
+                for c in range(nv):
+                    factor_out[b, r, c] = factor[r, c] if c <= r else 0.0
+
+
+@_jit
+def forward_dynamics(
+    parent, revolute, free, end_point_link,
+    quaternion, linear_velocity, angular_velocity, q, qd,
+    base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
+    centroid_to_end_point, stiffness, damping, gravity,
+    tau, base_force, base_torque, end_point_force, end_point_torque,
+    acceleration_out, factor_out, start, stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
+    """:func:`forward_dynamics_range` of held loads (a step axis of 1) with its own work arrays."""
+    forward_dynamics_range(
+        parent, revolute, free, end_point_link,
+        quaternion, linear_velocity, angular_velocity, q, qd,
+        base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
+        centroid_to_end_point, stiffness, damping, gravity,
+        0, tau, base_force, base_torque, end_point_force, end_point_torque,
+        acceleration_out, factor_out, start, stop, scratch(parent.shape[0], free.shape[0], q),
+    )
+
+
+@_inline
+def _pick(b, array):  # pragma: no cover - compiled by Numba
+    """Sample ``b``'s index into an array with a leading axis of ``B`` or 1 (shared)."""
+    return b if array.shape[0] > 1 else 0
+
+
+@_inline
+def _pick_step(step, array):  # pragma: no cover - compiled by Numba
+    """Step ``step``'s index into loads with a step axis (second) of ``S`` or 1 (held)."""
+    return step if array.shape[1] > 1 else 0
+
+
+#: Classical RK4 tableau (as sdjax.integrate._RK4_OFFSETS and _RK4_WEIGHTS).
+_RK4_OFFSETS = (0.0, 0.5, 0.5, 1.0)
+_RK4_WEIGHTS = (1.0 / 6.0, 2.0 / 6.0, 2.0 / 6.0, 1.0 / 6.0)
+
+#: Samples of a rollout stepped together (their state, stage and rate arrays, ~10 rows of 13 +
+#: 2 n numbers each, stay in the L1/L2 cache).
+_ROLLOUT_BLOCK = 32
+
+
+@_jit
+def rk4_rollout(
+    parent, revolute, free, end_point_link,
+    position, quaternion, linear_velocity, angular_velocity, q, qd,
+    base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
+    centroid_to_end_point, stiffness, damping, gravity,
+    tau, base_force, base_torque, end_point_force, end_point_torque, dt,
+    states_out, start, stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
+    """Open-loop RK4 rollouts of the samples ``start <= b < stop``: ``states_out (B, N, 13 +
+    2 n)`` receives the state after each of the ``N`` steps, packed as ``[r0, quat, v0, w0, q,
+    qd]``.
+
+    Inputs as :func:`forward_dynamics`'s (leading axis ``B`` or 1), plus the initial
+    ``position (.., 3)``; the loads have a step axis after the batch axis, of ``N`` (held over
+    each step) or 1 (the same at every step); ``dt (B or 1,)`` in s. Each step is that of
+    :func:`sdjax.integrate.rk4_step`: stage states ``y + c_k dt k_(k-1)`` with the quaternion
+    un-normalised, ``y + dt sum_k b_k k_k``, then the quaternion normalised (a zero quaternion
+    stays zero, as :func:`sdjax.rotation.quat_normalize` leaves it).
+    """
+    n, nv = parent.shape[0], free.shape[0]
+    size = 13 + 2 * n
+    count, num_steps = states_out.shape[0], states_out.shape[1]
+    dtype = q.dtype
+    work = scratch(n, nv, q)
+    # Per sample (rows start..stop of batch-sized arrays: np.zeros leaves the other rows'
+    # pages untouched): the state [r0, quat, v0, w0, q, qd], its time derivative at the last
+    # stage, sum_k b_k k_k, and the stage state as forward_dynamics_range reads it.
+    y = np.zeros((count, size), dtype)
+    rate = np.zeros((count, size), dtype)
+    total = np.zeros((count, size), dtype)
+    stage_quaternion = np.zeros((count, 4), dtype)
+    stage_v0 = np.zeros((count, 3), dtype)
+    stage_w0 = np.zeros((count, 3), dtype)
+    stage_q = np.zeros((count, n), dtype)
+    stage_qd = np.zeros((count, n), dtype)
+    acceleration = np.zeros((count, 6 + n), dtype)
+    no_factor = np.zeros((0, nv, nv), dtype)
+    for b in range(start, stop):
+        bp, bq, bv, bw, bj, bd = _pick(b, position), _pick(b, quaternion), _pick(b, linear_velocity), _pick(b, angular_velocity), _pick(b, q), _pick(b, qd)
+        for a in range(3):
+            y[b, a] = position[bp, a]
+            y[b, 7 + a] = linear_velocity[bv, a]
+            y[b, 10 + a] = angular_velocity[bw, a]
+        for a in range(4):
+            y[b, 3 + a] = quaternion[bq, a]
+        for a in range(n):
+            y[b, 13 + a] = q[bj, a]
+            y[b, 13 + n + a] = qd[bd, a]
+    # Blocks of samples step together, so that their arrays stay in the cache.
+    for lo in range(start, stop, _ROLLOUT_BLOCK):
+        hi = min(lo + _ROLLOUT_BLOCK, stop)
+        for step in range(num_steps):
+            for b in range(lo, hi):
+                for a in range(size):
+                    total[b, a] = 0.0
+                    rate[b, a] = 0.0
+            for k in range(4):
+                for b in range(lo, hi):
+                    c = _RK4_OFFSETS[k] * dt[_pick(b, dt)]
+                    for a in range(4):
+                        stage_quaternion[b, a] = y[b, 3 + a] + c * rate[b, 3 + a]
+                    for a in range(3):
+                        stage_v0[b, a] = y[b, 7 + a] + c * rate[b, 7 + a]
+                        stage_w0[b, a] = y[b, 10 + a] + c * rate[b, 10 + a]
+                    for a in range(n):
+                        stage_q[b, a] = y[b, 13 + a] + c * rate[b, 13 + a]
+                        stage_qd[b, a] = y[b, 13 + n + a] + c * rate[b, 13 + n + a]
+                forward_dynamics_range(
+                    parent, revolute, free, end_point_link,
+                    stage_quaternion, stage_v0, stage_w0, stage_q, stage_qd,
+                    base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
+                    centroid_to_end_point, stiffness, damping, gravity,
+                    step, tau, base_force, base_torque, end_point_force, end_point_torque,
+                    acceleration, no_factor, lo, hi, work,
+                )
+                weight = _RK4_WEIGHTS[k]
+                for b in range(lo, hi):
+                    # State derivative (sdjax.integrate.state_derivative): dr0/dt = v0,
+                    # dquat/dt = 1/2 [w0, 0] * quat, the accelerations, dq/dt = qd.
+                    wx, wy, wz = stage_w0[b, 0], stage_w0[b, 1], stage_w0[b, 2]
+                    x, yq, z, w = stage_quaternion[b, 0], stage_quaternion[b, 1], stage_quaternion[b, 2], stage_quaternion[b, 3]
+                    rate[b, 3] = 0.5 * (w * wx + wy * z - wz * yq)
+                    rate[b, 4] = 0.5 * (w * wy + wz * x - wx * z)
+                    rate[b, 5] = 0.5 * (w * wz + wx * yq - wy * x)
+                    rate[b, 6] = -0.5 * (wx * x + wy * yq + wz * z)
+                    for a in range(3):
+                        rate[b, a] = stage_v0[b, a]
+                    for a in range(6):
+                        rate[b, 7 + a] = acceleration[b, a]
+                    for a in range(n):
+                        rate[b, 13 + a] = stage_qd[b, a]
+                        rate[b, 13 + n + a] = acceleration[b, 6 + a]
+                    for a in range(size):
+                        total[b, a] += weight * rate[b, a]
+            for b in range(lo, hi):
+                h = dt[_pick(b, dt)]
+                for a in range(size):
+                    y[b, a] += h * total[b, a]
+                norm_sq = y[b, 3] * y[b, 3] + y[b, 4] * y[b, 4] + y[b, 5] * y[b, 5] + y[b, 6] * y[b, 6]
+                if norm_sq > 0:
+                    norm = np.sqrt(norm_sq)
+                    for a in range(3, 7):
+                        y[b, a] /= norm
+                for a in range(size):
+                    states_out[b, step, a] = y[b, a]
