@@ -392,3 +392,51 @@ def test_view_command_draws_the_model_files_visuals(tmp_path, monkeypatch, capsy
     assert cli.main(["view", str(run), "--package-dir", str(DATA), "--no-browser"]) == 2
     assert "--package-dir locates the meshes of a URDF --model" in capsys.readouterr().err
     assert load_visuals(DATA / "spacedyn_sample.def") == ()  # a file without visual geometry
+
+
+@pytest.mark.slow  # ~8 s of software WebGL on a 2-core machine: run with -m slow
+def test_shapes_are_drawn_in_a_real_browser():
+    """Headless Chromium draws the test arm's shapes: the gold hull (the file's material) at the
+    projection of its centre, the cylinder without a material in the trajectory's blue."""
+    pytest.importorskip("viser")
+    from test_viewer import CHROMIUM, _projector
+
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium); the browser test needs it")
+    import io
+    import time
+
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    from sdjax import viewer
+
+    info = import_urdf(ARM)
+    state = sdjax.make_state(info.model, q=[0.6, 0.1])
+    shown = viewer.show(info.model, _stack([state, state]), visuals=info, port=0)
+    try:
+        shown.server.gui.main_panel.minimize()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--use-angle=swiftshader", "--enable-unsafe-swiftshader"])
+            try:
+                page = browser.new_page(viewport={"width": 800, "height": 700})
+                page.goto(shown.url)
+                start, previous, shot = time.monotonic(), None, None
+                while time.monotonic() - start < 60:  # until two screenshots 0.3 s apart agree, with the robot on them
+                    time.sleep(0.3)
+                    shot = np.asarray(Image.open(io.BytesIO(page.screenshot())).convert("RGB")).astype(np.int32)
+                    if previous is not None and np.array_equal(shot, previous) and shown.server.get_clients() and np.any(shot.max(axis=-1) < 200):
+                        break
+                    previous = shot
+                project = _projector(next(iter(shown.server.get_clients().values())).camera)
+                kin = sdjax.forward_kinematics(info.model, state)
+                _, position = world_poses(info.visuals, kin.rotation, kin.centroid)
+                Image.fromarray(shot.astype(np.uint8)).save(pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "sdjax_visuals.png")  # for a look when it fails
+                x, y = np.round(project(position[[0, 2]])).astype(int)
+                hull, tube = shot[x[1], x[0]], shot[y[1], y[0]]
+                assert hull[0] > hull[2] + 60 and hull[1] > hull[2] + 30, hull  # lit gold: red > green > blue
+                assert tube[2] > tube[0] + 40, tube  # lit blue
+            finally:
+                browser.close()
+    finally:
+        shown.close()
