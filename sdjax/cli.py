@@ -7,8 +7,9 @@
     sdjax simulate MODEL --duration 10 --dt 0.01 --controller pd --target 0.3 0.2 0.1 0.6 0.5 0.4 \\
                    --out run.npz                  chunked simulation with a progress bar
     sdjax plot run.npz --out plots/ --animate run.gif
-    sdjax view run.npz [more.npz ...] [--model MODEL] [--port 8080] [--no-browser]
-                                                  3-D viewer in the browser (pip install 'sdjax[viewer]')
+    sdjax view run.npz [more.npz ...] [--model MODEL] [--port 8080] [--no-browser] [--no-meshes]
+                                                  3-D viewer in the browser (pip install 'sdjax[viewer]');
+                                                  a URDF/MJCF --model is drawn with its visual meshes
 
 ``MODEL`` is a built-in name (``sdjax.models.BUILTIN_MODELS``) or a model file read by
 ``sdjax.io.loader.load_model`` (chosen by suffix, e.g. ``.json``). Bad input (a missing or
@@ -527,13 +528,22 @@ def _view(args: argparse.Namespace) -> int:
         models = [model] * len(runs)
     else:
         models = [run.model for run in runs]
+    if args.package_dir and args.model is None:
+        raise UsageError("--package-dir locates the meshes of a URDF --model (a run file carries no visual geometry)")
+    visuals = ()
+    if args.model is not None and not args.no_meshes and os.path.isfile(args.model):
+        from sdjax.io.visuals import load_visuals
+
+        visuals = load_visuals(args.model, package_dirs=args.package_dir or (), **options)
     stems = [os.path.splitext(os.path.basename(path))[0] for path in args.runs]
     labels = stems if len(set(stems)) == len(stems) else list(args.runs)
     shown = viewer.show(
         models, [run.trajectory for run in runs], labels=labels, momentum=args.momentum,
-        port=args.port, host=args.host, open_browser=not args.no_browser, title=models[0].name,
+        port=args.port, host=args.host, open_browser=not args.no_browser, title=models[0].name, visuals=visuals or None,
     )  # fmt: skip
-    print(f"sdjax view: {', '.join(labels)} ({models[0].name}, {runs[0].num_steps} steps) at {shown.url}; Ctrl-C stops", flush=True)
+    drawn = sum(len(robot.shape_nodes) for robot in shown._robots[:1])
+    shapes = f", {drawn} of {len(visuals)} visual shapes drawn" if visuals else ""
+    print(f"sdjax view: {', '.join(labels)} ({models[0].name}, {runs[0].num_steps} steps{shapes}) at {shown.url}; Ctrl-C stops", flush=True)
     try:
         shown.wait()
     except KeyboardInterrupt:
@@ -633,6 +643,10 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 for other machines)")
     view.add_argument("--no-browser", action="store_true", help="do not open a browser (print the URL only)")
     view.add_argument("--momentum", action="store_true", help="show the momentum arrows at start")
+    view.add_argument("--no-meshes", action="store_true", help="draw a URDF/MJCF --model from its inertia (capsules), not its visual geometry")
+    view.add_argument("--package-dir", action="append", metavar="DIR",
+                      help="folder holding the packages of package:// mesh names (repeatable; searched before ROS_PACKAGE_PATH "
+                           "and the URDF file's ancestors)")  # fmt: skip
     return parser
 
 

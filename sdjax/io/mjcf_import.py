@@ -20,6 +20,8 @@ Mapping
   massless links, which has the same dynamics as a planar base.
 - Sites become named frames (end points), as do welded bodies and moving leaf bodies.
 - Joint damping and stiffness (with ``springref`` zero) are kept; gravity is ``option/gravity``.
+- Visual geometry (the geoms MuJoCo's viewer shows, meshes as compiled vertex arrays) is kept
+  beside the model in ``MjcfImport.visuals``, on the sdjax bodies (:mod:`sdjax.io.visuals`).
 
 Refused, with the element named: ball joints and free joints below the root (sdjax joints are
 revolute or prismatic with one base), rotor inertia (``armature``), dry friction
@@ -40,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.io.urdf import WORLD_LINK, TreeJoint, TreeLink, UrdfImport, tree_import
+from sdjax.io.visuals import mjcf_body_visuals
 from sdjax.model import edit_model
 from sdjax.rotation import matrix_to_quat
 from sdjax.state import State, make_state
@@ -62,6 +65,12 @@ class MjcfImport:
     tree: UrdfImport
     joint_ids: tuple[int, ...]
     root_body: int
+
+    @property
+    def visuals(self) -> tuple[Any, ...]:
+        """The drawn geoms as :class:`sdjax.io.visuals.VisualShape`, on their sdjax bodies,
+        posed in the body frames (``tree.visuals``)."""
+        return self.tree.visuals
 
 
 def _require_mujoco():
@@ -184,7 +193,8 @@ def import_mjcf(
     if len(free_roots) > 1:
         raise ValueError(f"{label}: several free bodies {[body_names[b] for b in free_roots]}; sdjax simulates one system with one base")
 
-    links: dict[str, TreeLink] = {WORLD_LINK: TreeLink(WORLD_LINK)}
+    geom_name = lambda g: element_name(mujoco.mjtObj.mjOBJ_GEOM, g)  # noqa: E731
+    links: dict[str, TreeLink] = {WORLD_LINK: TreeLink(WORLD_LINK, visuals=mjcf_body_visuals(m, 0, label, WORLD_LINK, geom_name))}
     joints: list[TreeJoint] = []
     anchor = {0: np.zeros(3)}  # origin of each body's (last) link frame in the body frame
     link_of = {0: WORLD_LINK}  # the link that carries each body
@@ -239,6 +249,8 @@ def import_mjcf(
             float(m.body_mass[b]),
             np.asarray(m.body_ipos[b], np.float64) - origin,
             principal @ np.diag(np.asarray(m.body_inertia[b], np.float64)) @ principal.T,
+            # Geoms: MuJoCo body frame -> link frame (same axes, origin on the last joint's anchor).
+            [v.moved(-1, v.rotation, v.position - origin) for v in mjcf_body_visuals(m, b, label, body_names[b], geom_name)],
         )
     for s in range(m.nsite):
         b = int(m.site_bodyid[s])

@@ -51,8 +51,12 @@ joint becomes one sdjax joint; every ``fixed`` joint is merged away.
   ``friction`` (dry friction) has no sdjax counterpart and is ignored, as are ``<limit>``
   (position, velocity and effort bounds), ``<safety_controller>`` and ``<calibration>``:
   the Model holds no limits. Stiffness is zero (URDF has none).
-- **Ignored:** ``<visual>``, ``<collision>``, materials, ``<transmission>``, ``<gazebo>`` and
-  any other element outside ``link``/``joint`` dynamics. Gravity is not part of URDF: the
+- **Visual geometry** (``<visual>`` shapes, meshes, ``<material>`` colours) does not enter the
+  model; it is kept beside it in ``UrdfImport.visuals``, each shape on the sdjax body its link
+  was merged into, posed in that body's frame (:mod:`sdjax.io.visuals`), for
+  :mod:`sdjax.viewer`. A malformed ``<visual>`` is left out with a warning.
+- **Ignored:** ``<collision>``, ``<transmission>``, ``<gazebo>`` and any other element outside
+  ``link``/``joint`` dynamics and visuals. Gravity is not part of URDF: the
   model's gravity is the ``gravity`` argument (default zero: a space robot).
 
 Refused with a ``ValueError`` naming the link or joint: joint types ``floating`` and
@@ -93,6 +97,7 @@ import numpy as np
 
 from sdjax.io.inputs import read_text_file
 from sdjax.io.dh import euler123_to_matrix
+from sdjax.io.visuals import VisualShape, urdf_link_visuals, urdf_materials
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rpy_numpy, quat_to_matrix, rpy_to_matrix
 from sdjax.state import State, make_state
@@ -133,6 +138,9 @@ class UrdfImport:
         end_point_names: ``(ne,)`` URDF link whose frame is each end point.
         couplings: :class:`sdjax.constraints.JointCoupling` of each ``<mimic>`` joint (with
             ``mimic="constraints"``).
+        visuals: the :class:`sdjax.io.visuals.VisualShape` of every ``<visual>``, on its sdjax
+            body, posed in that body's frame (document order of the links, then of the
+            visuals).
     """
 
     model: Model
@@ -142,6 +150,7 @@ class UrdfImport:
     continuous: tuple[bool, ...]
     end_point_names: tuple[str, ...]
     couplings: tuple[Any, ...] = ()
+    visuals: tuple[VisualShape, ...] = ()
 
 
 # ------------------------------------------------------------------------------------------
@@ -201,6 +210,7 @@ class TreeLink:
     mass: float = 0.0
     centroid: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(3))  # link frame
     inertia: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((3, 3)))  # about centroid, link axes
+    visuals: list[VisualShape] = dataclasses.field(default_factory=list)  # posed in the link frame (body -1)
 
 
 @dataclasses.dataclass
@@ -373,6 +383,7 @@ def import_urdf(
     inertia_check: str = "physical",
     base: str | None = None,
     mimic: str = "refuse",
+    package_dirs: Sequence[str | os.PathLike] = (),
 ) -> UrdfImport:
     """Read a URDF description into an sdjax model (see the module docstring).
 
@@ -395,19 +406,27 @@ def import_urdf(
             on a fixed joint couples nothing and is ignored), for the
             constrained dynamics of :mod:`sdjax.constraints` (which then move the mechanism as
             its authors meant; the plain functions would let the followers move freely).
+        package_dirs: folders holding the packages of ``package://`` mesh file names (searched
+            before ``ROS_PACKAGE_PATH`` and the URDF file's ancestors; see
+            :mod:`sdjax.io.visuals`).
 
     Returns:
-        An :class:`UrdfImport` (model, root link, root-to-base offset, joint names, couplings).
+        An :class:`UrdfImport` (model, root link, root-to-base offset, joint names, couplings,
+        visual shapes).
 
     Raises:
         ValueError: naming the link or joint and the problem (see the module docstring).
     """
     robot, label = _read_xml(source)
+    is_text = isinstance(source, str) and source.lstrip().startswith("<")
+    base_dir = None if is_text else os.path.dirname(os.path.abspath(label))
+    materials = urdf_materials(label, robot)
     links: dict[str, TreeLink] = {}
     for element in robot.findall("link"):
         link = _parse_link(element)
         if link.name in links:
             raise ValueError(f"{label}: duplicate link name {link.name!r}")
+        link.visuals = urdf_link_visuals(label, element, materials, base_dir, package_dirs)
         links[link.name] = link
     joints = [_parse_joint(element) for element in robot.findall("joint")]
     return tree_import(
@@ -556,6 +575,16 @@ def tree_import(
         if repeated:
             raise ValueError(f"end_points: links {repeated} are listed more than once")
     end_link = tuple(body_of[ln] for ln in chosen)
+    # Visual shapes: link frame -> body's URDF frame (pose of the link) -> sdjax body frame
+    # (axes frame[b], origin on the centroid).
+    visuals = []
+    for link_name in links:
+        if link_name not in body_of:
+            continue
+        b = body_of[link_name]
+        rot, pos = pose[link_name]
+        for shape in links[link_name].visuals:
+            visuals.append(shape.moved(b, frame[b].T @ rot @ shape.rotation, frame[b].T @ (rot @ shape.position + pos - centroid[b])))
     cte = np.zeros((len(chosen), 3))
     erpy = np.zeros((len(chosen), 3))
     for e, ln in enumerate(chosen):
@@ -594,6 +623,7 @@ def tree_import(
         continuous=tuple(j.kind == "continuous" for j in moving),
         end_point_names=tuple(chosen),
         couplings=_couplings(moving, list(parent_joint.values()), mimic),
+        visuals=tuple(visuals),
     )
 
 

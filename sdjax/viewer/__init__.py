@@ -6,6 +6,8 @@ v = viewer.show(model, trajectory)             # viser prints the URL (v.url); J
 v.set_time(100); v.play(); v.close()
 viewer.show(model, [planned, executed], labels=["planned", "executed"])
 viewer.show(model, [nominal, batch])           # batch: vmap of a rollout, drawn as ghosts
+info = sdjax.io.import_urdf("robot.urdf")      # or sdjax.io.mjcf_import.import_mjcf("robot.xml")
+viewer.show(info.model, trajectory, visuals=info)   # drawn with the file's visual meshes
 ```
 
 Each link is drawn as capsules along the bones of :mod:`sdjax.plotting`'s stick figure (parent
@@ -25,8 +27,15 @@ display: a web server whose client is a prebuilt three.js page), it works headle
 remote or CI machine; the browser can be anywhere), and in notebooks (the page in an iframe).
 It is an optional extra: ``pip install 'sdjax[viewer]'``. ``import sdjax`` never imports it, and
 this package imports it only when :func:`show` is called (an ``ImportError`` names the extra).
-URDF/MJCF visual meshes are not drawn (the model keeps no meshes); every robot is drawn from
-its inertial and kinematic parameters.
+
+A robot read from a URDF or MJCF file can be drawn with the file's visual geometry (boxes,
+spheres, cylinders, capsules and meshes: :mod:`sdjax.io.visuals`), ``visuals=`` of
+:func:`show` (``sdjax view run.npz --model robot.urdf`` does it by itself; ``--no-meshes``
+not). Each shape moves with its body; the bodies so drawn hide their capsules (a checkbox
+switches back), a body whose mesh file cannot be found or read keeps them (one warning per
+file), and the members of a batch stay capsules so that hundreds of ghosts remain light.
+:mod:`sdjax.viewer.meshes` turns the shapes into triangles (trimesh; COLLADA through
+pycollada, in the ``viewer`` extra).
 """
 
 from sdjax.viewer.geometry import SceneGeometry as SceneGeometry

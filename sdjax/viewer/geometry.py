@@ -70,6 +70,9 @@ class SceneGeometry:
         end_point_position: ``(T, ne, 3)``; end_point_rotation: ``(T, ne, 3, 3)`` end-point
             frame to inertial. Values of a diverged run beyond :data:`DRAWABLE_LIMIT`, and
             non-finite ones, are NaN in every field: not drawn.
+        body_position: ``(T, n + 1, 3)`` centroid of every body (0 = base), the origin of
+            its body frame; body_rotation: ``(T, n + 1, 3, 3)`` body frame to inertial
+            (:func:`sdjax.forward_kinematics`): visual shapes are posed on these frames.
         center_of_mass: ``(T, 3)`` centre of mass of the system.
         linear_momentum: ``(T, 3)`` kg m/s; angular_momentum: ``(T, 3)`` about the centre of
             mass, kg m^2/s.
@@ -91,6 +94,8 @@ class SceneGeometry:
     base_box_axes: np.ndarray
     end_point_position: np.ndarray
     end_point_rotation: np.ndarray
+    body_position: np.ndarray
+    body_rotation: np.ndarray
     center_of_mass: np.ndarray
     linear_momentum: np.ndarray
     angular_momentum: np.ndarray
@@ -314,6 +319,8 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
         base_box_axes=axes,
         end_point_position=points["e"],
         end_point_rotation=_drawable(kin.end_point_rotation),
+        body_position=points["c"],
+        body_rotation=rotation,
         center_of_mass=_drawable(com),
         linear_momentum=_drawable(momentum),
         angular_momentum=_drawable(spin),
@@ -414,13 +421,41 @@ def segment_poses(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def attitudes(geometry: SceneGeometry) -> dict[str, np.ndarray]:
     """Attitudes of the drawn bodies at every sample, as viser's scalar-first quaternions:
-    ``base`` ``(T, 4)`` (``A0``), ``box`` ``(T, 4)`` (``A0`` times the box's principal axes)
-    and ``end_points`` ``(T, ne, 4)``."""
+    ``base`` ``(T, 4)`` (``A0``), ``box`` ``(T, 4)`` (``A0`` times the box's principal axes),
+    ``end_points`` ``(T, ne, 4)`` and ``bodies`` ``(T, n + 1, 4)`` (the body frames that carry
+    the visual shapes)."""
     return {
         "base": matrix_to_wxyz(geometry.base_rotation),
         "box": matrix_to_wxyz(geometry.base_rotation @ geometry.base_box_axes),
         "end_points": matrix_to_wxyz(geometry.end_point_rotation),
+        "bodies": matrix_to_wxyz(geometry.body_rotation),
     }
+
+
+def check_visuals(visuals: Any, models: Sequence[Model]) -> tuple[Any, ...]:
+    """The :class:`sdjax.io.visuals.VisualShape` sequence of :func:`sdjax.viewer.show`'s
+    ``visuals`` argument (``None``: none; a sequence of shapes; or an import result with a
+    ``visuals`` attribute, ``UrdfImport``/``MjcfImport``).
+
+    Raises:
+        ValueError: naming the argument: an item that is not a shape, or a body index that
+            one of the models does not have.
+    """
+    from sdjax.io.visuals import VisualShape
+
+    if visuals is None:
+        return ()
+    if hasattr(visuals, "visuals") and not isinstance(visuals, (list, tuple)):
+        visuals = visuals.visuals
+    if not isinstance(visuals, (list, tuple)):
+        raise ValueError(f"visuals: expected a sequence of sdjax.io.visuals.VisualShape or an import result (UrdfImport, MjcfImport), got {_named(visuals)}")
+    bodies = min(model.num_joints for model in models) + 1
+    for k, shape in enumerate(visuals):
+        if not isinstance(shape, VisualShape):
+            raise ValueError(f"visuals[{k}]: expected a sdjax.io.visuals.VisualShape, got {_named(shape)}")
+        if not 0 <= shape.body < bodies:
+            raise ValueError(f"visuals[{k}].body: {shape.body}, but the model has bodies 0 to {bodies - 1} ({shape.source or shape.kind})")
+    return tuple(visuals)
 
 
 def matrix_to_wxyz(rotation: np.ndarray) -> np.ndarray:
@@ -439,6 +474,7 @@ __all__ = [
     "attitudes",
     "camera_pose",
     "check_trajectory",
+    "check_visuals",
     "frame_index",
     "link_radii",
     "matrix_to_wxyz",

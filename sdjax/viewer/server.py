@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.model import Model
-from sdjax.viewer.geometry import SceneGeometry, attitudes, camera_pose, frame_index, scene_geometries, segment_poses, split_trajectories
+from sdjax.viewer.geometry import SceneGeometry, attitudes, camera_pose, check_visuals, frame_index, scene_geometries, segment_poses, split_trajectories
 
 #: The viser release the viewer was written and tested against (the ``viewer`` extra pins it).
 VISER_VERSION = "1.1.1"
@@ -81,7 +81,8 @@ def _arrow_scale(values: np.ndarray, size: float, floor: float) -> float:
 class _Robot:
     """The scene nodes of one trajectory, updated sample by sample."""
 
-    def __init__(self, scene, root: str, geometry: SceneGeometry, color, opacity: float, meshes, overlays: bool, momentum_floor):
+    def __init__(self, scene, root: str, geometry: SceneGeometry, color, opacity: float, meshes, overlays: bool, momentum_floor,
+                 shapes=(), failed=frozenset(), file_colors=True):  # fmt: skip
         (cyl_v, cyl_f), (sph_v, sph_f) = meshes
         g, self.geometry = geometry, geometry
         self.wxyz = attitudes(g)  # once for every sample
@@ -89,6 +90,7 @@ class _Robot:
         S, n, ne = g.segment_radius.shape[0], g.joint_radius.shape[0], g.end_point_position.shape[1]
         self.root = scene.add_frame(root, show_axes=False)
         zeros, ident = np.zeros((1, 3)), np.array([[1.0, 0.0, 0.0, 0.0]])
+        self._add_shapes(scene, root, shapes, failed, color, opacity, file_colors)
 
         def batched(name, vertices, faces, count, rgb):
             # viser needs at least one instance; an empty group is one invisible instance.
@@ -100,15 +102,16 @@ class _Robot:
         self.bones = batched("links", cyl_v, cyl_f, S, color)
         self.caps = batched("link_ends", sph_v, sph_f, 2 * S, color)  # capsule ends: bone starts, then ends
         self.joints = batched("joints", sph_v, sph_f, n, JOINT_COLOR)
-        if S:
-            self.caps.batched_scales = np.repeat(np.concatenate([g.segment_radius, g.segment_radius])[:, None], 3, axis=1)
-        if n:
-            self.joints.batched_scales = np.repeat(g.joint_radius[:, None], 3, axis=1)
         self.box = scene.add_box(f"{root}/base", color=BASE_COLOR, dimensions=np.maximum(g.base_box_sides, 1e-6), opacity=BASE_OPACITY * opacity,
                                  visible=bool(np.any(g.base_box_sides > 0)))
         self.overlays = overlays
-        if not overlays:
-            return
+        self._sample = 0
+        if overlays:
+            self._add_overlays(scene, root, g, ne, zeros, ident, momentum_floor)
+        self.set_meshes(True)
+
+    def _add_overlays(self, scene, root: str, g: SceneGeometry, ne: int, zeros, ident, momentum_floor) -> None:
+        """Base frame, end-point frames, centre of mass and momentum arrows (first trajectory)."""
         box = float(np.median(g.base_box_sides))  # an elongated orbiter gets axes of its girth
         base_axes = BASE_AXES * box if box > 0 else END_POINT_AXES * g.size
         self.base_frame = scene.add_frame(f"{root}/base_frame", axes_length=base_axes, axes_radius=0.04 * base_axes)
@@ -125,18 +128,63 @@ class _Robot:
             shaft_radius=0.01 * g.size, head_radius=0.025 * g.size, head_length=0.05 * g.size,
         )
 
+    def _add_shapes(self, scene, root: str, shapes, failed, color, opacity: float, file_colors: bool) -> None:
+        """One frame per body that carries visual shapes (posed at every sample) and, under
+        it, one mesh node per shape at its fixed pose in the body frame (sent once)."""
+        from sdjax.viewer.meshes import has_own_colors
+
+        self.body_frames = {}
+        self.shape_nodes = []
+        for j, drawn in enumerate(shapes):
+            shape, mesh = drawn.shape, drawn.mesh
+            b = shape.body
+            if b not in self.body_frames:
+                self.body_frames[b] = scene.add_frame(f"{root}/bodies/{b}", show_axes=False)
+            name, pose = f"{root}/bodies/{b}/shape{j}", dict(wxyz=drawn.wxyz, position=np.asarray(shape.position, np.float64))
+            rgba = shape.rgba if file_colors else None
+            alpha = opacity * (float(rgba[3]) if rgba is not None else 1.0)
+            if rgba is None and file_colors and alpha >= 1.0 and has_own_colors(mesh):
+                node = scene.add_mesh_trimesh(name, mesh, **pose)  # the file's own materials
+            else:
+                rgb = tuple(int(round(255 * c)) for c in rgba[:3]) if rgba is not None else color
+                node = scene.add_mesh_simple(name, np.asarray(mesh.vertices, np.float32), np.asarray(mesh.faces, np.uint32), color=rgb,
+                                             opacity=None if alpha >= 1.0 else alpha, side="double", **pose)  # fmt: skip
+            self.shape_nodes.append(node)
+        #: Bodies drawn by their shapes (their capsules, joint sphere or base box are hidden).
+        self.mesh_bodies = frozenset(self.body_frames) - frozenset(failed)
+
+    def set_meshes(self, on: bool) -> None:
+        """Draw the bodies that have visual shapes by them (``on``) or as capsules."""
+        g = self.geometry
+        drawn = self.mesh_bodies if on else frozenset()
+        self.meshes_on = bool(on)
+        for frame in self.body_frames.values():
+            frame.visible = bool(on)
+        self.bone_keep = np.array([b not in drawn for b in g.segment_body], np.float64)
+        if self.bone_keep.size:
+            ends = np.concatenate([g.segment_radius * self.bone_keep] * 2)
+            self.caps.batched_scales = np.repeat(ends[:, None], 3, axis=1)
+        if g.joint_radius.size:
+            keep = np.array([i + 1 not in drawn for i in range(g.joint_radius.shape[0])], np.float64)
+            self.joints.batched_scales = np.repeat((g.joint_radius * keep)[:, None], 3, axis=1)
+        self.box.visible = bool(np.any(g.base_box_sides > 0)) and 0 not in drawn
+        self.show_sample(self._sample)
+
     def show_sample(self, k: int) -> None:
         g = self.geometry
+        self._sample = k
         start, end, radius = g.segment_start[k], g.segment_end[k], g.segment_radius
         if radius.size:
             centre, wxyz, length = segment_poses(start, end)
             self.bones.batched_positions = centre
             self.bones.batched_wxyzs = wxyz
-            self.bones.batched_scales = np.stack([radius, radius, length], axis=-1)
+            self.bones.batched_scales = np.stack([radius, radius, length], axis=-1) * self.bone_keep[:, None]
             self.caps.batched_positions = np.concatenate([start, end])
         if g.joint_radius.size:
             self.joints.batched_positions = g.joint_position[k]
         self.box.position, self.box.wxyz = g.base_position[k], self.wxyz["box"][k]
+        for b, frame in self.body_frames.items():
+            frame.position, frame.wxyz = g.body_position[k, b], self.wxyz["bodies"][k, b]
         if not self.overlays:
             return
         self.base_frame.position, self.base_frame.wxyz = g.base_position[k], self.wxyz["base"][k]
@@ -169,6 +217,9 @@ class Viewer:
         port: int,
         momentum: bool,
         title: str,
+        shapes: Sequence[Any] = (),
+        failed: frozenset = frozenset(),
+        ghosts: Sequence[bool] = (),
     ):
         viser = import_viser()
         self.geometries = list(geometries)
@@ -193,7 +244,11 @@ class Viewer:
             # Momenta below MOMENTUM_FLOOR of the whole system moving one size per second
             # (turning at one radian per second) get no arrow: round-off of a conserved zero.
             floor = (MOMENTUM_FLOOR * g.total_mass * g.size, MOMENTUM_FLOOR * g.total_mass * g.size**2)
-            self._robots.append(_Robot(server.scene, f"/{k}_{_slug(g.label)}", g, color, alpha, meshes, overlays=k == 0, momentum_floor=floor))
+            # Visual shapes for the main trajectories; ghosts (members of a batch) stay capsules.
+            # The file's colours for the first argument, the trajectory's colour for the others.
+            drawn = () if k < len(ghosts) and ghosts[k] else shapes
+            self._robots.append(_Robot(server.scene, f"/{k}_{_slug(g.label)}", g, color, alpha, meshes, overlays=k == 0, momentum_floor=floor,
+                                       shapes=drawn, failed=failed, file_colors=group == groups[0]))  # fmt: skip
         self._build_gui(title, groups, momentum)
         self._show(0)
         self._thread = threading.Thread(target=self._playback, name="sdjax-viewer-playback", daemon=True)
@@ -225,6 +280,14 @@ class Viewer:
             ]
             for label, nodes, value in toggles:
                 self._toggle(label, [node for node in nodes if node.visible], value)  # empty nodes stay hidden
+            if any(robot.body_frames for robot in self._robots):
+                meshes = gui.add_checkbox("visual meshes (off: capsules)", initial_value=True)
+
+                @meshes.on_update
+                def _(_) -> None:
+                    self.set_meshes(bool(meshes.value))
+
+                self._meshes_box = meshes
             self._trajectory_boxes = []
             if len(self._robots) <= 16:
                 for robot in self._robots:
@@ -322,6 +385,17 @@ class Viewer:
             self._playing = bool(playing)
             self._play.label = "Pause" if self._playing else "Play"
 
+    def set_meshes(self, on: bool) -> None:
+        """Draw the bodies that have visual shapes by them (``on``), or every body as capsules,
+        as the "visual meshes" checkbox does."""
+        with self._lock, self.server.atomic():
+            for robot in self._robots:
+                robot.set_meshes(on)
+        box = getattr(self, "_meshes_box", None)
+        if box is not None and box.value != bool(on):
+            box.value = bool(on)
+        self.server.flush()
+
     def set_visible(self, label: str, visible: bool) -> None:
         """Show or hide one trajectory (by label), as its checkbox does."""
         labels = [g.label for g in self.geometries]
@@ -396,6 +470,7 @@ def show(
     host: str = "127.0.0.1",
     open_browser: bool = False,
     title: str | None = None,
+    visuals: Any = None,
 ) -> Viewer:
     """Draw trajectories of a model in the browser: viser server, time slider, Play button.
 
@@ -416,6 +491,15 @@ def show(
         host: interface to listen on (default local only; ``"0.0.0.0"`` for other machines).
         open_browser: open :attr:`Viewer.url` in the default browser.
         title: heading in the GUI (default: the model name).
+        visuals: visual geometry to draw the robot with: the ``visuals`` of
+            :func:`sdjax.io.import_urdf` or :func:`sdjax.io.mjcf_import.import_mjcf` (a
+            sequence of :class:`sdjax.io.visuals.VisualShape`), or the import result itself.
+            Each shape moves with its body; a body with shapes is drawn by them instead of its
+            capsules (a "visual meshes" checkbox switches back), one whose mesh file is missing
+            or unreadable keeps its capsules (one warning per file). The main trajectories get
+            the shapes (the first argument's in the file's colours, the others in their
+            trajectory colour); members of a batch (ghosts) stay capsules, light to draw.
+            Default: none, every body drawn from its inertia.
 
     Returns:
         The running :class:`Viewer`: ``set_time(index)``, ``play()``, ``set_visible(label, on)``,
@@ -424,15 +508,23 @@ def show(
     Raises:
         ImportError: viser is not installed (``pip install 'sdjax[viewer]'``).
         ValueError: bad input, naming the argument and the field (wrong shapes, a joint count
-            that does not match the model, label or opacity counts).
+            that does not match the model, label or opacity counts, a visual shape on a body
+            the model does not have).
     """
     import_viser()
     items = split_trajectories(trajectory)
     geometries = scene_geometries(model, items, labels)
     alphas = _opacities(opacity, len(items), [item.batched for item in items])
     first = model if isinstance(model, Model) else model[0]
+    shapes = check_visuals(visuals, [model] if isinstance(model, Model) else list(model))
+    drawn, failed = [], frozenset()
+    if shapes:
+        from sdjax.viewer.meshes import drawn_shapes
+
+        drawn, failed = drawn_shapes(shapes)
     groups = [item.group for item in items]
-    viewer = Viewer(geometries, groups, alphas, host=host, port=port, momentum=momentum, title=title or first.name)
+    viewer = Viewer(geometries, groups, alphas, host=host, port=port, momentum=momentum, title=title or first.name,
+                    shapes=drawn, failed=frozenset(failed), ghosts=[item.batched for item in items])  # fmt: skip
     if open_browser:
         webbrowser.open(viewer.url)
     return viewer
