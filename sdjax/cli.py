@@ -599,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--dt", type=_positive, default=SIMULATE_DT, help=f"integration step, s (default {SIMULATE_DT})")
     sim.add_argument(
         "--integrator",
-        choices=("auto", "rk4", "euler", "implicit", "newmark"),
+        choices=("auto", "rk4", "euler", "implicit", "newmark", "simpson", "adaptive"),
         default="auto",
         help="auto (default): rk4, or implicit where stiff passive joints need a step below --dt",
     )

@@ -141,6 +141,21 @@ def point_loads(
     )
 
 
+def generalized_loads(model: Model, state: State, controls: Controls) -> Array:
+    """Generalized force of applied loads (no passive joint terms), ``(6 + n,)`` in floating
+    order ``[F0, N0, tau]``: the base force and torque, the joint torques, and the end-point
+    loads mapped by the principle of virtual power, ``J_e^T [F_e; T_e]`` (as in eq 3.29's
+    right-hand side; end-point forces add to ``F0``, their moments about ``r0`` to ``N0``).
+    Linear in ``controls``; what an implicit integrator differentiates to treat
+    state-dependent loads implicitly."""
+    frames = relative_frames(model, state.base_rotation, state.q)
+    axes = joint_motion_axes(model, frames)
+    subtree = accumulate_up(model.tree, _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque))
+    return jnp.concatenate(
+        [controls.base_force + subtree[0, 3:], controls.base_torque + subtree[0, :3], controls.tau + dot(axes, subtree[1:])]
+    )
+
+
 def generalized_velocity(model: Model, state: State) -> Array:
     """``(num_velocities,)`` generalized velocity of the model's base mode: ``[v0, w0, qd]``
     (floating), ``[v0_x, v0_y, w0_z, qd]`` (planar) or ``qd`` (fixed). ``State`` always holds
@@ -666,6 +681,7 @@ __all__ = [
     "floating_inverse_dynamics",
     "forward_dynamics",
     "generalized_acceleration",
+    "generalized_loads",
     "generalized_velocity",
     "inertia_matrix",
     "inertia_matrix_blocks",

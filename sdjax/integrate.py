@@ -15,10 +15,11 @@ on the unit sphere.
 
 from __future__ import annotations
 
+import abc
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -29,7 +30,7 @@ from jax import Array, lax
 from jax.custom_batching import custom_vmap
 
 from sdjax import batch_kernel
-from sdjax.dynamics import Controls, floating_acceleration, forward_dynamics_and_factor, inertia_matrix, make_controls
+from sdjax.dynamics import Controls, floating_acceleration, forward_dynamics_and_factor, generalized_loads, inertia_matrix, make_controls
 from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
 from sdjax.state import State, check_state, is_traced, make_state, with_base_motion_checked
@@ -215,6 +216,43 @@ def euler_step(
     )
 
 
+def _displaced(model: Model, state: State, position_increment: Array, velocity: Array) -> State:
+    """``state`` moved by a generalized position increment and given a generalized velocity,
+    both ``(num_velocities,)`` in the base mode's free coordinates: ``r0 + dr0``, the base
+    turned by the inertial rotation vector ``dphi`` (eq 3.4), ``q + dq``; ``[v0, w0, qd]``."""
+    increment, velocity = floating_coordinates(model, position_increment), floating_coordinates(model, velocity)
+    quat = quat_multiply(rotation_vector_to_quat(increment[3:6]), state.base_quaternion)
+    return State(state.base_position + increment[:3], quat, velocity[:3], velocity[3:6], state.q + increment[6:], velocity[6:])
+
+
+def environment_load_derivatives(model: Model, state: State, environment: EnvironmentLoads, t: Any) -> tuple[Array, Array, Array]:
+    """Generalized force of the environment loads and its derivatives at ``(t, state)``.
+
+    ``Q(x, v)`` is :func:`sdjax.dynamics.generalized_loads` of ``environment(t, state)``, in
+    the base mode's free coordinates; derivatives by forward-mode differentiation along each
+    generalized position increment (base translation, inertial rotation vector, joints) and
+    velocity.
+
+    Returns:
+        ``(Q, dQ/dx, dQ/dv)``: ``(nv,)``, ``(nv, nv)``, ``(nv, nv)`` (``nv = num_velocities``);
+        e.g. a contact's stiffness and damping as seen by the generalized coordinates, with
+        the sign of a force (a restoring spring has a negative ``dQ/dx``).
+    """
+    dtype = state.q.dtype
+    t = jnp.asarray(t, dtype)
+    velocity = free_coordinates(model, state.generalized_velocity)
+
+    def force(increment: Array, v: Array) -> Array:
+        moved = _displaced(model, state, increment, v)
+        return free_coordinates(model, generalized_loads(model, moved, as_controls(model, environment(t, moved), dtype)))
+
+    zero = jnp.zeros_like(velocity)
+    value = force(zero, velocity)
+    by_position = jax.jacfwd(force, argnums=0)(zero, velocity)
+    by_velocity = jax.jacfwd(force, argnums=1)(zero, velocity)
+    return value, by_position, by_velocity
+
+
 @eqx.filter_jit
 def implicit_euler_step(
     model: Model,
@@ -224,9 +262,12 @@ def implicit_euler_step(
     *,
     environment: EnvironmentLoads | None = None,
     t: Any = 0.0,
+    linearize_environment: bool = True,
 ) -> State:
-    """One semi-implicit Euler step with the passive joint terms implicit (MuJoCo's implicit
-    joint damping): stable for any joint stiffness and damping at any step.
+    """One semi-implicit Euler step with the passive joint terms and the environment loads
+    implicit (MuJoCo's implicit joint damping, extended to contact): stable for any joint
+    stiffness and damping at any step, and for stiff contact and friction at steps far above
+    what explicit schemes need.
 
     The passive torque ``-K q - D qd`` is taken at the end of the step, where the rest of the
     dynamics is taken at its start: with ``qd+ = qd + dt a`` and ``q+ = q + dt qd+``,
@@ -234,16 +275,28 @@ def implicit_euler_step(
 
         (H + dt D + dt^2 K) a = H a_explicit - dt K qd
 
-    (``a_explicit`` from :func:`sdjax.forward_dynamics`; ``K``, ``D`` on the joint rows). For
-    the passive terms alone this is backward Euler (L-stable: a stiff mode is damped out, never
-    amplified); the rest is symplectic Euler. First order: use it where explicit RK4 would need
-    steps far below the motion's own time scale (light links with URDF damping, stiff
-    visco-elastic joints); :func:`max_stable_step` tells. Positions and attitude move with the
-    new velocities (the attitude by Rodrigues' formula, eq 3.4).
+    (``a_explicit`` from :func:`sdjax.forward_dynamics`; ``K``, ``D`` on the joint rows).
+    Environment loads (contact, friction, virtual springs) are linearised the same way: with
+    their generalized force ``Q(x, v)`` and its derivatives ``Q_x``, ``Q_v``
+    (:func:`environment_load_derivatives`),
+
+        (H + dt D + dt^2 K - dt Q_v - dt^2 Q_x) a = H a_explicit - dt K qd + dt Q_x v
+
+    (a linearly implicit, Rosenbrock-type Euler step; ``Q_x`` is not symmetric in general, so
+    this system is solved by LU). For linear passive or environment terms this is backward
+    Euler on them (L-stable: a stiff mode is damped out, never amplified); the rest is
+    symplectic Euler. First order: use it where explicit RK4 would need steps far below the
+    motion's own time scale (light links with URDF damping, stiff visco-elastic joints, stiff
+    contact); :func:`max_stable_step` and :func:`sdjax.contact.stable_time_step` tell.
+    Positions and attitude move with the new velocities (the attitude by Rodrigues' formula,
+    eq 3.4).
 
     Arguments:
         model, state, dt, controls, environment, t: as :func:`euler_step` (``environment``
             evaluated at ``(t, state)``).
+        linearize_environment: treat the environment loads implicitly as above (default;
+            costs ``2 nv`` forward-mode evaluations of the loads per step); ``False`` holds
+            them at their start-of-step value (explicit).
 
     Returns:
         State at ``t + dt``.
@@ -261,7 +314,14 @@ def implicit_euler_step(
     joints = jnp.arange(nb, model.num_velocities)
     lhs = h.at[joints, joints].add(dt * model.joint_damping.astype(dtype) + dt * dt * model.joint_stiffness.astype(dtype))
     rhs = (h @ explicit).at[nb:].add(-dt * model.joint_stiffness.astype(dtype) * state.qd)
-    acceleration = floating_coordinates(model, jsl.cho_solve(jsl.cho_factor(lhs, lower=True), rhs))
+    if environment is not None and linearize_environment:
+        _, by_position, by_velocity = environment_load_derivatives(model, state, environment, t)
+        lhs = lhs - dt * by_velocity - dt * dt * by_position
+        rhs = rhs + dt * by_position @ free_coordinates(model, state.generalized_velocity)
+        solved = jnp.linalg.solve(lhs, rhs)
+    else:
+        solved = jsl.cho_solve(jsl.cho_factor(lhs, lower=True), rhs)
+    acceleration = floating_coordinates(model, solved)
     v0 = state.base_linear_velocity + dt * acceleration[:3]
     w0 = state.base_angular_velocity + dt * acceleration[3:6]
     qd = state.qd + dt * acceleration[6:]
@@ -338,7 +398,239 @@ def newmark_step(
     return _newmark_state(state, dt, a0, floating_coordinates(model, a1_free), beta, gamma)
 
 
-INTEGRATORS = {"rk4": rk4_step, "euler": euler_step, "implicit": implicit_euler_step, "newmark": newmark_step}
+@eqx.filter_jit
+def simpson_step(
+    model: Model,
+    state: State,
+    dt: Any,
+    controls: Controls | None = None,
+    *,
+    environment: EnvironmentLoads | None = None,
+    t: Any = 0.0,
+) -> State:
+    """One step of Kutta's third-order Runge-Kutta method, whose weights are Simpson's rule
+    (``1/6, 4/6, 1/6`` at ``t``, ``t + dt/2``, ``t + dt``):
+
+        k1 = f(t, y),  k2 = f(t + dt/2, y + dt/2 k1),  k3 = f(t + dt, y - dt k1 + 2 dt k2),
+        y+ = y + dt/6 (k1 + 4 k2 + k3)
+
+    (Hairer, Norsett and Wanner, *Solving Ordinary Differential Equations I*, 2nd ed., 1993,
+    section II.1, Kutta's 1901 method). Three forward dynamics per step, third order; offered
+    for parity with SpaceDyn's Simpson-rule integration. Stages use the un-normalised
+    quaternion, the result is normalised (as :func:`rk4_step`).
+
+    Arguments:
+        model, state, dt, controls, environment, t: as :func:`rk4_step` (``environment``
+            evaluated at each of the three stages).
+
+    Returns:
+        State at ``t + dt``.
+    """
+    check_state(model, state)
+    dtype = state.q.dtype
+    controls = make_controls(model, dtype=dtype) if controls is None else controls
+    dt, t = jnp.asarray(dt, dtype), jnp.asarray(t, dtype)
+
+    def rate(stage: State, time: Array) -> State:
+        return state_derivative(model, stage, _with_environment(model, controls, environment, time, stage))
+
+    k1 = rate(state, t)
+    k2 = rate(_axpy(0.5 * dt, k1, state), t + 0.5 * dt)
+    k3 = rate(_axpy(2.0 * dt, k2, _axpy(-dt, k1, state)), t + dt)
+    new = jax.tree.map(lambda y, a, b, c: y + dt / 6.0 * (a + 4.0 * b + c), state, k1, k2, k3)
+    return eqx.tree_at(lambda s: s.base_quaternion, new, quat_normalize(new.base_quaternion))
+
+
+#: Solvers of :func:`adaptive_step` (embedded explicit Runge-Kutta pairs of diffrax).
+ADAPTIVE_SOLVERS = ("tsit5", "dopri5", "dopri8")
+
+
+def _diffrax() -> Any:
+    try:
+        import diffrax
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError("the adaptive integrator needs diffrax: pip install 'sdjax[ode]'") from error
+    return diffrax
+
+
+@eqx.filter_jit
+def adaptive_step(
+    model: Model,
+    state: State,
+    dt: Any,
+    controls: Controls | None = None,
+    *,
+    environment: EnvironmentLoads | None = None,
+    t: Any = 0.0,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    solver: str = "tsit5",
+    max_steps: int = 4096,
+) -> State:
+    """Integrate from ``t`` to ``t + dt`` with an adaptive, error-controlled embedded
+    Runge-Kutta pair (diffrax, ``pip install 'sdjax[ode]'``): for long quiet coasts the
+    output interval ``dt`` can be far longer than the internal steps, which grow where
+    nothing happens and shrink at impacts.
+
+    The whole state ``(r0, quat, v0, w0, q, qd)`` is one ODE (quaternion un-normalised inside
+    the interval, normalised at its end), the controls are held over ``[t, t + dt]``, the
+    environment loads are evaluated at every stage. Step sizes follow diffrax's PID
+    controller on the mixed error ``atol + rtol |y|`` of every component (so ``atol`` is in
+    the units of each: m, rad, m/s, rad/s). Differentiable (diffrax's checkpointed adjoint).
+    More than ``max_steps`` internal steps in one interval raise an error at run time.
+
+    Arguments:
+        model, state, dt, controls, environment, t: as :func:`rk4_step`.
+        rtol, atol: relative and absolute tolerances per step.
+        solver: one of :data:`ADAPTIVE_SOLVERS` (``"tsit5"``: Tsitouras' 5(4) pair, the
+            default; ``"dopri5"``, ``"dopri8"``: Dormand-Prince 5(4) and 8(5,3)).
+        max_steps: cap on internal steps per interval (static).
+
+    Returns:
+        State at ``t + dt``.
+    """
+    if solver not in ADAPTIVE_SOLVERS:
+        raise ValueError(f"adaptive_step: solver must be one of {list(ADAPTIVE_SOLVERS)}, got {solver!r}")
+    diffrax = _diffrax()
+    check_state(model, state)
+    dtype = state.q.dtype
+    controls = make_controls(model, dtype=dtype) if controls is None else controls
+    dt, t = jnp.asarray(dt, dtype), jnp.asarray(t, dtype)
+
+    def vector_field(time: Array, y: State, _: Any) -> State:
+        return state_derivative(model, y, _with_environment(model, controls, environment, time, y))
+
+    method = {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "dopri8": diffrax.Dopri8}[solver]()
+    solution = diffrax.diffeqsolve(
+        diffrax.ODETerm(vector_field), method, t0=t, t1=t + dt, dt0=None, y0=state,
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol), max_steps=max_steps,
+        saveat=diffrax.SaveAt(t1=True),
+    )
+    new = jax.tree.map(lambda x: x[-1], solution.ys)
+    return eqx.tree_at(lambda s: s.base_quaternion, new, quat_normalize(new.base_quaternion))
+
+
+# ------------------------------------------------------------------------------------------
+# Integrators as objects.
+
+
+class Integrator(eqx.Module):
+    """A one-step integration scheme: what :func:`rollout`, :func:`sdjax.simulate` and the
+    CLI step with. Subclasses hold the scheme's options and implement :meth:`step`; give an
+    instance (``rollout(..., integrator=sdjax.Newmark(beta=0.3))``) or its name
+    (:data:`INTEGRATORS`). Write a new scheme by subclassing and implementing ``step``."""
+
+    #: Order of accuracy of the scheme (global error ``O(dt^order)``), for error estimates.
+    order: ClassVar[int] = 0
+
+    @abc.abstractmethod
+    def step(
+        self, model: Model, state: State, dt: Any, controls: Controls | None = None, *,
+        environment: EnvironmentLoads | None = None, t: Any = 0.0,
+    ) -> State:
+        """The state at ``t + dt`` from ``state`` at ``t``, ``controls`` held over the step,
+        ``environment`` loads ``(t, state) -> Controls`` evaluated where the scheme needs them."""
+
+
+class RK4(Integrator):
+    """Classical fourth-order Runge-Kutta (:func:`rk4_step`); open-loop batches of it run in
+    the compiled kernel on the CPU (:func:`rollout`)."""
+
+    order: ClassVar[int] = 4
+
+    def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
+        return rk4_step(model, state, dt, controls, environment=environment, t=t)
+
+
+class Euler(Integrator):
+    """Euler with the attitude by Rodrigues' formula (:func:`euler_step`; SpaceDyn
+    ``int_eu2``); ``semi_implicit=True``: symplectic Euler."""
+
+    semi_implicit: bool = eqx.field(default=False, static=True)
+    order: ClassVar[int] = 1
+
+    def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
+        return euler_step(model, state, dt, controls, semi_implicit=self.semi_implicit, environment=environment, t=t)
+
+
+class ImplicitEuler(Integrator):
+    """Semi-implicit Euler with passive joint terms and (by default) environment loads
+    implicit (:func:`implicit_euler_step`): stiff joints, contact and friction at large steps."""
+
+    linearize_environment: bool = eqx.field(default=True, static=True)
+    order: ClassVar[int] = 1
+
+    def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
+        return implicit_euler_step(model, state, dt, controls, environment=environment, t=t, linearize_environment=self.linearize_environment)
+
+
+class Newmark(Integrator):
+    """Implicit Newmark-beta (:func:`newmark_step`; SpaceDyn C++ ``f_dyn_nb``); default the
+    average-acceleration rule."""
+
+    beta: float = eqx.field(default=0.25, static=True)
+    gamma: float = eqx.field(default=0.5, static=True)
+    order: ClassVar[int] = 2
+
+    def __check_init__(self):
+        if not (0.0 <= self.beta <= 0.5 and 0.0 <= self.gamma <= 1.0):
+            raise ValueError(f"Newmark: need 0 <= beta <= 1/2 and 0 <= gamma <= 1, got beta={self.beta}, gamma={self.gamma}")
+
+    def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
+        return newmark_step(model, state, dt, controls, environment=environment, t=t, beta=self.beta, gamma=self.gamma)
+
+
+class Simpson(Integrator):
+    """Kutta's third-order method with Simpson's-rule weights (:func:`simpson_step`)."""
+
+    order: ClassVar[int] = 3
+
+    def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
+        return simpson_step(model, state, dt, controls, environment=environment, t=t)
+
+
+class Adaptive(Integrator):
+    """Adaptive error-controlled integration over each output step (:func:`adaptive_step`,
+    diffrax: ``pip install 'sdjax[ode]'``)."""
+
+    rtol: float = eqx.field(default=1e-8, static=True)
+    atol: float = eqx.field(default=1e-10, static=True)
+    solver: str = eqx.field(default="tsit5", static=True)
+    max_steps: int = eqx.field(default=4096, static=True)
+    order: ClassVar[int] = 5
+
+    def __check_init__(self):
+        if self.solver not in ADAPTIVE_SOLVERS:
+            raise ValueError(f"Adaptive: solver must be one of {list(ADAPTIVE_SOLVERS)}, got {self.solver!r}")
+        if not (self.rtol > 0 and self.atol > 0 and math.isfinite(self.rtol) and math.isfinite(self.atol)):
+            raise ValueError(f"Adaptive: rtol and atol must be positive and finite, got rtol={self.rtol}, atol={self.atol}")
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
+            raise ValueError(f"Adaptive: max_steps must be a positive int, got {self.max_steps!r}")
+
+    def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
+        return adaptive_step(
+            model, state, dt, controls, environment=environment, t=t, rtol=self.rtol, atol=self.atol, solver=self.solver, max_steps=self.max_steps
+        )
+
+
+#: The integrators by name (``rollout(..., integrator="implicit")``).
+INTEGRATORS: dict[str, Integrator] = {
+    "rk4": RK4(),
+    "euler": Euler(),
+    "implicit": ImplicitEuler(),
+    "newmark": Newmark(),
+    "simpson": Simpson(),
+    "adaptive": Adaptive(),
+}
+
+
+def as_integrator(integrator: str | Integrator, what: str = "integrator") -> Integrator:
+    """An :class:`Integrator` from an instance or a name of :data:`INTEGRATORS`."""
+    if isinstance(integrator, Integrator):
+        return integrator
+    if isinstance(integrator, str) and integrator in INTEGRATORS:
+        return INTEGRATORS[integrator]
+    raise ValueError(f"{what}: unknown integrator {integrator!r}; give an sdjax.Integrator or one of {sorted(INTEGRATORS)}")
 
 
 def _rk4_step_limit(mu: complex) -> float:
@@ -540,7 +832,7 @@ def rollout(
     num_steps: int,
     control: ControlLaw | Array | Controls | None = None,
     *,
-    integrator: str = "rk4",
+    integrator: str | Integrator = "rk4",
     t0: Any = 0.0,
     checkpoint: bool = False,
     check: bool = False,
@@ -559,9 +851,11 @@ def rollout(
               the start of every step and held over it;
             - an ``(N, n)`` torque sequence, or a :class:`Controls` whose leaves have a leading
               axis ``N``.
-        integrator: ``"rk4"`` (:func:`rk4_step`), ``"euler"`` (:func:`euler_step`),
-            ``"implicit"`` (:func:`implicit_euler_step`: passive joint terms implicit) or
-            ``"newmark"`` (:func:`newmark_step`, average acceleration).
+        integrator: an :class:`Integrator` (:class:`RK4`, :class:`Euler`,
+            :class:`ImplicitEuler`: passive joint terms and environment loads implicit,
+            :class:`Newmark`, :class:`Simpson`, :class:`Adaptive`) or its name in
+            :data:`INTEGRATORS` (``"rk4"``, ``"euler"``, ``"implicit"``, ``"newmark"``,
+            ``"simpson"``, ``"adaptive"``).
         t0: initial time, s.
         checkpoint: rematerialise each step in reverse-mode differentiation
             (``jax.checkpoint``): memory O(N) states instead of O(N) stage intermediates.
@@ -575,12 +869,11 @@ def rollout(
     """
     check_state(model, initial_state)
     initial_state = with_base_motion_checked(model, initial_state, "rollout: initial_state")
-    if integrator not in INTEGRATORS:
-        raise ValueError(f"rollout: unknown integrator {integrator!r}; choose one of {sorted(INTEGRATORS)}")
+    scheme = as_integrator(integrator, "rollout")
     dtype = initial_state.q.dtype
     law, sequence, dt_array = control_schedule(model, control, num_steps, dt, dtype, "rollout")
     t0 = jnp.asarray(t0, dtype)
-    if law is None and environment is None and integrator == "rk4" and num_steps > 0:
+    if law is None and environment is None and isinstance(scheme, RK4) and num_steps > 0:
         # Open loop: batches of it run in the compiled kernel on the CPU (_open_loop_rk4).
         if sequence is None:
             controls = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_steps,) + x.shape), make_controls(model, dtype=dtype))
@@ -591,7 +884,7 @@ def rollout(
             states = _checked_finite(states)
     else:
         states, controls = _scan_steps(
-            model, initial_state, dt_array, num_steps, law, sequence, INTEGRATORS[integrator], environment, t0, checkpoint, check
+            model, initial_state, dt_array, num_steps, law, sequence, scheme.step, environment, t0, checkpoint, check
         )
     history = jax.tree.map(lambda x0, xs: jnp.concatenate([x0[None], xs]), initial_state, states)
     time = t0 + jnp.arange(num_steps + 1, dtype=dtype) * dt_array

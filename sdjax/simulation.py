@@ -110,7 +110,7 @@ def simulate(
     duration: Any = None,
     chunk_steps: int | None = None,
     progress: bool | ProgressCallback = False,
-    integrator: str = "rk4",
+    integrator: Any = "rk4",
     t0: Any = 0.0,
     check: bool = False,
     **rollout_options: Any,
@@ -132,7 +132,8 @@ def simulate(
         progress: ``True`` for a tqdm progress bar (on stderr), ``False`` for none, or a
             callable ``progress(steps_done, N, state)`` called after each chunk with the
             chunk's last :class:`State`.
-        integrator: ``"rk4"``, ``"euler"``, ``"implicit"`` or ``"newmark"`` (see :func:`sdjax.rollout`).
+        integrator: an :class:`sdjax.Integrator` or its name (``"rk4"``, ``"euler"``,
+            ``"implicit"``, ``"newmark"``, ``"simpson"``, ``"adaptive"``; see :func:`sdjax.rollout`).
         t0: initial time, s.
         check: fail if a state becomes non-finite (see :func:`sdjax.rollout`).
         rollout_options: further keyword arguments of :func:`sdjax.rollout`.
