@@ -191,7 +191,7 @@ from sdjax.simulation import SimulationRun, load_run, simulate, trajectory_quant
 from sdjax.state import State, make_state, normalize_state
 
 # Capabilities used as namespaces: sdjax.contact.Plane, sdjax.massless_arm.simulate, ...
-from sdjax import capture, constraints, contact, flexible, massless_arm, orbital, plotting, simulation  # noqa: E402
+from sdjax import capture, constraints, contact, flexible, massless_arm, orbital, plotting, simulation, wheels  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -205,6 +205,7 @@ __all__ = [
     "orbital",
     "plotting",
     "simulation",
+    "wheels",
     # Functions and types.
     "AttitudePD",
     "ComputedTorque",

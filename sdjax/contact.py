@@ -381,6 +381,26 @@ class ContactDiagnostics(eqx.Module):
     normal: Array
 
 
+def penalty_normal_force(penetration: Array, penetration_rate: Array, stiffness: Array, damping: Array, smoothing: Array) -> Array:
+    """The normal contact law of this module (the module docstring has its properties):
+    ``f_n = sigmoid(delta / w) w_f softplus((k delta + c delta_dot) / w_f)``, ``w_f = k w``.
+
+    Shared by every penalty contact of sdjax (spheres here, wheel rims in :mod:`sdjax.wheels`).
+
+    Arguments:
+        penetration: ``delta`` (any shape), m, positive when touching.
+        penetration_rate: ``d delta/dt``, m/s (same shape).
+        stiffness, damping, smoothing: ``k`` (N/m), ``c`` (N s/m), ``w`` (m), broadcast against
+            ``penetration``.
+
+    Returns:
+        ``f_n >= 0`` (N), the shape of ``penetration``.
+    """
+    force_width = stiffness * smoothing
+    raw = stiffness * penetration + damping * penetration_rate
+    return jax.nn.sigmoid(penetration / smoothing) * force_width * jax.nn.softplus(raw / force_width)
+
+
 def _contact_state(model: Model, state: State, spheres: ContactSpheres, terrain: Terrain, parameters: ContactParameters) -> ContactDiagnostics:
     dtype = state.q.dtype
     m = spheres.num_contacts
@@ -397,9 +417,7 @@ def _contact_state(model: Model, state: State, spheres: ContactSpheres, terrain:
     velocity = point_velocity(twists[bodies], point)
     normal_speed = jnp.sum(velocity * normal, axis=-1)
     rate = -normal_speed
-    force_width = stiffness * width
-    raw = stiffness * penetration + damping * rate
-    normal_force = jax.nn.sigmoid(penetration / width) * force_width * jax.nn.softplus(raw / force_width)
+    normal_force = penalty_normal_force(penetration, rate, stiffness, damping, width)
     slip = velocity - normal_speed[:, None] * normal
     slip_norm = jnp.sqrt(jnp.sum(slip**2, axis=-1) + eps**2)
     friction_force = -(friction * normal_force / slip_norm)[:, None] * slip
@@ -630,6 +648,7 @@ __all__ = [
     "contact_environment",
     "damping_for_ratio",
     "inclined_plane",
+    "penalty_normal_force",
     "restitution_linear",
     "restitution_no_adhesion",
     "rk4_stability_limit",

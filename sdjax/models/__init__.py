@@ -1,7 +1,7 @@
 """Ready-made models: the SpaceDyn v1.2 sample, a 7-joint free-flying arm, random trees, seed 003's
 planar four-link and spatial six-link systems, an ETS-VII-like robot, a Shuttle-RMS-like
-orbiter-arm-payload system (seed 004), a small-body lander, a rover, a tumbling capture target
-and a satellite with flexible solar paddles."""
+orbiter-arm-payload system (seed 004), a small-body lander, a legged rover, a wheeled rover, a tumbling
+capture target and a satellite with flexible solar paddles."""
 
 from sdjax.models.builtin import free_flying_arm_7dof, rigid_body, spacedyn_sample
 from sdjax.models.flexible_satellite import flexible_satellite, paddle_beam
@@ -11,6 +11,7 @@ from sdjax.models.rover import rover
 from sdjax.models.seed003 import ets7_like, planar_four_link, spatial_six_link
 from sdjax.models.srms import srms_arm, srms_flexibility, srms_system
 from sdjax.models.target import TARGET_HANDLE_OFFSET, tumbling_target
+from sdjax.models.wheeled_rover import wheeled_rover
 
 __all__ = [
     "BUILTIN_MODELS",
@@ -31,6 +32,7 @@ __all__ = [
     "srms_flexibility",
     "srms_system",
     "tumbling_target",
+    "wheeled_rover",
 ]
 
 #: Built-in models by name (used by the command line).
