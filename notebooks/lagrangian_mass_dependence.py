@@ -5,7 +5,6 @@
 
 # %%
 import os
-import time
 
 import jax
 
@@ -17,6 +16,7 @@ if os.environ.get("MPLBACKEND") is None:
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import Markdown, display
 
 import sdjax
 from sdjax.models import spacedyn_sample
@@ -24,7 +24,6 @@ from sdjax.models import spacedyn_sample
 QUICK = os.environ.get("SDJAX_NOTEBOOK_QUICK") == "1"
 plt.rcParams["figure.dpi"] = 80
 print("quick mode" if QUICK else "full run")
-from IPython.display import Markdown, display
 
 # %% [markdown]
 # ## Which bodies reach which element of H (SpaceDyn sample: two 3-joint arms on a base)

@@ -21,14 +21,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import sdjax
-from sdjax.models import random_model
+from sdjax import contact as sc
+from sdjax.models.lander import lander, point_mass_probe
+from sdjax.models.rover import rover
 
 QUICK = os.environ.get("SDJAX_NOTEBOOK_QUICK") == "1"
 plt.rcParams["figure.dpi"] = 80
 print("quick mode" if QUICK else "full run")
-from sdjax import contact as sc
-from sdjax.models.lander import lander, point_mass_probe
-from sdjax.models.rover import rover
 
 # %% [markdown]
 # ## 1. Restitution of one contact vs damping
