@@ -5,15 +5,22 @@ Each notebook is executed in a fresh kernel, from a temporary copy, with
 (``QUICK = os.environ.get("SDJAX_NOTEBOOK_QUICK") == "1"``) to shorten simulations so that
 the whole set runs in a few minutes on a 2-core CPU. The stored notebooks keep the outputs of
 a full-size run. Figures are drawn with matplotlib's non-interactive backend.
+
+Each notebook's source is a py:percent script beside it (``NAME.py``, built into ``NAME.ipynb`` by
+``notebooks/build_notebooks.py``): the tests below also check that every stored notebook holds
+exactly the cells of its source, that its outputs are those of a complete full-size run, and that
+numbers its text quotes from that run match the stored outputs.
 """
 
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 
-NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS_DIR = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 
 #: Seconds one notebook may take in quick mode (a cell that hangs fails the test, not CI).
 TIMEOUT = 900
@@ -32,18 +39,68 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
 
 
-#: Notebook sources kept as py:percent scripts (read by linters and reviewers), each paired with
-#: the stored, executed notebook of the same name.
-SOURCES = sorted(p for p in (pathlib.Path(__file__).resolve().parents[1] / "notebooks").glob("*.py") if p.read_text().startswith("# %%"))
+#: The notebooks' sources: one py:percent script per notebook (``NAME.py`` beside ``NAME.ipynb``),
+#: read by linters and reviewers; ``notebooks/build_notebooks.py`` writes (and executes) the
+#: notebooks from them.
+SOURCES = sorted(p for p in NOTEBOOKS_DIR.glob("*.py") if p.read_text().startswith("# %%"))
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_stored_notebook_matches_its_source(source):
+def test_every_notebook_has_a_source():
+    """Each stored notebook has its py:percent source and each source its stored notebook; the only
+    other Python file in ``notebooks/`` is the driver (no notebook lives in string literals)."""
+    assert NOTEBOOKS, "no notebooks found"
+    assert sorted(p.stem for p in NOTEBOOKS) == sorted(p.stem for p in SOURCES)
+    others = sorted(p.name for p in NOTEBOOKS_DIR.glob("*.py") if p not in SOURCES)
+    assert others == ["build_notebooks.py"], f"notebooks/ holds Python files that are not notebook sources: {others}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_notebook_matches_its_source(path):
     """The stored ``.ipynb`` holds exactly the cells of its py:percent source (rebuild it with
-    ``python notebooks/build_notebooks.py --execute NAME.ipynb``)."""
+    ``python notebooks/build_notebooks.py --execute NAME.ipynb``; after a change of text only,
+    ``python notebooks/build_notebooks.py NAME.ipynb`` keeps the stored outputs)."""
     jupytext = pytest.importorskip("jupytext")
     nbformat = pytest.importorskip("nbformat")
-    stored = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    source = path.with_suffix(".py")
+    assert source.exists(), f"{path.name} has no source {source.name}"
+    stored = nbformat.read(path, as_version=4)
     expected = jupytext.read(source)
     pairs = [(cell.cell_type, cell.source) for cell in expected.cells]
-    assert [(cell.cell_type, cell.source) for cell in stored.cells] == pairs, f"{source.with_suffix('.ipynb').name} is out of date with {source.name}"
+    assert [(cell.cell_type, cell.source) for cell in stored.cells] == pairs, f"{path.name} is out of date with {source.name}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_notebook_is_a_full_run(path):
+    """The stored outputs come from a complete full-size execution: every code cell ran, none
+    raised, and the first one printed "full run" (not "quick mode")."""
+    nbformat = pytest.importorskip("nbformat")
+    code = [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+    assert all(cell.execution_count is not None for cell in code), f"{path.name}: not every code cell was executed"
+    assert not [o for cell in code for o in cell.outputs if o.get("output_type") == "error"], f"{path.name}: stored error output"
+    assert "".join(o.get("text", "") for o in code[0].outputs).startswith("full run"), f"{path.name}: not a full-size run"
+
+
+#: Numbers a notebook's text quotes from its stored full run: (regular expression on the stored
+#: text outputs, the phrase its markdown must contain, ``{1}``, ``{2}``, ... the matched groups).
+QUOTED = {
+    "motion_planning.ipynb": [
+        (r"base attitude change: straight line ([0-9.]+) deg, optimised ([0-9.]+) deg", "turns the base by {2} deg instead of {1} deg"),
+        (r"IMPROVEMENT_FACTOR = ([0-9.]+)", "**{1}x less base attitude disturbance**"),
+        (r"end-point error: +straight line ([0-9.]+) mm, optimised ([0-9.]+) mm", "end-point errors of {2} mm (optimised) and {1} mm (straight line)"),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUOTED), ids=lambda n: n.removesuffix(".ipynb"))
+def test_quoted_numbers_match_the_stored_outputs(name):
+    """Numbers stated in a notebook's text are the ones its stored outputs print (after a new full
+    run, correct the text in the source and run ``python notebooks/build_notebooks.py NAME.ipynb``)."""
+    nbformat = pytest.importorskip("nbformat")
+    cells = nbformat.read(NOTEBOOKS_DIR / name, as_version=4).cells
+    printed = "".join(o.get("text", "") for cell in cells if cell.cell_type == "code" for o in cell.outputs)
+    text = "\n".join(cell.source for cell in cells if cell.cell_type == "markdown")
+    for pattern, phrase in QUOTED[name]:
+        match = re.search(pattern, printed)
+        assert match, f"{name}: no output matches {pattern!r}"
+        expected = phrase.format(match.group(0), *match.groups())
+        assert expected in text, f"{name}: the text should say {expected!r} (from the stored outputs)"

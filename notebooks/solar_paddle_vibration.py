@@ -1,27 +1,15 @@
-"""Write (and optionally execute) notebooks/solar_paddle_vibration.ipynb.
+# %% [markdown]
+# # Solar-paddle vibration excited by an arm manoeuvre
+#
+# SpaceDyn's manual (seed 000, sections 2 and 3.8) models flexible links as chains of rigid links on elastic joints and lists the vibration of solar paddles among its applications. `sdjax.flexible` builds such chains from beam data: a uniform beam (length `L`, mass per length `mu`, bending stiffnesses `EI_y`, `EI_z`, torsional stiffness `GJ`, Kelvin-Voigt damping) becomes `N` rigid segments joined, at each node, by revolute joints for bending about the two section axes and for torsion, with stiffness `EI / l` (`2 EI / l` at the root: each segment's rotation stands for the slope at its mid-point, the *midpoint lumping*).
+#
+# 1. The chain's first clamped frequencies against Euler-Bernoulli and St-Venant theory as `N` grows.
+# 2. A 1200 kg satellite with a 3-joint arm and two 6 m paddles (`sdjax.models.flexible_satellite`): the arm moves, the base reacts, the paddles ring; tip deflection, base attitude, energy decay with structural damping, and the spectrum of the paddle vibration against the linear modes.
+#
+# Quick mode (`SDJAX_NOTEBOOK_QUICK=1`) uses fewer segments, a shorter convergence table and a shorter record.
 
-    python notebooks/build_flexible.py            # write the notebook (no outputs)
-    python notebooks/build_flexible.py --execute  # write and run it full size (outputs stored)
-
-Follows build_notebooks.py (same set-up habits, same quick-mode switch SDJAX_NOTEBOOK_QUICK=1).
-"""
-
-from __future__ import annotations
-
-import pathlib
-import sys
-
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from build_notebooks import _metadata, write_notebooks  # noqa: E402
-
-NAME = "solar_paddle_vibration.ipynb"
-
-SETUP = '''import os
+# %%
+import os
 import time
 
 import jax
@@ -50,41 +38,15 @@ from sdjax.models.flexible_satellite import ARM_JOINTS, PADDLES, flexible_satell
 
 QUICK = os.environ.get("SDJAX_NOTEBOOK_QUICK") == "1"
 plt.rcParams["figure.dpi"] = 80
-print("quick mode" if QUICK else "full run")'''
+print("quick mode" if QUICK else "full run")
 
+# %% [markdown]
+# ## 1. Convergence of the chain's frequencies
+#
+# A 2 m beam, 3 kg/m, `EI = 100 N m^2` (both planes), `GJ = 0.02 N m^2` on a thin section (radius of gyration 2 mm, so the section's rotary inertia is negligible). The chain's frequencies are the eigenvalues of `H_m^-1 K` at rest with the root clamped (`sdjax.flexible.linear_modes(..., base="clamped")`: the fixed-base joint inertia block). Theory: `omega_1 = 1.8751^2 sqrt(EI / (mu L^4)) = 3.2097 rad/s`, `omega_t = (pi / 2) sqrt(GJ / (rho I_p L^2))`. The `uniform` column uses `k = EI / l` at the root as well (first order), for comparison.
 
-def flexible_notebook() -> nbformat.NotebookNode:
-    cells = [
-        new_markdown_cell(
-            "# Solar-paddle vibration excited by an arm manoeuvre\n\n"
-            "SpaceDyn's manual (seed 000, sections 2 and 3.8) models flexible links as chains of rigid "
-            "links on elastic joints and lists the vibration of solar paddles among its applications. "
-            "`sdjax.flexible` builds such chains from beam data: a uniform beam (length `L`, mass per "
-            "length `mu`, bending stiffnesses `EI_y`, `EI_z`, torsional stiffness `GJ`, Kelvin-Voigt "
-            "damping) becomes `N` rigid segments joined, at each node, by revolute joints for bending "
-            "about the two section axes and for torsion, with stiffness `EI / l` (`2 EI / l` at the root: "
-            "each segment's rotation stands for the slope at its mid-point, the *midpoint lumping*).\n\n"
-            "1. The chain's first clamped frequencies against Euler-Bernoulli and St-Venant theory as `N` grows.\n"
-            "2. A 1200 kg satellite with a 3-joint arm and two 6 m paddles "
-            "(`sdjax.models.flexible_satellite`): the arm moves, the base reacts, the paddles ring; "
-            "tip deflection, base attitude, energy decay with structural damping, and the spectrum of "
-            "the paddle vibration against the linear modes.\n\n"
-            "Quick mode (`SDJAX_NOTEBOOK_QUICK=1`) uses fewer segments, a shorter convergence table and a "
-            "shorter record."
-        ),
-        new_code_cell(SETUP),
-        new_markdown_cell(
-            "## 1. Convergence of the chain's frequencies\n\n"
-            "A 2 m beam, 3 kg/m, `EI = 100 N m^2` (both planes), `GJ = 0.02 N m^2` on a thin section "
-            "(radius of gyration 2 mm, so the section's rotary inertia is negligible). The chain's "
-            "frequencies are the eigenvalues of `H_m^-1 K` at rest with the root clamped "
-            "(`sdjax.flexible.linear_modes(..., base=\"clamped\")`: the fixed-base joint inertia block). "
-            "Theory: `omega_1 = 1.8751^2 sqrt(EI / (mu L^4)) = 3.2097 rad/s`, "
-            "`omega_t = (pi / 2) sqrt(GJ / (rho I_p L^2))`. The `uniform` column uses `k = EI / l` at the "
-            "root as well (first order), for comparison."
-        ),
-        new_code_cell(
-            '''SIZES = [1, 2, 4] if QUICK else [1, 2, 4, 8, 16, 32]
+# %%
+SIZES = [1, 2, 4] if QUICK else [1, 2, 4, 8, 16, 32]
 SECTION = (3.0 * 2e-3**2, 3.0 * 1e-3**2)
 
 
@@ -116,21 +78,18 @@ table = ["| N | bending omega_1 (rad/s) | rel. error | observed order | rel. err
          "|---|---|---|---|---|---|---|---|"]
 for r in rows:
     table.append(f"| {r[0]} | {r[1]:.6f} | {r[2]:.2e} | {r[3]:.2f} | {r[4]:.2e} | {r[5]:.6f} | {r[6]:.2e} | {r[7]:.2f} |")
-display(Markdown(f"Theory: bending {exact['bend_z']:.6f} rad/s, torsion {exact['twist']:.6f} rad/s\\n\\n" + "\\n".join(table)))'''
-        ),
-        new_markdown_cell(
-            "The midpoint lumping converges with second order (the error falls by 4 each time `N` "
-            "doubles) in bending and torsion; `k = EI / l` at the root only with first order."
-        ),
-        new_markdown_cell(
-            "## 2. The satellite\n\n"
-            "Base 1200 kg (2.0 x 2.2 x 2.4 m), a 3-joint arm on the +x face (yaw, shoulder, elbow; "
-            "57 kg), two 6 m x 2 m paddles of 30 kg on the +-y faces (`paddle_beam`: out-of-plane "
-            "`EI = 3300 N m^2`, in-plane 20 times stiffer, `GJ = 600 N m^2`, 1 % damping of the first "
-            "mode), each with bending in both planes and torsion at every node."
-        ),
-        new_code_cell(
-            '''SEGMENTS = 3 if QUICK else 6
+display(Markdown(f"Theory: bending {exact['bend_z']:.6f} rad/s, torsion {exact['twist']:.6f} rad/s\n\n" + "\n".join(table)))
+
+# %% [markdown]
+# The midpoint lumping converges with second order (the error falls by 4 each time `N` doubles) in bending and torsion; `k = EI / l` at the root only with first order.
+
+# %% [markdown]
+# ## 2. The satellite
+#
+# Base 1200 kg (2.0 x 2.2 x 2.4 m), a 3-joint arm on the +x face (yaw, shoulder, elbow; 57 kg), two 6 m x 2 m paddles of 30 kg on the +-y faces (`paddle_beam`: out-of-plane `EI = 3300 N m^2`, in-plane 20 times stiffer, `GJ = 600 N m^2`, 1 % damping of the first mode), each with bending in both planes and torsion at every node.
+
+# %%
+SEGMENTS = 3 if QUICK else 6
 model = flexible_satellite(SEGMENTS)
 paddles = [beam_layout(model, name) for name in PADDLES]
 arm = [model.link_names.index(name) + 1 for name in ARM_JOINTS]
@@ -144,21 +103,17 @@ both = paddles[0].all_joints + paddles[1].all_joints
 free, free_modes = linear_modes(model, both, base="floating")
 print("one paddle clamped to an immobile base, first 4 (rad/s):", np.round(np.asarray(clamped[:4]), 3))
 print("both paddles, floating base (zero momentum), arm locked, first 6 (rad/s):", np.round(np.asarray(free[:6]), 3))
-print(f"highest chain mode {float(free[-1]):.0f} rad/s (sets the RK4 step)")'''
-        ),
-        new_markdown_cell(
-            "On the floating base each clamped mode splits in two: the paddles bending in the same "
-            "sense (the base counter-rotates, raising the frequency) and in opposite senses (the base "
-            "translates or stays, close to the clamped value).\n\n"
-            "## Arm manoeuvre\n\n"
-            "The arm moves rest-to-rest with a quintic law over 8 s, tracked by joint PD "
-            "(`sdjax.JointPD` with `sdjax.QuinticJointReference`, zero gains on the paddle joints). "
-            "The base floats freely (zero momentum). The same run is repeated with undamped paddles. "
-            "The step 2 ms keeps RK4 stable for the stiffest, heavily damped chain modes "
-            "(`D = beta K` gives them decay rates `beta omega^2` of several hundred 1/s)."
-        ),
-        new_code_cell(
-            '''n = model.num_joints
+print(f"highest chain mode {float(free[-1]):.0f} rad/s (sets the RK4 step)")
+
+# %% [markdown]
+# On the floating base each clamped mode splits in two: the paddles bending in the same sense (the base counter-rotates, raising the frequency) and in opposite senses (the base translates or stays, close to the clamped value).
+#
+# ## Arm manoeuvre
+#
+# The arm moves rest-to-rest with a quintic law over 8 s, tracked by joint PD (`sdjax.JointPD` with `sdjax.QuinticJointReference`, zero gains on the paddle joints). The base floats freely (zero momentum). The same run is repeated with undamped paddles. The step 2 ms keeps RK4 stable for the stiffest, heavily damped chain modes (`D = beta K` gives them decay rates `beta omega^2` of several hundred 1/s).
+
+# %%
+n = model.num_joints
 MOVE, HORIZON, DT = 8.0, (16.0 if QUICK else 48.0), 2e-3
 q_goal = np.zeros(n)
 q_goal[np.asarray(arm) - 1] = [0.8, -0.7, 1.3]
@@ -182,10 +137,11 @@ start = time.perf_counter()
 traj0 = simulate(undamped)
 jax.block_until_ready(traj0.states.q)
 print(f"undamped run in {time.perf_counter() - start:.1f} s")
-t = np.asarray(traj.time)'''
-        ),
-        new_code_cell(
-            '''def observations(m, states):
+t = np.asarray(traj.time)
+
+
+# %%
+def observations(m, states):
     """Paddle tip deflections (beam frames), base RPY angles, momenta along a trajectory."""
     def one(m, state):
         tips = jnp.stack([beam_tip_deflection(m, state, p) for p in paddles])
@@ -216,17 +172,16 @@ axes[2].legend(fontsize=8)
 for ax in axes:
     ax.axvline(MOVE, color="k", lw=0.5)
 plt.tight_layout()
-plt.show()'''
-        ),
-        new_markdown_cell(
-            "## Energy after the manoeuvre\n\n"
-            "Mechanical energy `E = T + 1/2 sum K q^2 + 1/2 kp |q_goal - q|^2` (kinetic, paddle springs, "
-            "PD spring). After the manoeuvre the reference is constant, so "
-            "`dE/dt = -qd^T D qd - kd |qd_arm|^2`: it can only decrease. With undamped paddles the only "
-            "sink is the arm's PD damping, which the paddles reach only through the base."
-        ),
-        new_code_cell(
-            '''def energy(m, traj):
+plt.show()
+
+
+# %% [markdown]
+# ## Energy after the manoeuvre
+#
+# Mechanical energy `E = T + 1/2 sum K q^2 + 1/2 kp |q_goal - q|^2` (kinetic, paddle springs, PD spring). After the manoeuvre the reference is constant, so `dE/dt = -qd^T D qd - kd |qd_arm|^2`: it can only decrease. With undamped paddles the only sink is the arm's PD damping, which the paddles reach only through the base.
+
+# %%
+def energy(m, traj):
     def one(m, s):
         return sdjax.kinetic_energy(m, s) + elastic_energy(m, s) + 0.5 * jnp.sum(kp * (q_goal - s.q) ** 2)
     return np.asarray(jax.jit(jax.vmap(one, in_axes=(None, 0)))(m, traj.states))
@@ -255,23 +210,18 @@ plt.xlabel("time (s)")
 plt.ylabel("mechanical energy (J)")
 plt.legend()
 plt.tight_layout()
-plt.show()'''
-        ),
-        new_markdown_cell(
-            "With undamped paddles the energy levels off: the arm's servo only dissipates the modes "
-            "that move the arm joints, and the modes it barely couples to keep ringing. Kelvin-Voigt "
-            "damping in the paddles removes them too (each mode at its own rate `2 zeta_k omega_k`, "
-            "`zeta_k` proportional to `omega_k`)."
-        ),
-        new_markdown_cell(
-            "## Spectrum of the paddle vibration\n\n"
-            "FFT (Hann window) of the out-of-plane and in-plane tip deflections of the undamped run after the "
-            "manoeuvre, against the free-free linear modes of the chain model (floating base, arm "
-            "locked) and the clamped-beam theory. The arm's PD servo is stiff but not rigid, so it "
-            "shifts the modes that move the arm slightly."
-        ),
-        new_code_cell(
-            '''record = tips0[after]
+plt.show()
+
+# %% [markdown]
+# With undamped paddles the energy levels off: the arm's servo only dissipates the modes that move the arm joints, and the modes it barely couples to keep ringing. Kelvin-Voigt damping in the paddles removes them too (each mode at its own rate `2 zeta_k omega_k`, `zeta_k` proportional to `omega_k`).
+
+# %% [markdown]
+# ## Spectrum of the paddle vibration
+#
+# FFT (Hann window) of the out-of-plane and in-plane tip deflections of the undamped run after the manoeuvre, against the free-free linear modes of the chain model (floating base, arm locked) and the clamped-beam theory. The arm's PD servo is stiff but not rigid, so it shifts the modes that move the arm slightly.
+
+# %%
+record = tips0[after]
 window = np.hanning(len(record))
 omega = 2 * np.pi * np.fft.rfftfreq(len(record), DT)
 fig, ax = plt.subplots(figsize=(9, 4))
@@ -296,20 +246,7 @@ band = (omega > 1.0) & (omega < 4.5)
 peak = omega[band][np.argmax(spectrum[band])]
 resolution = 2 * np.pi / (t[-1] - MOVE)
 print(f"largest out-of-plane peak {peak:.3f} rad/s (resolution {resolution:.3f} rad/s); "
-      f"floating-chain modes {np.round(np.asarray(free[:2]), 3)}, clamped theory {theory['bend_z']:.3f} rad/s")'''
-        ),
-        new_markdown_cell(
-            "The paddles vibrate at the system's free-free modes, not at the clamped-beam values: "
-            "the first pair lies at and above the clamped frequency, as the base takes part in the "
-            "motion. `linear_modes(..., base=\"floating\")` predicts them before any simulation."
-        ),
-    ]
-    return new_notebook(cells=cells, metadata=_metadata())
+      f"floating-chain modes {np.round(np.asarray(free[:2]), 3)}, clamped theory {theory['bend_z']:.3f} rad/s")
 
-
-def main(argv: list[str]) -> None:
-    write_notebooks({NAME: flexible_notebook}, argv, timeout=3000)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+# %% [markdown]
+# The paddles vibrate at the system's free-free modes, not at the clamped-beam values: the first pair lies at and above the clamped frequency, as the base takes part in the motion. `linear_modes(..., base="floating")` predicts them before any simulation.

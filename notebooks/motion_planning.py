@@ -1,0 +1,154 @@
+# %% [markdown]
+# # Gradient-based motion planning of a free-floating arm
+#
+# A 7-joint arm on a 500 kg free-floating base (`free_flying_arm_7dof`, zero momentum, no base actuation) must bring its end point to a target. Any joint motion turns the base (the zero-momentum constraint is not integrable, so *how* the arm moves decides the final base attitude). `sdjax.optimize_plan` searches over rest-to-rest cubic B-spline joint trajectories (`sdjax.SplineTrajectory`) with Adam (optax), with gradients through the full RK4 rollout of the floating dynamics under an exact computed-torque executor (`rollout(..., checkpoint=True)`), minimising end-point error, final base attitude change, joint effort and joint/torque limit violations (joint limits are also enforced by projecting the control points: a B-spline stays in the convex hull of its control points). Several starts run in one `vmap`.
+#
+# The baseline (`sdjax.straight_line_plan`) is the naive motion: a quintic straight line in joint space to a goal from floating-base inverse kinematics, refined by Gauss-Newton through the same rollout so that it reaches the target exactly. Both plans are executed and scored the same way.
+#
+# Quick mode (`SDJAX_NOTEBOOK_QUICK=1`) uses a short horizon and a few iterations.
+
+# %%
+import os
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import matplotlib
+
+if os.environ.get("MPLBACKEND") is None:
+    matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+import sdjax
+from sdjax.models import free_flying_arm_7dof
+
+QUICK = os.environ.get("SDJAX_NOTEBOOK_QUICK") == "1"
+plt.rcParams["figure.dpi"] = 80
+print("quick mode" if QUICK else "full run")
+from sdjax.models.builtin import free_flying_arm_initial_q
+
+# %% [markdown]
+# ## The problem
+
+# %%
+model = free_flying_arm_7dof()
+n = model.num_joints
+q0 = jnp.asarray(free_flying_arm_initial_q())
+state0 = sdjax.make_state(model, q=q0)
+start_point = sdjax.forward_kinematics(model, state0).end_point_position[0]
+target = start_point + jnp.array([0.15, 0.1, -0.1])
+joint_limits = (q0 - 1.5, q0 + 1.5)
+torque_limit = jnp.full(n, 20.0)  # N m
+
+duration, num_steps = (4.0, 20) if QUICK else (4.0, 40)
+num_starts, iterations = (2, 5) if QUICK else (3, 300)
+problem = sdjax.PlanningProblem(
+    model, state0, target, duration=duration, num_steps=num_steps, num_coefficients=5,
+    joint_limits=joint_limits, torque_limit=torque_limit,
+    position_weight=1e4, attitude_weight=1e3, effort_weight=1e-3, limit_weight=1e3,
+)
+print("start", np.round(np.asarray(start_point), 3), "-> target", np.round(np.asarray(target), 3),
+      f"(distance {float(jnp.linalg.norm(target - start_point)):.3f} m)")
+print(f"horizon {duration} s in {num_steps} RK4 steps, {problem.num_coefficients} free control points x {n} joints")
+
+# %% [markdown]
+# ## Baseline: straight line in joint space
+
+# %%
+t0 = time.perf_counter()
+baseline = sdjax.straight_line_plan(problem, refine_iterations=10)
+base_ev = baseline.evaluation
+jax.block_until_ready(base_ev.loss)
+print(f"baseline computed in {time.perf_counter() - t0:.1f} s")
+print(f"  end-point error      {1e3 * float(base_ev.position_error):.3f} mm")
+print(f"  base attitude change {np.degrees(float(base_ev.base_attitude_change)):.3f} deg")
+print(f"  peak |tau|           {float(jnp.max(jnp.abs(base_ev.tau))):.2f} N m, effort {float(base_ev.effort):.1f} N^2 m^2 s")
+
+# %% [markdown]
+# ## Multi-start optimisation
+#
+# Start 0 is the straight line itself (evenly spaced control points on the segment to the baseline goal); the others perturb its interior control points.
+
+# %%
+starts = sdjax.initial_coefficients(problem, baseline.goal, num_starts, spread=0.05, seed=0)
+t0 = time.perf_counter()
+result = sdjax.optimize_plan(problem, starts, iterations=iterations, learning_rate=0.003)
+jax.block_until_ready(result.final_loss)
+print(f"{num_starts} starts x {iterations} iterations in {time.perf_counter() - t0:.1f} s (compile included)")
+print(" start | final loss | end-point error mm | base attitude deg | joint viol rad | torque viol N m | feasible")
+for b in range(num_starts):
+    print(f"  {b:4d} | {float(result.final_loss[b]):10.4f} | {1e3 * float(result.position_error[b]):18.3f} | "
+          f"{np.degrees(float(result.base_attitude_change[b])):17.4f} | {float(result.joint_violation[b]):14.2e} | "
+          f"{float(result.torque_violation[b]):15.2e} | {bool(result.feasible[b])}")
+print("chosen start:", int(result.best))
+
+# %% [markdown]
+# ## Accuracy pass
+#
+# The end-point error is a penalty, so the optimum stops a few millimetres short; a plan that stops short can also turn the base less. `sdjax.refine_plan` removes that error by damped Gauss-Newton steps on the end-point residual (minimum-norm changes of the control points, forward-mode Jacobian through the rollout), the same refinement that puts the straight line on the target: both plans are then compared at equal accuracy.
+
+# %%
+t0 = time.perf_counter()
+refined, opt_ev = sdjax.refine_plan(problem, result.trajectory.coefficients, iterations=3 if QUICK else 6)
+jax.block_until_ready(opt_ev.loss)
+print(f"accuracy pass in {time.perf_counter() - t0:.1f} s: end-point error {1e3 * float(result.evaluation.position_error):.3f} mm "
+      f"-> {1e3 * float(opt_ev.position_error):.6f} mm, base attitude change "
+      f"{np.degrees(float(result.evaluation.base_attitude_change)):.3f} -> {np.degrees(float(opt_ev.base_attitude_change)):.3f} deg")
+
+# %% [markdown]
+# ## Optimised versus straight line
+
+# %%
+factor = float(sdjax.improvement_factor(base_ev, opt_ev))
+print(f"end-point error:      straight line {1e3 * float(base_ev.position_error):.4f} mm, "
+      f"optimised {1e3 * float(opt_ev.position_error):.4f} mm")
+print(f"base attitude change: straight line {np.degrees(float(base_ev.base_attitude_change)):.3f} deg, "
+      f"optimised {np.degrees(float(opt_ev.base_attitude_change)):.3f} deg")
+print(f"peak |tau|:           straight line {float(jnp.max(jnp.abs(base_ev.tau))):.2f} N m, "
+      f"optimised {float(jnp.max(jnp.abs(opt_ev.tau))):.2f} N m (limit {float(torque_limit[0]):.0f})")
+print(f"IMPROVEMENT_FACTOR = {factor:.2f}  (base attitude change, straight line / optimised)")
+
+
+# %%
+def attitude_angle(quats, quat0):
+    rel = jax.vmap(lambda q: sdjax.quat_multiply(q, sdjax.quat_conjugate(quat0)))(quats)
+    return np.degrees(2.0 * np.arctan2(np.linalg.norm(np.asarray(rel[:, :3]), axis=1), np.abs(np.asarray(rel[:, 3]))))
+
+
+time_b = np.asarray(base_ev.trajectory.time)
+fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+ax = axes[0, 0]
+for b in range(num_starts):
+    ax.semilogy(np.asarray(result.loss_history[b]), label=f"start {b}" + (" (chosen)" if b == int(result.best) else ""))
+ax.axhline(float(base_ev.loss), color="k", ls=":", label="straight line")
+ax.set(xlabel="iteration", ylabel="loss", title="loss history")
+ax.legend()
+ax = axes[0, 1]
+colors = plt.cm.tab10(np.arange(n))
+for i in range(n):
+    ax.plot(time_b, np.asarray(opt_ev.trajectory.states.q[:, i]), color=colors[i], label=f"q{i + 1}")
+    ax.plot(time_b, np.asarray(base_ev.trajectory.states.q[:, i]), color=colors[i], ls="--")
+ax.set(xlabel="t [s]", ylabel="q [rad]", title="joint trajectories (solid optimised, dashed straight line)")
+ax.legend(ncol=4, fontsize=8)
+ax = axes[1, 0]
+ax.plot(time_b, attitude_angle(base_ev.trajectory.states.base_quaternion, state0.base_quaternion), "k--", label="straight line")
+ax.plot(time_b, attitude_angle(opt_ev.trajectory.states.base_quaternion, state0.base_quaternion), "C3", label="optimised")
+ax.set(xlabel="t [s]", ylabel="base rotation angle [deg]", title="base attitude change")
+ax.legend()
+ax = axes[1, 1]
+for i in range(n):
+    ax.step(time_b[:-1], np.asarray(opt_ev.tau[:, i]), where="post", color=colors[i])
+    ax.step(time_b[:-1], np.asarray(base_ev.tau[:, i]), where="post", color=colors[i], ls="--", alpha=0.5)
+for sign in (1, -1):
+    ax.axhline(sign * float(torque_limit[0]), color="k", lw=1)
+ax.set(xlabel="t [s]", ylabel="tau [N m]", title="joint torques vs limits (solid optimised)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Result (stored full run)
+#
+# In the full run stored here the optimised motion turns the base by 5.023 deg instead of 6.672 deg for the straight joint-space line: **1.33x less base attitude disturbance**, with end-point errors of 0.0000 mm (optimised) and 0.0000 mm (straight line), so both reach the target equally well. These numbers are the ones printed above (`tests/test_notebooks.py` checks that they match the stored outputs); a quick-mode run prints its own (smaller) numbers above.
