@@ -116,9 +116,11 @@ class PinocchioPeer:
         return lambda: fn(threads, self.pool, q, v, third)
 
 
-def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float) -> dict:
+def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float, models: list[str] | None = None, algorithms: tuple[str, ...] = ALGORITHMS) -> dict:
     results = []
     for model_name, build in MODELS.items():
+        if models is not None and model_name not in models:
+            continue
         model64 = build()
         n = model64.num_joints
         distinct = 256
@@ -146,11 +148,11 @@ def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float)
             if difference > 1e-8:
                 sys.exit(f"{model_name}: engines disagree ({difference:.1e}); not timing")
             loops = peer.loops()
-            for algo in ALGORITHMS:
+            for algo in algorithms:
                 t = common.time_python_loop(loops[algo], distinct, repeats=repeats)
                 pin_rate[algo] = 1.0 / t["min"]
                 results.append(dict(model=model_name, engine="pinocchio (per-sample Python)", algorithm=algo, dtype="float64", batch=1, seconds_per_eval=t["min"], evals_per_second=1.0 / t["min"], median_seconds_per_eval=t["median"], max_relative_difference=difference))
-            for algo in PINOCCHIO_PARALLEL:
+            for algo in [a for a in PINOCCHIO_PARALLEL if a in algorithms]:
                 for batch in batches:
                     if batch < 64:
                         continue
@@ -160,8 +162,8 @@ def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float)
         # The default path (the compiled kernel of sdjax.batch_kernel for large batches when
         # Numba is installed), then, for comparison in the same run, forward dynamics on the
         # XLA path alone (SDJAX_KERNEL=jax) at the batches the kernel would take.
-        paths = [(SDJAX_DEFAULT, "auto", ALGORITHMS, batches)]
-        if batch_kernel.available():
+        paths = [(SDJAX_DEFAULT, "auto", algorithms, batches)]
+        if batch_kernel.available() and "forward_dynamics" in algorithms:
             paths.append((SDJAX_XLA, "jax", ("forward_dynamics",), [b for b in batches if b >= batch_kernel.MIN_BATCH]))
         for engine, kernel, algorithms, path_batches in paths:
             os.environ[batch_kernel.KERNEL_ENV] = kernel
@@ -191,7 +193,17 @@ def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float)
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few repeats and batches (smoke run)")
+    parser.add_argument("--models", help=f"comma-separated subset of {','.join(MODELS)}")
+    parser.add_argument("--algorithms", help=f"comma-separated subset of {','.join(ALGORITHMS)}")
+    parser.add_argument("--batches", help="comma-separated batch sizes (default: by device)")
+    parser.add_argument("--output", help="result name (default dynamics, or dynamics_gpu on a GPU)")
     args = parser.parse_args(argv)
+    models = args.models.split(",") if args.models else None
+    algorithms = tuple(args.algorithms.split(",")) if args.algorithms else ALGORITHMS
+    for name, known, what in ((models or [], MODELS, "model"), (algorithms, ALGORITHMS, "algorithm")):
+        unknown = sorted(set(name) - set(known))
+        if unknown:
+            parser.error(f"unknown {what}(s) {unknown}: choose from {sorted(known)}")
     gpu = jax.default_backend() == "gpu"
     if args.quick:
         batches, repeats, min_seconds = [1, 64], 2, 0.02
@@ -199,9 +211,11 @@ def main(argv: list[str] | None = None) -> None:
         batches, repeats, min_seconds = [1, 1024, 16384, 131072, 1048576], 5, 0.2
     else:
         batches, repeats, min_seconds = [1, 64, 1024, 8192], 7, 0.3
+    if args.batches:
+        batches = [int(b) for b in args.batches.split(",")]
     dtypes = ["float32"] if gpu else ["float64", "float32"]
-    payload = run(batches, dtypes, repeats, min_seconds)
-    path = common.write_result("dynamics_gpu" if gpu else "dynamics", payload)
+    payload = run(batches, dtypes, repeats, min_seconds, models, algorithms)
+    path = common.write_result(args.output or ("dynamics_gpu" if gpu else "dynamics"), payload)
     rows = [[r["model"], r["engine"], r["algorithm"], r["dtype"], r["batch"], r["evals_per_second"], r.get("ratio_to_pinocchio", "")] for r in payload["results"]]
     print(common.table(["model", "engine", "algorithm", "dtype", "batch", "evals/s", "x Pinocchio per sample"], rows))
     print(f"wrote {path}")

@@ -43,17 +43,20 @@ DT = 0.002
 def initial_states(model: sdjax.Model, batch: int, dtype) -> list[sdjax.State]:
     rng = np.random.default_rng(0)
     q0 = free_flying_arm_initial_q()
-    return [
-        jax.tree.map(
-            lambda x: x.astype(dtype),
-            sdjax.make_state(model, q=q0 + 0.1 * rng.normal(size=7), qd=0.2 * rng.normal(size=7), base_angular_velocity=0.01 * rng.normal(size=3)),
-        )
-        for _ in range(batch)
-    ]
+    # Built on the host (thousands of tiny per-state operations would each be a kernel launch on
+    # a GPU); sdjax_rollout moves the stacked batch to the default device once.
+    with jax.default_device(jax.devices("cpu")[0]):
+        return [
+            jax.tree.map(
+                lambda x: x.astype(dtype),
+                sdjax.make_state(model, q=q0 + 0.1 * rng.normal(size=7), qd=0.2 * rng.normal(size=7), base_angular_velocity=0.01 * rng.normal(size=3)),
+            )
+            for _ in range(batch)
+        ]
 
 
 def sdjax_rollout(model, states, steps: int, repeats: int) -> dict:
-    batch = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    batch = jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *states))
     fn = jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, DT, steps).states.q[-1]))
     compile_s, compiled = common.compile_seconds(fn, batch)
     timing = common.time_call(lambda: compiled(batch), repeats=repeats, min_seconds=0.0)
@@ -129,10 +132,12 @@ def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int)
         states = initial_states(model64, batch, dtype)
         sd = sdjax_rollout(model, states, steps, repeats)
         row = dict(model=model.name, dtype=dtype_name, batch=batch, steps=steps, dt=DT, sdjax_seconds=sd["seconds"], sdjax_steps_per_second=batch * steps / sd["seconds"], sdjax_compile_seconds=sd["compile_seconds"])
+        print(f"sdjax {dtype_name} batch {batch}: {row['sdjax_steps_per_second']:,.0f} steps/s (compile {sd['compile_seconds']:.1f} s)", file=sys.stderr, flush=True)
         try:
             mj = mujoco_rollout(model64, states, steps, repeats)
             row.update(mujoco_threads=mj["threads"], mujoco_seconds=mj["seconds"], mujoco_steps_per_second=batch * steps / mj["seconds"])
             row["ratio_to_mujoco"] = row["sdjax_steps_per_second"] / row["mujoco_steps_per_second"]
+            print(f"MuJoCo rollout ({mj['threads']} threads): {row['mujoco_steps_per_second']:,.0f} steps/s", file=sys.stderr, flush=True)
             # MuJoCo orders joints depth-first: the identity for this chain.
             row["max_q_difference_mujoco"] = float(np.max(np.abs(mj["final_qpos"][:, 7:] - sd["final_q"])))
             # Same physics or no comparison: float64 RK4 of both engines agrees to round-off
@@ -157,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--mjx-steps", type=int, default=100, help="MJX steps in its timed scan (default 100; 0 skips MJX, whose CPU compile can take many minutes)")
+    parser.add_argument("--batch", type=int, help="robots per batch (default 1024 on a CPU, 16384 on a GPU)")
+    parser.add_argument("--steps", type=int, help="RK4 steps per rollout (default 1000)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     gpu = jax.default_backend() == "gpu"
@@ -165,13 +172,14 @@ def main(argv: list[str] | None = None) -> None:
         args.mjx_steps = min(args.mjx_steps, 5)
     else:
         batch, steps, repeats = (16384 if gpu else 1024), 1000, 3
+    batch, steps = args.batch or batch, args.steps or steps
     if args.worker:  # one precision, in this process
         payload = run(batch, steps, repeats, [os.environ["SDJAX_BENCH_DTYPE"]], args.mjx_steps)
         print("RESULT " + json.dumps(payload, default=common._json_default))
         return
     results = []
     for dtype in ["float32"] if gpu else ["float64", "float32"]:
-        command = [sys.executable, __file__, "--worker", "--mjx-steps", str(args.mjx_steps)] + (["--quick"] if args.quick else [])
+        command = [sys.executable, __file__, "--worker", "--mjx-steps", str(args.mjx_steps), "--batch", str(batch), "--steps", str(steps)] + (["--quick"] if args.quick else [])
         proc = subprocess.run(command, env={**os.environ, "SDJAX_BENCH_DTYPE": dtype}, capture_output=True, text=True)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:

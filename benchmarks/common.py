@@ -53,6 +53,8 @@ def machine() -> dict[str, Any]:
         "devices": [str(d) for d in jax.devices()],
         "backend": jax.default_backend(),
     }
+    if info["backend"] != "cpu":
+        info["gpu"] = jax.devices()[0].device_kind
     for package in ("pinocchio", "mujoco", "mujoco.mjx"):
         try:
             module = __import__(package, fromlist=["__version__"])

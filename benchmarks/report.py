@@ -23,13 +23,14 @@ def load(name: str) -> dict | None:
 
 def machine_line(data: dict) -> str:
     m = data["machine"]
-    return f"{m['cpu']} ({m['cpu_count']} cores), {m['backend']}, JAX {m['jax']}, sdjax {m['sdjax']}, {m['date']}"
+    backend = f"{m['backend']} {m['gpu']}" if m.get("gpu") else m["backend"]
+    return f"{m['cpu']} ({m['cpu_count']} cores), {backend}, JAX {m['jax']}, sdjax {m['sdjax']}, {m['date']}"
 
 
 def dynamics_tables(data: dict) -> str:
     """One table per model: sdjax per batch beside Pinocchio per sample (Python loop) and
     Pinocchio's threaded batch call at the same batch, with both ratios."""
-    out = [f"Machine: {machine_line(data)}; Pinocchio {data['machine'].get('pinocchio')}", ""]
+    out = [f"Machine: {machine_line(data)}; Pinocchio {data['machine'].get('pinocchio')}", ""] + ([data["note"], ""] if "note" in data else [])
     rows = data["results"]
     per_sample = {(r["model"], r["algorithm"]): r["evals_per_second"] for r in rows if r["engine"] == "pinocchio (per-sample Python)"}
     threaded = {(r["model"], r["algorithm"], r["batch"]): r for r in rows if r["engine"].startswith("pinocchio") and "InParallel" in r["engine"]}
@@ -40,7 +41,7 @@ def dynamics_tables(data: dict) -> str:
                 continue
             loop = per_sample.get((model, r["algorithm"]), "")
             parallel = threaded.get((model, r["algorithm"], r["batch"]), {}).get("evals_per_second", "")
-            path = "XLA" if "XLA" in r["engine"] else "default"
+            path = "XLA" if "XLA" in r["engine"] else "chunked (before)" if "chunked" in r["engine"] else "default"
             body.append([r["algorithm"], path, r["dtype"], r["batch"], r["evals_per_second"], loop, r.get("ratio_to_pinocchio", ""), parallel, r["evals_per_second"] / parallel if parallel else ""])
         headers = ["algorithm", "sdjax path", "dtype", "batch", "sdjax evals/s", "Pinocchio loop evals/s", "x loop", "Pinocchio threaded evals/s", "x threaded"]
         out += [f"**{model}**", "", table(headers, body), ""]
@@ -53,7 +54,8 @@ def rollout_table(data: dict) -> str:
         for r in data["results"]
     ]
     threads = next((r["mujoco_threads"] for r in data["results"] if "mujoco_threads" in r), "?")
-    return f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')} (`rollout` on {threads} threads, RK4, float64)\n\n" + table(
+    note = f"{data['note']}\n\n" if "note" in data else ""
+    return f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')} (`rollout` on {threads} threads, RK4, float64)\n\n{note}" + table(
         ["dtype", "batch", "steps", "sdjax steps/s", "MuJoCo rollout steps/s", "x MuJoCo", "MJX steps/s", "x MJX", "sdjax compile s", "MJX compile s"], body
     )
 
