@@ -204,10 +204,9 @@ def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_mode
     exactly (zero gravity: torques scale as 1/T^2) and still leaves the base attitude alone."""
     limits = dict(joint_limits=(Q0 - 1.0, Q0 + 1.0), torque_limit=np.full(7, 20.0))
     problem = make_problem(arm7_model, num_steps=20, duration=1.0, **limits)
-    # The straight line to the fixed-base IK goal: it misses the target by millimetres, a small
-    # change of its base rotation (~0.045 rad here) next to the factor 100 asserted below; the
-    # refined baseline would cost another compilation
-    baseline = sdjax.straight_line_plan(problem, refine_iterations=0)
+    # The straight line refined onto the target (compared at equal accuracy: the unrefined one
+    # misses by 71 mm)
+    baseline = sdjax.straight_line_plan(problem, refine_iterations=6)
     plan = sdjax.reactionless_plan(problem)
     history = np.asarray(plan.residual_history)[: int(plan.iterations) + 1]
     assert bool(plan.converged) and history[-1] <= 4e-10, history
@@ -222,7 +221,8 @@ def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_mode
 
     check = sdjax.simulate_plan(fine(1.0), plan.coefficients, continuous=True)
     straight = sdjax.simulate_plan(fine(1.0), baseline.reference, continuous=True)
-    # 20 RK4 steps leave a ~1e-5 m and ~1e-5 rad discretisation error (80 vs 160 steps agree to 1e-8)
+    # 20 RK4 steps leave a discretisation error (measured 4.8e-5 m and 1.4e-5 rad at 80 steps;
+    # 80 and 160 steps agree to 5e-7), so the bound is 0.1 mm, the planning issue's accuracy
     assert float(check.position_error) < 1e-4, float(check.position_error)
     assert float(check.base_attitude_change) < float(straight.base_attitude_change) / 100, (float(check.base_attitude_change), float(straight.base_attitude_change))
     ratio = float(plan.torque_ratio)
