@@ -632,6 +632,16 @@ def _refine_goal(problem: PlanningProblem, goal: Array, iterations: int, damping
     )
 
 
+def _inverse_kinematics_goal(problem: PlanningProblem, base: str, iterations: int) -> Array:
+    """``(n,)`` joint positions that put the end point on the target by
+    :func:`sdjax.inverse_kinematics` (``base`` mode, within the joint limits)."""
+    limits = None if problem.joint_lower is None else (problem.joint_lower, problem.joint_upper)
+    return inverse_kinematics(
+        problem.model, problem.initial_state, problem.target_position, problem.target_rotation,
+        end_point=problem.end_point, base=base, joint_limits=limits, max_iterations=iterations,
+    ).q
+
+
 def straight_line_plan(
     problem: PlanningProblem,
     goal: Any = None,
@@ -661,12 +671,7 @@ def straight_line_plan(
     if isinstance(refine_iterations, bool) or not isinstance(refine_iterations, (int, np.integer)) or refine_iterations < 0:
         raise ValueError(f"straight_line_plan: refine_iterations must be an int >= 0, got {refine_iterations!r}")
     if goal is None:
-        limits = None if problem.joint_lower is None else (problem.joint_lower, problem.joint_upper)
-        ik = inverse_kinematics(
-            problem.model, problem.initial_state, problem.target_position, problem.target_rotation,
-            end_point=problem.end_point, base=ik_base, joint_limits=limits, max_iterations=ik_iterations,
-        )
-        goal = ik.q
+        goal = _inverse_kinematics_goal(problem, ik_base, ik_iterations)
     goal = jnp.asarray(goal)
     if goal.shape != (n,):
         raise ValueError(f"straight_line_plan: goal expected shape ({n},), got {goal.shape}")
@@ -944,7 +949,7 @@ def reactionless_plan(
         the redundancy, stops at ``max_iterations`` with the residual it reached).
     """
     if coefficients is None:
-        coefficients = initial_coefficients(problem, straight_line_plan(problem, refine_iterations=0).goal, 1)[0]
+        coefficients = initial_coefficients(problem, _inverse_kinematics_goal(problem, "fixed", 200), 1)[0]
     coefficients = _check_coefficients(problem, coefficients, batched=False)
     dtype = coefficients.dtype
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
