@@ -62,6 +62,9 @@ from sdjax.state import State, check_state, is_traced
 #: acceleration at both ends).
 DEGREES = (3, 5)
 
+#: Iterations of the inverse kinematics that finds a straight line's goal.
+IK_ITERATIONS = 200
+
 
 # ------------------------------------------------------------------------------------------
 # Clamped uniform B-splines.
@@ -416,9 +419,10 @@ def _safe_norm(x: Array) -> Array:
     return jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
 
 
-def _quat_angle_squared(quat: Array) -> Array:
-    """Squared rotation angle of a unit quaternion (x, y, z, w), smooth at the identity."""
-    return jnp.sum(quat_to_rotation_vector(quat) ** 2)
+def _base_rotation(problem: PlanningProblem, base_quaternion: Array) -> Array:
+    """``(3,)`` rotation vector of a base attitude relative to the initial one, rad (smooth at
+    the identity)."""
+    return quat_to_rotation_vector(quat_multiply(base_quaternion, quat_conjugate(problem.initial_state.base_quaternion)))
 
 
 def _executor(problem: PlanningProblem, reference: Any) -> ComputedTorque:
@@ -453,8 +457,7 @@ def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False
         orientation_error = _safe_norm(rotation_error)
     else:
         orientation_error = jnp.zeros((), dtype)
-    relative = quat_multiply(final.base_quaternion, quat_conjugate(problem.initial_state.base_quaternion))
-    attitude_sq = _quat_angle_squared(relative)
+    attitude_sq = jnp.sum(_base_rotation(problem, final.base_quaternion) ** 2)
     tau = trajectory.controls.tau
     effort = jnp.sum(tau**2) * dt
     loss = loss + problem.attitude_weight * attitude_sq + problem.effort_weight * effort
@@ -568,12 +571,6 @@ def _task_residual(problem: PlanningProblem, evaluation: PlanEvaluation) -> Arra
     return jnp.concatenate(parts)
 
 
-def _attitude_residual(problem: PlanningProblem, evaluation: PlanEvaluation) -> Array:
-    """``(3,)`` rotation vector of the final base attitude relative to the initial one, rad."""
-    final_quaternion = evaluation.trajectory.states.base_quaternion[-1]
-    return quat_to_rotation_vector(quat_multiply(final_quaternion, quat_conjugate(problem.initial_state.base_quaternion)))
-
-
 def _damped_gauss_newton(
     problem: PlanningProblem, residual: Any, x: Array, max_iterations: int, tolerance: Array, damping: Array, max_step: Array
 ) -> tuple[Array, Array, Array]:
@@ -650,7 +647,7 @@ def straight_line_plan(
     damping: Any = 1e-3,
     max_step: Any = 0.2,
     ik_base: str = "fixed",
-    ik_iterations: int = 200,
+    ik_iterations: int = IK_ITERATIONS,
 ) -> StraightLinePlan:
     """Naive baseline: a rest-to-rest quintic straight line in joint space from ``q0`` to a
     goal, executed like the optimised plans (same executor, horizon and loss).
@@ -859,8 +856,8 @@ class ReactionlessPlan(eqx.Module):
     """Result of :func:`reactionless_plan`.
 
     Attributes:
-        coefficients: ``(m, n)`` spline coefficients of the plan.
-        trajectory: its :class:`SplineTrajectory`.
+        trajectory: the plan's :class:`SplineTrajectory` (``coefficients``: its ``(m, n)``
+            control points).
         evaluation: its :class:`PlanEvaluation` (the executed rollout).
         residual_history: ``(I + 1,)`` largest residual entry (m or rad) before each
             Gauss-Newton step and after the last; NaN past the stop.
@@ -872,7 +869,6 @@ class ReactionlessPlan(eqx.Module):
             (see :func:`reactionless_plan`; between step times, sample finer to bound the peak).
     """
 
-    coefficients: Array
     trajectory: SplineTrajectory
     evaluation: PlanEvaluation
     residual_history: Array
@@ -880,12 +876,17 @@ class ReactionlessPlan(eqx.Module):
     converged: Array
     torque_ratio: Array
 
+    @property
+    def coefficients(self) -> Array:
+        """``(m, n)`` spline coefficients of the plan."""
+        return self.trajectory.coefficients
+
 
 @eqx.filter_jit
 def _reactionless(problem: PlanningProblem, coefficients: Array, max_iterations: int, tolerance: Array, damping: Array, max_step: Array):
     def residual(value):
         evaluation = _evaluate(problem, problem.trajectory(value), True)
-        return jnp.concatenate([_task_residual(problem, evaluation), _attitude_residual(problem, evaluation)])
+        return jnp.concatenate([_task_residual(problem, evaluation), _base_rotation(problem, evaluation.trajectory.states.base_quaternion[-1])])
 
     solved, history, iterations = _damped_gauss_newton(problem, residual, coefficients, max_iterations, tolerance, damping, max_step)
     evaluation = simulate_plan(problem, solved, continuous=True)
@@ -894,7 +895,7 @@ def _reactionless(problem: PlanningProblem, coefficients: Array, max_iterations:
     else:
         torque_ratio = jnp.max(jnp.abs(evaluation.tau) / problem.torque_limit)
     converged = history[iterations] <= tolerance
-    return ReactionlessPlan(solved, problem.trajectory(solved), evaluation, history, iterations, converged, torque_ratio)
+    return ReactionlessPlan(problem.trajectory(solved), evaluation, history, iterations, converged, torque_ratio)
 
 
 def reactionless_plan(
@@ -949,7 +950,7 @@ def reactionless_plan(
         the redundancy, stops at ``max_iterations`` with the residual it reached).
     """
     if coefficients is None:
-        coefficients = initial_coefficients(problem, _inverse_kinematics_goal(problem, "fixed", 200), 1)[0]
+        coefficients = initial_coefficients(problem, _inverse_kinematics_goal(problem, "fixed", IK_ITERATIONS), 1)[0]
     coefficients = _check_coefficients(problem, coefficients, batched=False)
     dtype = coefficients.dtype
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
