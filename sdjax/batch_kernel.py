@@ -28,7 +28,7 @@ import concurrent.futures
 import functools
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -155,10 +155,10 @@ def _call(
                 # Contiguous and writable, always: Numba compiles one kernel per array type, and
                 # views of XLA's buffers are read-only.
                 if b:
-                    arrays.append(np.require(batched_numbers[k, :, column : column + size], requirements="CW").reshape((axis_size,) + shape))
+                    arrays.append(np.require(batched_numbers[k, :, column : column + size], requirements=["C", "W"]).reshape((axis_size,) + shape))
                     column += size
                 else:
-                    arrays.append(np.require(shared_numbers[k, offset : offset + size], requirements="CW").reshape((1,) + shape))
+                    arrays.append(np.require(shared_numbers[k, offset : offset + size], requirements=["C", "W"]).reshape((1,) + shape))
                     offset += size
             _run(getattr(_equations(), kernel_name), axis_size, topology, arrays, prepare_outputs([o[k] for o in outputs]))
         return [o.reshape(outer + o.shape[1:]) for o in outputs]
@@ -248,7 +248,7 @@ def rk4_rollout(axis_size: int, model: Any, state: Any, dt: Any, controls: Any, 
 _lock = threading.Lock()
 
 
-def _run(kernel: Any, count: int, topology: tuple, arrays: list, outputs: tuple) -> None:
+def _run(kernel: Callable[..., Any], count: int, topology: tuple, arrays: list, outputs: tuple) -> None:
     """``kernel`` over a batch of ``count`` samples, one contiguous range of samples per core
     (ranges of at least :data:`MIN_BATCH` / 2 samples for the forward dynamics; any size for
     rollouts). Calls are serialised (XLA may run two callbacks at once; the cores are busy

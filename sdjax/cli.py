@@ -29,7 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class CommandError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse that reports errors by raising :class:`UsageError` (printed as one line)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
@@ -403,9 +403,11 @@ def _simulate(args: argparse.Namespace) -> int:
     state = sdjax.make_state(model, q=q0, qd=qd0, base_rpy=base_rpy)
     start = np.asarray(state.q, np.float64)
 
-    control = None
+    control: sdjax.JointPD | sdjax.ComputedTorque | None = None
     info: dict[str, Any] = {"controller": args.controller}
     if args.controller != "none":
+        assert target is not None  # (checked above: a controller needs --target)
+        reference: sdjax.QuinticJointReference | sdjax.JointReference
         if args.move_time is not None:
             reference = sdjax.QuinticJointReference(jnp.asarray(start, dtype), jnp.asarray(target, dtype), args.move_time)
         else:
@@ -530,11 +532,12 @@ def _view(args: argparse.Namespace) -> int:
         models = [run.model for run in runs]
     if args.package_dir and args.model is None:
         raise UsageError("--package-dir locates the meshes of a URDF --model (a run file carries no visual geometry)")
-    visuals = ()
     if args.model is not None and not args.no_meshes and os.path.isfile(args.model):
         from sdjax.io.visuals import load_visuals
 
         visuals = load_visuals(args.model, package_dirs=args.package_dir or (), **options)
+    else:
+        visuals = ()
     stems = [os.path.splitext(os.path.basename(path))[0] for path in args.runs]
     labels = stems if len(set(stems)) == len(stems) else list(args.runs)
     shown = viewer.show(

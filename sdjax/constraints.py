@@ -450,7 +450,7 @@ def _constrained_acceleration(
 
 def _controls(systems: _Systems, dtype: Any, what: str, **loads: Any) -> list[Controls]:
     per = {name: systems.per_system(value, f"{what}: {name}") for name, value in loads.items()}
-    return [make_controls(m, *(per[name][k] for name in loads), dtype=dtype) for k, m in enumerate(systems.models)]
+    return [make_controls(m, dtype=dtype, **{name: per[name][k] for name in loads}) for k, m in enumerate(systems.models)]
 
 
 @eqx.filter_jit
@@ -784,7 +784,7 @@ def constrained_rollout(
     first_error = _row_mask(constraints, flags[0] if num_steps else None, dtype, "constrained_rollout") * _errors(systems, initial_states, constraints)
     time = t0 + jnp.arange(num_steps + 1, dtype=dtype) * dt_array
     return ConstrainedTrajectory(
-        time, systems.pack(history), systems.pack(controls), lam, impulses, jnp.concatenate([first_error[None], errors]), final_constraints
+        time, systems.pack(history), systems.pack(controls), lam, impulses, jnp.concatenate([first_error[None], errors]), tuple(final_constraints)
     )
 
 
@@ -839,16 +839,16 @@ def constrained_inverse_dynamics(
             base_torque=base_torque, end_point_force=end_point_force, end_point_torque=end_point_torque,
         ).items()
     }  # fmt: skip
-    needed, drive = [], []
+    needed_rows, drive_rows = [], []
     for k, (m, s) in enumerate(zip(systems.models, states)):
         wrench, tau_tree = inverse_dynamics(
             m, s, per["base_acceleration"][k], per["qdd"][k], end_point_force=per["end_point_force"][k], end_point_torque=per["end_point_torque"][k]
         )
         applied = jnp.concatenate([check_vector("base_force", per["base_force"][k], (3,), dtype), check_vector("base_torque", per["base_torque"][k], (3,), dtype)])
-        needed.append(free_coordinates(m, jnp.concatenate([wrench - applied, tau_tree])))
+        needed_rows.append(free_coordinates(m, jnp.concatenate([wrench - applied, tau_tree])))
         on = jnp.ones(m.num_joints, dtype) if per["actuated"][k] is None else check_vector("actuated", per["actuated"][k], (m.num_joints,), jnp.bool_).astype(dtype)
-        drive.append(free_coordinates(m, jnp.concatenate([jnp.zeros(6, dtype), on])))  # 1 on actuated rows
-    needed, drive = jnp.concatenate(needed), jnp.concatenate(drive)
+        drive_rows.append(free_coordinates(m, jnp.concatenate([jnp.zeros(6, dtype), on])))  # 1 on actuated rows
+    needed, drive = jnp.concatenate(needed_rows), jnp.concatenate(drive_rows)
     jt = _terms(systems, states, constraints).jacobian.T * mask[None, :]  # (nv, m)
     # min 1/2 |D (g - J^T lam)|^2 subject to U (g - J^T lam) = 0 (D: actuated rows, U: the
     # others, which only the constraints can hold). KKT, solved in the least-squares sense so
@@ -856,10 +856,10 @@ def constrained_inverse_dynamics(
     #   [A^T A  C^T] [lam]   [A^T D g]
     #   [C      0  ] [mu ] = [U g    ],   A = D J^T, C = U J^T.
     a, c = drive[:, None] * jt, (1.0 - drive)[:, None] * jt
-    m = jt.shape[1]
+    num_rows = jt.shape[1]
     kkt = jnp.block([[a.T @ a, c.T], [c, jnp.zeros((c.shape[0], c.shape[0]), dtype)]])
     rhs = jnp.concatenate([a.T @ (drive * needed), (1.0 - drive) * needed])
-    lam = jnp.linalg.lstsq(kkt, rhs)[0][:m]
+    lam = jnp.linalg.lstsq(kkt, rhs)[0][:num_rows]
     force = drive * (needed - jt @ lam)
     tau = [floating_coordinates(mo, f)[6:] for mo, f in zip(systems.models, systems.split(force))]
     return systems.pack(tau), lam * mask

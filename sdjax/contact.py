@@ -354,7 +354,8 @@ class ContactParameters(eqx.Module):
             if value.ndim == 1 and value.shape != (m,):
                 raise ValueError(f"ContactParameters.{name}: expected a scalar or shape ({m},) for {m} contacts, got {value.shape}")
             out.append(jnp.broadcast_to(value.astype(dtype), (m,)))
-        return tuple(out)
+        stiffness, damping, friction, slip_velocity, smoothing = out
+        return stiffness, damping, friction, slip_velocity, smoothing
 
 
 class ContactDiagnostics(eqx.Module):
@@ -608,8 +609,8 @@ def stable_time_step(
     stiffness, damping, friction, eps, _ = (np.asarray(x, np.float64) for x in parameters.per_contact(m, dtype))
     frames = relative_frames(model, state.base_rotation, state.q)
     axes = joint_motion_axes(model, frames)
-    jac = jacobians_at_points(model, axes, np.asarray(spheres.bodies), contacts.point - state.base_position)[:, :3, :]
-    jac = np.asarray(free_coordinates(model, jac, -1), np.float64).reshape(3 * m, -1)  # free coordinates of the base mode
+    linear = jacobians_at_points(model, axes, np.asarray(spheres.bodies), contacts.point - state.base_position)[:, :3, :]
+    jac = np.asarray(free_coordinates(model, linear, -1), np.float64).reshape(3 * m, -1)  # free coordinates of the base mode
     h = np.asarray(inertia_matrix(model, state), np.float64)
     g = jac @ np.linalg.solve(h, jac.T)
     normal = np.asarray(contacts.normal, np.float64)

@@ -197,7 +197,8 @@ def _evaluate_reference(reference: Reference, t: Array, n: int, dtype: Any, name
     if not 1 <= len(value) <= 3:
         raise ValueError(f"{name}: the reference must return (q_d, qd_d[, qdd_d]), got {len(value)} entries")
     value = tuple(value) + (None,) * (3 - len(value))
-    return tuple(check_vector(f"{name}: reference {label}", v, (n,), dtype) for label, v in zip(("q_d", "qd_d", "qdd_d"), value))
+    q_d, qd_d, qdd_d = (check_vector(f"{name}: reference {label}", v, (n,), dtype) for label, v in zip(("q_d", "qd_d", "qdd_d"), value))
+    return q_d, qd_d, qdd_d
 
 
 # ------------------------------------------------------------------------------------------
@@ -646,8 +647,12 @@ def task_error(task: str, position: Array, rotation: Array, target_position: Arr
     of ``R_d R^T`` (the rotation that takes the current frame onto the target)."""
     parts = []
     if task in ("pose", "position"):
+        if target_position is None:
+            raise ValueError(f"task_error: task {task!r} needs target_position")
         parts.append(target_position - position)
     if task in ("pose", "orientation"):
+        if target_rotation is None:
+            raise ValueError(f"task_error: task {task!r} needs target_rotation")
         parts.append(matrix_to_rotation_vector(target_rotation @ rotation.T))
     return jnp.concatenate(parts)
 
@@ -1117,6 +1122,8 @@ def inverse_kinematics(
     _check_tolerance("max_step", max_step)
     _task_point(model, end_point, link, point, dtype)  # validate before tracing the loop
     spec = (end_point, link, None if point is None else check_vector("inverse_kinematics: point", point, (3,), dtype))
+    lower: Array | None
+    upper: Array | None
     if joint_limits is not None:
         if not isinstance(joint_limits, (tuple, list)) or len(joint_limits) != 2:
             raise ValueError("inverse_kinematics: joint_limits must be a (lower, upper) pair of (n,) arrays")
@@ -1127,9 +1134,12 @@ def inverse_kinematics(
     else:
         lower = upper = None
     _check_damping("inverse_kinematics", singular_threshold, max_damping)
-    scalars = [jnp.asarray(v).astype(dtype) for v in (position_tolerance, orientation_tolerance, max_step, singular_threshold, max_damping)]
+    ptol, otol, step, threshold, damping = (
+        jnp.asarray(v).astype(dtype) for v in (position_tolerance, orientation_tolerance, max_step, singular_threshold, max_damping)
+    )
     return _inverse_kinematics(
-        model, state, target_position, target_rotation, spec, task, base, lower, upper, *scalars, int(max_iterations), int(substeps)
+        model, state, target_position, target_rotation, spec, task, base, lower, upper, ptol, otol, step, threshold, damping,
+        int(max_iterations), int(substeps),
     )
 
 

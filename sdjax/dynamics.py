@@ -119,10 +119,10 @@ def point_loads(
         zero); add it to other controls with ``jax.tree.map(jnp.add, a, b)``.
     """
     check_state(model, state)
-    bodies = np.asarray(bodies, dtype=np.int64).reshape(-1)
-    if not np.all((bodies >= 0) & (bodies <= model.num_joints)):
-        raise ValueError(f"point_loads: bodies must be static indices 0..{model.num_joints} (0 = base), got {bodies.tolist()}")
-    m, dtype = len(bodies), state.q.dtype
+    indices = np.asarray(bodies, dtype=np.int64).reshape(-1)
+    if not np.all((indices >= 0) & (indices <= model.num_joints)):
+        raise ValueError(f"point_loads: bodies must be static indices 0..{model.num_joints} (0 = base), got {indices.tolist()}")
+    m, dtype = len(indices), state.q.dtype
     points = check_vector("points", points, (m, 3), dtype)
     forces = check_vector("forces", forces, (m, 3), dtype)
     torques = check_vector("torques", torques, (m, 3), dtype)
@@ -131,7 +131,7 @@ def point_loads(
     # w_j . M_j + v_j . F_j with the joint's motion axis (w_j, v_j) about r0.
     offsets = points - state.base_position
     wrench = jnp.concatenate([torques + cross3(offsets, forces), forces], axis=-1)
-    per_body = jnp.zeros((model.num_bodies, 6), dtype).at[jnp.asarray(bodies, dtype=jnp.int32)].add(wrench)
+    per_body = jnp.zeros((model.num_bodies, 6), dtype).at[jnp.asarray(indices, dtype=jnp.int32)].add(wrench)
     subtree = accumulate_up(model.tree, per_body)
     frames = relative_frames(model, state.base_rotation, state.q)
     axes = joint_motion_axes(model, frames)

@@ -485,8 +485,8 @@ def beam_layout(model: Model, name: str = "beam") -> BeamLayout:
         ValueError: if the model has no such beam.
     """
     pattern = re.compile(_NAME_RE.format(re.escape(name)))
-    found = [(i + 1, pattern.match(s)) for i, s in enumerate(model.link_names)]
-    found = [(i, int(m.group(1)), m.group(2)) for i, m in found if m]
+    matches = [(i + 1, pattern.match(s)) for i, s in enumerate(model.link_names)]
+    found = [(i, int(m.group(1)), m.group(2)) for i, m in matches if m]
     if not found:
         beams = sorted({s.split("/")[0] for s in model.link_names if re.match(r"^[^/]+/seg\d+/", s)})
         raise ValueError(f"beam_layout: model {model.name!r} has no beam named {name!r} (beams: {beams})")

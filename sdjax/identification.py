@@ -522,6 +522,7 @@ def residuals(
         r = ((momentum - jnp.mean(momentum, axis=0)) * w)[:, np.asarray(model.base_coordinates)]
         out.append(r.ravel() / jnp.sqrt(jnp.asarray(r.shape[0], dtype)))
     if residual in ("dynamics", "both"):
+        assert data.torques is not None  # (_check_problem: the dynamics residual needs torques)
         w = jnp.ones(6 + n, dtype) / total if dynamics_weights is None else jnp.asarray(dynamics_weights).astype(dtype)
         mid, acc = _midpoints(data)
         wrench, tau = jax.vmap(lambda s, a: inverse_dynamics(est, s, a[:6], a[6:]))(mid, acc)

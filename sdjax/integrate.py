@@ -19,7 +19,7 @@ import abc
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import equinox as eqx
 import jax
@@ -59,7 +59,12 @@ def state_derivative(model: Model, state: State, controls: Controls) -> State:
     )
 
 
-def _axpy(scale: Array, rate: State, state: State) -> State:
+#: Any pytree of float arrays integrated by :func:`runge_kutta4`: a :class:`State`, a tuple of
+#: them (constrained systems), or another state type (a capture pair, a massless arm).
+_PyTreeT = TypeVar("_PyTreeT")
+
+
+def _axpy(scale: Array, rate: _PyTreeT, state: _PyTreeT) -> _PyTreeT:
     return jax.tree.map(lambda x, dx: x + scale * dx, state, rate)
 
 
@@ -70,11 +75,11 @@ _RK4_WEIGHTS = (1.0 / 6.0, 2.0 / 6.0, 2.0 / 6.0, 1.0 / 6.0)
 
 
 def runge_kutta4(
-    rate: Callable[[State, Array], State],
-    state: State,
+    rate: Callable[[_PyTreeT, Array], _PyTreeT],
+    state: _PyTreeT,
     dt: Any,
-    prepare_stage: Callable[[State, Array], State] | None = None,
-) -> State:
+    prepare_stage: Callable[[_PyTreeT, Array], _PyTreeT] | None = None,
+) -> _PyTreeT:
     """One classical RK4 step ``y + dt sum_k b_k k_k`` with ``k_k = rate(y + c_k dt k_{k-1}, c_k dt)``.
 
     The four stages run as one ``lax.scan``, so the rate function (forward dynamics) is

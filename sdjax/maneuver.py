@@ -162,10 +162,10 @@ def add_reaction_wheels(
             raise ValueError(f"add_reaction_wheels: positions expected shape ({k}, 3) for {k} wheels, got {pos.shape}")
         pos = pos.astype(dtype)
     if not is_traced(axes, spin_inertia, transverse_inertia, mass, positions):
+        axes64 = np.asarray(axes, np.float64)
+        spin64, transverse64, masses64 = (np.broadcast_to(np.asarray(x, np.float64), (k,)) for x in (spin_inertia, transverse_inertia, mass))
         _check_wheel_values(
-            np.asarray(axes, np.float64),
-            *(np.broadcast_to(np.asarray(x, np.float64), (k,)) for x in (spin_inertia, transverse_inertia, mass)),
-            np.zeros((k, 3)) if positions is None else np.asarray(positions, np.float64),
+            axes64, spin64, transverse64, masses64, np.zeros((k, 3)) if positions is None else np.asarray(positions, np.float64)
         )
     norms = jnp.sqrt(jnp.sum(axes_arr.astype(dtype) ** 2, axis=-1, keepdims=True))
     unit = axes_arr.astype(dtype) / norms
@@ -559,13 +559,21 @@ class ManeuverLaw(eqx.Module):
         force, torque = zero3, zero3
         desired_torque = None if self.attitude_law is None else self._vector(self.attitude_law, t, state, "attitude_law")
         if self.wheels_control_attitude:
+            assert desired_torque is not None  # (wheels_control_attitude: attitude_law is set)
             # Base receives -A0 U tau_w; choose tau_w = -pinv(U) A0^T N (least squares).
             tau_w = -self.wheel_allocation.astype(dtype) @ (rot.T @ desired_torque)
             tau = tau.at[wheels].set(tau_w)
         if self.thrusters_force or self.thrusters_torque:
+            # (maneuver_law checks these; a ManeuverLaw built directly may lack them.)
+            if self.thrusters is None:
+                raise ValueError(f"ManeuverLaw: mode {self.mode!r} applies external loads and needs thrusters (see maneuver_law)")
             if self.thrusters_force:
+                if self.translation_law is None:
+                    raise ValueError(f"ManeuverLaw: mode {self.mode!r} controls the base translation and needs translation_law (see maneuver_law)")
                 force = self._vector(self.translation_law, t, state, "translation_law")
             if self.thrusters_torque:
+                if desired_torque is None:
+                    raise ValueError(f"ManeuverLaw: mode {self.mode!r} controls the base attitude and needs attitude_law (see maneuver_law)")
                 torque = desired_torque
             force, torque = realised_base_wrench(self.thrusters, rot, force, torque)
             # A thruster set used for one kind of load only gives exact zeros for the other.

@@ -402,6 +402,13 @@ def _link_label(model: Model, k: int) -> str:
     return f"link {k + 1} ({model.link_names[k]!r})"
 
 
+#: Largest magnitude of any model value (mass, inertia, length, angle, stiffness, damping,
+#: gravity), in SI units: far beyond any body (a 1e100 kg mass at 1e100 m still has a finite
+#: moment of inertia in float64), and small enough that products of two or three model values
+#: cannot overflow. Larger values are input errors (a corrupted file) and are refused.
+MAX_MAGNITUDE = 1e100
+
+
 def validate(model: Model) -> None:
     """Check a model; raise ``ValueError`` naming the field, the link and the rule broken.
 
@@ -466,7 +473,7 @@ def validate(model: Model) -> None:
     per_end_point = ("centroid_to_end_point", "end_point_rpy")
     for field in shapes:
         value = np.asarray(getattr(model, field), dtype=np.float64)
-        bad = np.argwhere(~np.isfinite(value))
+        bad = np.argwhere(~(np.abs(value) <= MAX_MAGNITUDE))  # also catches nan
         if bad.size:
             where = tuple(int(i) for i in bad[0])
             if field in per_link:
@@ -475,7 +482,8 @@ def validate(model: Model) -> None:
                 label = f" (end point {model.end_point_names[where[0]]!r} on body {model.end_point_link[where[0]]})"
             else:
                 label = ""
-            raise ValueError(f"Model.{field}{list(where)}{label}: value is not finite ({value[where]})")
+            problem = "not finite" if not np.isfinite(value[where]) else f"beyond {MAX_MAGNITUDE:g} in size"
+            raise ValueError(f"Model.{field}{list(where)}{label}: value is {problem} ({value[where]})")
     if model.inertia_check not in INERTIA_CHECKS:
         raise ValueError(f"Model.inertia_check: unknown value {model.inertia_check!r}; choose one of {list(INERTIA_CHECKS)}")
     physical = model.inertia_check == "physical"
@@ -506,8 +514,8 @@ def validate(model: Model) -> None:
         check_well_posed(model)
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)
-        for k in np.flatnonzero(values < 0):
-            raise ValueError(f"Model.{field}[{k}]: {_link_label(model, int(k))} must be non-negative, got {values[k]}")
+        for negative in np.flatnonzero(values < 0):
+            raise ValueError(f"Model.{field}[{negative}]: {_link_label(model, int(negative))} must be non-negative, got {values[negative]}")
 
 
 def check_inertia(

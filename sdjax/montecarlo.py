@@ -679,7 +679,7 @@ class ControlScenario(eqx.Module):
     def check_parameters(self, params: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` for a parameter of the wrong shape (shapes only; traceable)."""
         n = self.nominal_model.num_joints
-        shapes = {
+        shapes: dict[str, list[tuple[int, ...]]] = {
             "q0": [(n,)], "qd0": [(n,)], "base_linear_velocity0": [(3,)], "base_angular_velocity0": [(3,)],
             "q_goal": [(n,)], "kp": [(), (n,)], "kd": [(), (n,)], "base_force": [(3,)], "base_torque": [(3,)],
             "tau_bias": [(n,)], "tau_noise": [(self.num_steps, n)],
@@ -704,6 +704,7 @@ class ControlScenario(eqx.Module):
         )
         kp, kd, goal = get("kp", self.kp), get("kd", self.kd), get("q_goal", self.q_goal)
         reference = (goal, jnp.zeros_like(goal))
+        controller: JointPD | ComputedTorque
         if self.controller == "pd":
             controller = JointPD(kp, kd, reference)
         else:
@@ -743,7 +744,7 @@ def _gain_array(name: str, value: Any, n: int, dtype: Any) -> Array:
 # Metrics of a Trajectory.
 
 
-def final_attitude_error(traj: Trajectory, model: Model = None, params: Any = None) -> Array:
+def final_attitude_error(traj: Trajectory, model: Model | None = None, params: Any = None) -> Array:
     """Angle of the base rotation from the initial to the final attitude, rad, in ``[0, pi]``."""
     quats = traj.states.base_quaternion
     rel = quat_multiply(quat_conjugate(quats[0]), quats[-1])
@@ -752,12 +753,12 @@ def final_attitude_error(traj: Trajectory, model: Model = None, params: Any = No
     return 2.0 * jnp.arctan2(vec_norm, jnp.abs(rel[3]))
 
 
-def peak_joint_torque(traj: Trajectory, model: Model = None, params: Any = None) -> Array:
+def peak_joint_torque(traj: Trajectory, model: Model | None = None, params: Any = None) -> Array:
     """Largest applied joint torque magnitude over the run, ``max |tau|``, N m (or N)."""
     return jnp.max(jnp.abs(traj.controls.tau))
 
 
-def final_base_drift(traj: Trajectory, model: Model = None, params: Any = None) -> Array:
+def final_base_drift(traj: Trajectory, model: Model | None = None, params: Any = None) -> Array:
     """Distance of the final base centroid from the initial one, m."""
     delta = traj.states.base_position[-1] - traj.states.base_position[0]
     return jnp.sqrt(jnp.sum(delta**2))
@@ -767,7 +768,7 @@ def final_joint_error(q_goal: Any) -> Callable[..., Array]:
     """A metric: ``max_i |q_i(T) - q_goal_i|`` (uses ``params["q_goal"]`` when sampled)."""
     goal = np.asarray(q_goal, np.float64)
 
-    def metric(traj: Trajectory, model: Model = None, params: Any = None) -> Array:
+    def metric(traj: Trajectory, model: Model | None = None, params: Any = None) -> Array:
         q = traj.states.q[-1]
         target = params["q_goal"] if params is not None and "q_goal" in params else jnp.asarray(goal, q.dtype)
         return jnp.max(jnp.abs(q - target))
@@ -902,7 +903,8 @@ class MonteCarloResults:
         arrays = {f"metric/{k}": v for k, v in self.metrics.items()}
         arrays.update({f"draw/{k}": v for k, v in self.draws.items()})
         arrays["meta"] = np.array(json.dumps(meta))
-        np.savez_compressed(path, **arrays)
+        # (mypy: a key could be savez_compressed's bool allow_pickle; none of these names is.)
+        np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
 
     @classmethod
     def load(cls, path: Any) -> MonteCarloResults:

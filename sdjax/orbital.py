@@ -333,17 +333,23 @@ class EnvironmentSum(eqx.Module):
     def __call__(self, t: Any, state: State) -> Controls:
         models = [getattr(term, "model", None) for term in self.terms]
         if all(hasattr(term, "wrenches") for term in self.terms) and all(
-            isinstance(m, Model) and jax.tree.structure(m) == jax.tree.structure(models[0]) for m in models
+            # (jaxlib ships no type stub for PyTreeDef, so mypy cannot see its __eq__.)
+            isinstance(m, Model) and jax.tree.structure(m) == jax.tree.structure(models[0])  # type: ignore[operator]
+            for m in models
         ):
             # Per-body wrenches of one system add up; map them to generalized forces once.
             wrenches = [term.wrenches(t, state) for term in self.terms]
             forces = sum((w[0] for w in wrenches[1:]), wrenches[0][0])
             torques = sum((w[1] for w in wrenches[1:]), wrenches[0][1])
-            return body_loads(models[0], state, forces, torques)
-        total = None
+            system = models[0]
+            assert isinstance(system, Model)  # (every term's model is one: checked above)
+            return body_loads(system, state, forces, torques)
+        total: Controls | None = None
         for term in self.terms:
             loads = term(t, state)
             total = loads if total is None else jax.tree.map(jnp.add, total, loads)
+        if total is None:
+            raise ValueError("EnvironmentSum: expected at least one environment function")
         return total
 
     def potential_energy(self, t: Any, state: State) -> Array:
@@ -359,7 +365,7 @@ def combine_environments(*terms: Any) -> EnvironmentSum:
     for k, term in enumerate(terms):
         if not callable(term):
             raise ValueError(f"combine_environments: term {k} is not callable: {term!r}")
-    flat = []
+    flat: list[Any] = []
     for term in terms:
         flat.extend(term.terms if isinstance(term, EnvironmentSum) else (term,))
     return EnvironmentSum(tuple(flat))

@@ -93,14 +93,16 @@ def bspline_basis(s: Any, num_points: int, degree: int) -> tuple[Array, Array, A
     segments = num_points - degree
     span = degree + jnp.clip(jnp.floor(s * segments).astype(jnp.int32), 0, segments - 1)
     levels = [(jnp.arange(num_points + degree, dtype=jnp.int32) == span).astype(dtype)]
-    inverse_left, inverse_right = [None], [None]
+    # 1 / knot spans of level k (k = 1..degree).
+    inverse_left: dict[int, Array] = {}
+    inverse_right: dict[int, Array] = {}
     for k in range(1, degree + 1):
         i = np.arange(num_points + degree - k)
         left, right = knots[i + k] - knots[i], knots[i + k + 1] - knots[i + 1]
         inv_l = np.where(left > 0, 1.0 / np.where(left > 0, left, 1.0), 0.0)
         inv_r = np.where(right > 0, 1.0 / np.where(right > 0, right, 1.0), 0.0)
-        inverse_left.append(jnp.asarray(inv_l, dtype))
-        inverse_right.append(jnp.asarray(inv_r, dtype))
+        inverse_left[k] = jnp.asarray(inv_l, dtype)
+        inverse_right[k] = jnp.asarray(inv_r, dtype)
         prev = levels[-1]
         levels.append(
             (s - jnp.asarray(knots[i], dtype)) * inverse_left[k] * prev[:-1]
@@ -342,10 +344,13 @@ class PlanningProblem(eqx.Module):
         # Default gains: natural frequency min(5 rad/s, 0.25 / dt), critically damped, so that
         # the sampled (zero-order hold) PD loop stays well damped (kd dt <= 0.5).
         omega = None if is_traced(duration) else min(5.0, 0.25 * num_steps / float(np.asarray(duration)))
-        if (kp is None or kd is None) and omega is None:
-            raise ValueError("PlanningProblem: give kp and kd when duration is traced")
-        self.kp = _vector("kp", omega**2 if kp is None else kp, (n,), dtype)
-        self.kd = _vector("kd", 2.0 * omega if kd is None else kd, (n,), dtype)
+        if kp is None or kd is None:
+            if omega is None:
+                raise ValueError("PlanningProblem: give kp and kd when duration is traced")
+            kp = omega**2 if kp is None else kp
+            kd = 2.0 * omega if kd is None else kd
+        self.kp = _vector("kp", kp, (n,), dtype)
+        self.kd = _vector("kd", kd, (n,), dtype)
         if not is_traced(kp, kd) and (np.any(np.asarray(self.kp) <= 0) or np.any(np.asarray(self.kd) <= 0)):
             raise ValueError("PlanningProblem: kp and kd must be positive")
         self.checkpoint = bool(checkpoint)
@@ -463,6 +468,7 @@ def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False
     loss = loss + problem.attitude_weight * attitude_sq + problem.effort_weight * effort
     q = trajectory.states.q
     if problem.joint_lower is not None:
+        assert problem.joint_upper is not None  # (PlanningProblem sets both limits or neither)
         excess = jnp.maximum(q - problem.joint_upper, 0.0) + jnp.maximum(problem.joint_lower - q, 0.0)
         loss = loss + problem.limit_weight * jnp.sum(excess**2) * dt
         joint_violation = jnp.max(excess)

@@ -274,7 +274,7 @@ def save_time_histories(
 # Stick figure.
 
 
-def inertia_box(mass: float, inertia: Any) -> tuple[np.ndarray, np.ndarray]:
+def inertia_box(mass: Any, inertia: Any) -> tuple[np.ndarray, np.ndarray]:
     """The uniform box with a body's mass and principal moments (its *inertia-equivalent box*).
 
     A uniform box of mass ``m`` and sides ``a_k`` has principal moments
@@ -395,7 +395,7 @@ class _Artists:
 
     def __init__(self, ax, figure: StickFigure, trail: bool):
         self.figure = figure
-        empty = ([], [], [])
+        empty: tuple[list[float], list[float], list[float]] = ([], [], [])
         self.bones = ax.plot(*empty, color="0.15", linewidth=2.5, solid_capstyle="round")[0]
         self.box = ax.plot(*empty, color="0.55", linewidth=1.2)[0]
         self.axes = [ax.plot(*empty, color=c, linewidth=2.0)[0] for c in _AXIS_COLORS]
@@ -514,12 +514,15 @@ def animate(
     for name, value in (("fps", fps), ("speed", speed), ("max_frames", max_frames)):
         if not (np.isfinite(value) and value > 0):
             raise ValueError(f"animate: {name} must be positive, got {value!r}")
+    # (matplotlib's stubs say fps: int; the writers only compute with it, 1000 / fps and
+    # str(fps), so a float frame rate works.)
+    writer: animation.AbstractMovieWriter
     if suffix == ".gif":
-        writer = animation.PillowWriter(fps=fps)
+        writer = animation.PillowWriter(fps=fps)  # type: ignore[arg-type]
     elif suffix == ".mp4":
         if not animation.writers.is_available("ffmpeg"):
             raise ValueError(f"animate: {path}: writing .mp4 needs ffmpeg on the PATH (not found); write a .gif instead")
-        writer = animation.FFMpegWriter(fps=fps)
+        writer = animation.FFMpegWriter(fps=fps)  # type: ignore[arg-type]
     else:
         raise ValueError(f"animate: {path}: unknown animation suffix {suffix!r}; use .gif or .mp4")
     plt = _pyplot()

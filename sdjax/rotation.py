@@ -23,6 +23,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.typing import ArrayLike
 
 from sdjax.algebra import cross3
 
@@ -90,7 +91,7 @@ def rot_z(angle: Array) -> Array:
     return _axis_rotation(jnp.asarray(angle), 2)
 
 
-def rpy_to_matrix(rpy: Array) -> Array:
+def rpy_to_matrix(rpy: ArrayLike) -> Array:
     """SpaceDyn RPY angles to a rotation matrix, ``R = Rx(roll) Ry(pitch) Rz(yaw)`` (eq 3.1).
 
     ``R`` maps vectors of the rotated (child) frame into the reference (parent) frame; it is
@@ -127,7 +128,7 @@ def _matrix_to_rpy(xp, r):
     return xp.stack([roll, xp.arctan2(sin_b, cos_b), yaw], axis=-1)
 
 
-def matrix_to_rpy(matrix: Array) -> Array:
+def matrix_to_rpy(matrix: ArrayLike) -> Array:
     """Inverse of :func:`rpy_to_matrix`, with pitch in ``[-pi/2, pi/2]``.
 
     At pitch = +-pi/2 (gimbal lock) roll is set to zero and yaw absorbs the rest, so that
@@ -147,7 +148,7 @@ def matrix_to_rpy_numpy(matrix: np.ndarray) -> np.ndarray:
     return _matrix_to_rpy(np, np.asarray(matrix, dtype=np.float64))
 
 
-def euler313_to_matrix(angles: Array) -> Array:
+def euler313_to_matrix(angles: ArrayLike) -> Array:
     """3-1-3 (z-x-z) Euler angles to a rotation matrix, ``R = Rz(phi) Rx(theta) Rz(psi)``.
 
     Arguments:
@@ -169,7 +170,7 @@ def euler313_to_matrix(angles: Array) -> Array:
     return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
 
 
-def matrix_to_euler313(matrix: Array) -> Array:
+def matrix_to_euler313(matrix: ArrayLike) -> Array:
     """Inverse of :func:`euler313_to_matrix`, with ``theta`` in ``[0, pi]`` and ``phi``, ``psi``
     in ``(-pi, pi]``.
 
@@ -213,7 +214,7 @@ def rotation_difference(rotation_from: Array, rotation_to: Array) -> Array:
     return 0.5 * jnp.sum(cross3(jnp.swapaxes(a, -1, -2), jnp.swapaxes(b, -1, -2)), axis=-2)
 
 
-def quat_to_matrix(quat: Array) -> Array:
+def quat_to_matrix(quat: Array | np.ndarray) -> Array:
     """Rotation matrix of a scalar-last quaternion ``(x, y, z, w)``.
 
     The quaternion need not be unit: the homogeneous form divides by ``|quat|^2``, so the
@@ -235,7 +236,7 @@ def quat_to_matrix(quat: Array) -> Array:
     return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
 
 
-def matrix_to_quat(matrix: Array) -> Array:
+def matrix_to_quat(matrix: ArrayLike) -> Array:
     """Scalar-last unit quaternion of a rotation matrix, with ``w >= 0``.
 
     Uses the largest of the four diagonal combinations (Shepperd's method) so the result is
@@ -281,7 +282,7 @@ def matrix_to_quat(matrix: Array) -> Array:
     return quat * jnp.where(quat[..., 3:4] < 0, -1.0, 1.0)
 
 
-def quat_multiply(a: Array, b: Array) -> Array:
+def quat_multiply(a: Array | np.ndarray, b: Array | np.ndarray) -> Array:
     """Hamilton product ``a * b`` of scalar-last quaternions: ``R(a*b) = R(a) R(b)``.
 
     Arguments:
@@ -297,7 +298,7 @@ def quat_multiply(a: Array, b: Array) -> Array:
     return jnp.concatenate([vector, scalar], axis=-1)
 
 
-def quat_conjugate(quat: Array) -> Array:
+def quat_conjugate(quat: Array | np.ndarray) -> Array:
     """Conjugate ``(-x, -y, -z, w)``: the inverse rotation for a unit quaternion."""
     return jnp.concatenate([-quat[..., :3], quat[..., 3:]], axis=-1)
 

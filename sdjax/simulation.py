@@ -303,7 +303,8 @@ class SimulationRun:
         arrays.update({f"controls/{f}": np.asarray(getattr(self.trajectory.controls, f)) for f in _CONTROL_FIELDS})
         arrays.update({f"quantity/{k}": v for k, v in self.quantities.items()})
         arrays["meta"] = np.array(json.dumps(meta))
-        np.savez_compressed(path, **arrays)
+        # (mypy: a key could be savez_compressed's bool allow_pickle; none of these names is.)
+        np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SimulationRun:
@@ -320,10 +321,9 @@ class SimulationRun:
             name, meta = data.name, data.meta(FILE_FORMAT)
             if not isinstance(meta.get("model"), dict):
                 raise ValueError(f"{name}: 'meta' holds no model")
-            try:
-                dtype = np.dtype(meta.get("dtype", "float64"))
-            except TypeError:
-                raise ValueError(f"{name}: 'meta' dtype {meta.get('dtype')!r} is not a dtype") from None
+            if meta.get("dtype", "float64") not in ("float32", "float64"):
+                raise ValueError(f"{name}: 'meta' dtype must be 'float32' or 'float64', got {meta.get('dtype')!r}")
+            dtype = np.dtype(meta.get("dtype", "float64"))
             model = model_from_dict(meta["model"], dtype=dtype)
             needed = ["time"] + [f"state/{f}" for f in _STATE_FIELDS] + [f"controls/{f}" for f in _CONTROL_FIELDS]
             missing = [k for k in needed if k not in data]
@@ -353,10 +353,13 @@ class SimulationRun:
             if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
                 raise ValueError(f"{name}: 'meta' quantity_names must be a list of names")
             quantities = {k: data.array(f"quantity/{k}", kinds="f", leading=steps + 1) for k in names if f"quantity/{k}" in data}
+            info = meta.get("info", {})
+            if not isinstance(info, dict):
+                raise ValueError(f"{name}: 'meta' info must be a JSON object, got {info!r}")
         states = _stacked(make_state(model), {f: arrays[f] for f in _STATE_FIELDS})
         controls = _stacked(make_controls(model), {f: arrays[f] for f in _CONTROL_FIELDS})
         trajectory = Trajectory(time=jnp.asarray(time), states=states, controls=controls)
-        return cls(model, trajectory, quantities or None, meta.get("info", {}))
+        return cls(model, trajectory, quantities or None, info)
 
     def __repr__(self) -> str:
         return f"SimulationRun(model={self.model.name!r}, num_steps={self.num_steps}, quantities={list(self.quantities)})"

@@ -117,7 +117,7 @@ def _model(model: Model | Mapping[str, Any], gravity: Any = None) -> Model:
         g = jnp.asarray(gravity, model.dtype).reshape(-1)
         if g.shape != (3,):
             raise ValueError(f"gravity: expected 3 components, got shape {np.shape(gravity)}")
-        model = eqx.tree_at(lambda m: m.gravity, model, g)
+        return eqx.tree_at(lambda m: m.gravity, model, g)
     return model
 
 
@@ -287,10 +287,10 @@ def j_num(model: Model | Mapping[str, Any], num_e: int) -> np.ndarray:
 def _end_point_of(model: Model, joints: Sequence[int]) -> int:
     """0-based end-point index of the link ``joints[-1]``."""
     check_spacedyn_end_points(model, "joints (an end point named by its link)")
-    joints = np.asarray(joints, dtype=np.int64).reshape(-1)
-    if joints.size == 0:
+    path = np.asarray(joints, dtype=np.int64).reshape(-1)
+    if path.size == 0:
         raise ValueError("joints: empty joint list")
-    link = int(joints[-1])
+    link = int(path[-1])
     if link not in model.end_point_link:
         raise ValueError(f"joints: link {link} (the last entry) carries no end point; use j_num(model, num_e)")
     return model.end_point_link.index(link)

@@ -98,6 +98,9 @@ def test_sample_matches_shared_model_file(sample_model):
         (dict(link_mass=[1.0, np.nan, 1.0]), r"Model\.link_mass\[1\] \(link 2 .*not finite"),
         (dict(parent_centroid_to_joint=[[0, 0, 1], [0, 0, np.inf], [0, 0, 1]]), r"parent_centroid_to_joint\[1, 2\] \(link 2.*not finite"),
         (dict(centroid_to_end_point=[[0.0, np.nan, 0.0]]), r"centroid_to_end_point\[0, 1\] \(end point 'end_point1' on body 3\).*not finite"),
+        # A finite but absurd value (a corrupted file's 1e308) is refused before any product of
+        # two model values could overflow.
+        (dict(link_mass=[1.0, 1e308, 1.0]), r"Model\.link_mass\[1\] \(link 2 .*beyond 1e\+100 in size \(1e\+308\)"),
         (dict(joint_stiffness=[1.0, -1.0, 0.0]), r"Model\.joint_stiffness\[1\]: link 2.*non-negative"),
         (dict(joint_damping=[0.0, 0.0, -0.1]), r"Model\.joint_damping\[2\]: link 3.*non-negative"),
         (dict(link_names=("a", "b", "a")), r"link_names: names must be unique"),

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.inputs import numeric_array, read_text_file
+from sdjax.io.inputs import names_the_file, numeric_array, read_text_file
 from sdjax.model import JOINT_TYPES, Model
 from sdjax.rotation import matrix_to_rpy_numpy
 
@@ -194,8 +194,8 @@ def model_from_dh(
     for k, t in enumerate(types):
         if t not in JOINT_TYPES:
             raise ValueError(f"model_from_dh: joint_type[{k}] (joint {k + 1}) is {t!r}; expected 'R' (revolute) or 'P' (prismatic)")
-    for k in np.flatnonzero(~(p["link_mass"] > 0)):
-        raise ValueError(f"model_from_dh: link_mass[{k}] (link {k + 1}) must be positive, got {p['link_mass'][k]}")
+    for nonpositive in np.flatnonzero(~(p["link_mass"] > 0)):
+        raise ValueError(f"model_from_dh: link_mass[{nonpositive}] (link {nonpositive + 1}) must be positive, got {p['link_mass'][nonpositive]}")
     inertia_l = _array("link_inertia", link_inertia, (n, 3, 3))
     mount = _array("mount_position", mount_position, (3,))
     euler = _array("mount_euler", mount_euler, (3,))
@@ -259,6 +259,7 @@ def _tensor(ixx: float, iyy: float, izz: float, ixy: float, ixz: float, iyz: flo
     return np.array([[ixx, ixy, ixz], [ixy, iyy, iyz], [ixz, iyz, izz]])
 
 
+@names_the_file
 def model_from_dh_file(path: str | os.PathLike, dtype: Any = None) -> Model:
     """Read a ``.dh`` table file into :func:`model_from_dh`.
 

@@ -1,13 +1,18 @@
-"""Input handling shared by the model readers: model files read as text, numeric arrays;
-one set of checks and messages."""
+"""Input handling shared by the model readers: model files read as text, numeric arrays, every
+refusal naming the file; one set of checks and messages."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import os
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast
 
 import numpy as np
+
+from sdjax.model import MAX_MAGNITUDE
 
 
 def numeric_array(prefix: str, name: str, value: Any, shape: tuple[int, ...], *, matlab_vectors: bool = False) -> np.ndarray:
@@ -35,6 +40,8 @@ def numeric_array(prefix: str, name: str, value: Any, shape: tuple[int, ...], *,
             raise ValueError(f"{prefix}{name} expected shape {shape}{layout}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{prefix}{name} has non-finite entries ({arr.tolist()})")
+    if not np.all(np.abs(arr) <= MAX_MAGNITUDE):
+        raise ValueError(f"{prefix}{name} has entries beyond {MAX_MAGNITUDE:g} in size ({arr.tolist()})")
     return arr
 
 
@@ -52,3 +59,40 @@ def read_text_file(path: str | os.PathLike, kind: str, limit: int) -> str:
             return f.read()
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not a UTF-8 text {kind} file (byte {err.start}: {err.reason})") from None
+
+
+def is_file_source(source: Any) -> bool:
+    """Whether a reader's ``source`` is a file path (not the model text itself: text holds a
+    newline or starts with ``<`` or ``{``)."""
+    if isinstance(source, os.PathLike):
+        return True
+    return isinstance(source, str) and "\n" not in source and not source.lstrip().startswith(("<", "{"))
+
+
+@contextlib.contextmanager
+def naming_file(path: str) -> Iterator[None]:
+    """Re-raise a ``ValueError`` of the block with ``path`` in front of its message, unless the
+    message names it already: every refusal of a model file says which file."""
+    try:
+        yield
+    except ValueError as err:
+        if path in str(err):
+            raise
+        raise ValueError(f"{path}: {err}") from None
+
+
+_Reader = TypeVar("_Reader", bound=Callable[..., Any])
+
+
+def names_the_file(reader: _Reader) -> _Reader:
+    """Decorate a reader whose first argument is a file path or the model text: when it is a
+    path, the reader's refusals name the file (:func:`naming_file`)."""
+
+    @functools.wraps(reader)
+    def read(source: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_file_source(source):
+            return reader(source, *args, **kwargs)
+        with naming_file(os.fspath(source)):
+            return reader(source, *args, **kwargs)
+
+    return cast(_Reader, read)

@@ -48,8 +48,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from sdjax.io.inputs import read_text_file
+from sdjax.io.inputs import names_the_file, read_text_file
 from sdjax.io.spacedyn_arrays import model_from_lp
 from sdjax.model import Model
 
@@ -81,7 +82,7 @@ _END_KEYS_V1 = {"centroid_to_end_point", "rpy"}
 _END_KEYS = {"name", "body", "centroid_to_end_point", "rpy"}
 
 
-def _floats(value: np.ndarray) -> Any:
+def _floats(value: ArrayLike) -> Any:
     return np.asarray(value, dtype=np.float64).tolist()
 
 
@@ -248,6 +249,7 @@ def save_json_model(model: Model, path: str | os.PathLike) -> None:
         f.write("\n")
 
 
+@names_the_file
 def load_json_model(path: str | os.PathLike, dtype: Any = None) -> Model:
     """Read a JSON model file: an ``sdjax-model`` file, or SpaceDyn link parameters (the ``LP``
     struct as MATLAB's ``jsonencode`` writes it: an object with ``BB``, ``J_type``, ``c0``,
@@ -264,8 +266,5 @@ def load_json_model(path: str | os.PathLike, dtype: Any = None) -> Model:
         raise ValueError(f"{os.fspath(path)}: not valid JSON ({err})") from None
     if isinstance(data, Mapping) and "format" not in data and "BB" in data:
         name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
-        try:
-            return model_from_lp(data, name=name, dtype=dtype)
-        except ValueError as err:
-            raise ValueError(f"{os.fspath(path)}: {err}") from None
+        return model_from_lp(data, name=name, dtype=dtype)
     return model_from_dict(data, dtype=dtype)

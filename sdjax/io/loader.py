@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sdjax.io.dh import model_from_dh_file
+from sdjax.io.inputs import naming_file
 from sdjax.io.json_model import load_json_model, save_json_model
 from sdjax.io.spacedyn_def import model_from_def, save_def
 from sdjax.io.spacedyn_mat import model_from_mat, save_mat
@@ -86,17 +87,13 @@ def load_model(
         raise ValueError(f"{path}: no such model file")
     options = {"base": base, "inertia_check": inertia_check, "gravity": gravity, "end_points": end_points}
     options = {key: value for key, value in options.items() if value is not None}
-    if suffix == ".urdf":
-        return _READERS[suffix](path, dtype, **options)
-    if "end_points" in options:
-        raise ValueError(f"{path}: end_points selects URDF links; a {suffix} file names its end points itself")
-    model = _READERS[suffix](path, dtype)
-    if options:
-        try:
-            model = edit_model(model, **options)
-        except ValueError as err:
-            raise ValueError(f"{path}: {err}") from None
-    return model
+    with naming_file(path):  # every refusal names the file, whichever reader or check makes it
+        if suffix == ".urdf":
+            return _READERS[suffix](path, dtype, **options)
+        if "end_points" in options:
+            raise ValueError(f"{path}: end_points selects URDF links; a {suffix} file names its end points itself")
+        model = _READERS[suffix](path, dtype)
+        return edit_model(model, **options) if options else model
 
 
 def save_model(model: Model, path: str | os.PathLike) -> None:

@@ -20,13 +20,14 @@ from __future__ import annotations
 from xml.sax.saxutils import quoteattr
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from sdjax.io.pinocchio import depth_first_order, planar_yaw
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_quat, rpy_to_matrix
 
 
-def _vec(values: np.ndarray) -> str:
+def _vec(values: ArrayLike) -> str:
     return " ".join(repr(float(v)) for v in np.ravel(values))
 
 
@@ -35,7 +36,7 @@ def _quat_wxyz(rotation: np.ndarray) -> str:
     return _vec([w, x, y, z])
 
 
-def _inertia(mass: float, inertia: np.ndarray, centroid: np.ndarray) -> str:
+def _inertia(mass: float, inertia: ArrayLike, centroid: ArrayLike) -> str:
     i = np.asarray(inertia, np.float64)
     full = [i[0, 0], i[1, 1], i[2, 2], i[0, 1], i[0, 2], i[1, 2]]
     return f'<inertial pos="{_vec(centroid)}" mass="{float(mass)!r}" fullinertia="{_vec(full)}"/>'

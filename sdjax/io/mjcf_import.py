@@ -41,9 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.io.inputs import names_the_file
 from sdjax.io.urdf import WORLD_LINK, TreeJoint, TreeLink, UrdfImport, tree_import
 from sdjax.io.visuals import mjcf_body_visuals
-from sdjax.model import edit_model
+from sdjax.model import MAX_MAGNITUDE, edit_model
 from sdjax.rotation import matrix_to_quat
 from sdjax.state import State, make_state
 
@@ -145,6 +146,27 @@ def _refuse_unsupported(label: str, m: Any, name: Any) -> None:
                 )
 
 
+#: The compiled arrays this reader uses (besides integer topology), checked to be finite and of a
+#: sane size before any arithmetic; quaternions and axes must also have a direction.
+_NUMERIC_FIELDS = (
+    "body_pos", "body_quat", "body_mass", "body_inertia", "body_ipos", "body_iquat", "jnt_pos", "jnt_axis",
+    "jnt_stiffness", "qpos_spring", "qpos0", "dof_damping", "site_pos", "site_quat",
+)
+
+
+def _refuse_out_of_range(label: str, m: Any) -> None:
+    for field in _NUMERIC_FIELDS:
+        values = np.asarray(getattr(m, field), dtype=np.float64)
+        bad = np.argwhere(~(np.abs(values) <= MAX_MAGNITUDE))
+        if bad.size:
+            row = int(bad[0][0])
+            raise ValueError(f"{label}: compiled {field}[{row}] = {values[row].tolist()} is not finite or beyond {MAX_MAGNITUDE:g} in size")
+    for field in ("body_quat", "body_iquat", "site_quat", "jnt_axis"):  # normalised by the reader
+        norms = np.linalg.norm(np.asarray(getattr(m, field), dtype=np.float64).reshape(-1, 3 if field == "jnt_axis" else 4), axis=1)
+        for row in np.flatnonzero(~(norms > 0.0)):  # MuJoCo compiles an overflowing quat or axis to zero
+            raise ValueError(f"{label}: compiled {field}[{int(row)}] is zero (a quaternion or axis with no direction)")
+
+
 def _moving_bodies(m: Any) -> np.ndarray:
     """``(nbody,)`` True where a body has a joint in its subtree (itself included)."""
     moving = m.body_jntnum > 0
@@ -154,6 +176,7 @@ def _moving_bodies(m: Any) -> np.ndarray:
     return moving
 
 
+@names_the_file
 def import_mjcf(
     source: str | os.PathLike,
     *,
@@ -186,6 +209,7 @@ def import_mjcf(
         return mujoco.mj_id2name(m, kind, index) or ""
 
     _refuse_unsupported(label, m, element_name)
+    _refuse_out_of_range(label, m)
     body_names = [element_name(mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}" for b in range(m.nbody)]
     body_names[0] = WORLD_LINK
     moving = _moving_bodies(m)

@@ -42,15 +42,19 @@ class NpzArchive:
         try:
             self._zip = zipfile.ZipFile(self.name)
             members = self._zip.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError) as err:
+        except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as err:  # NotImplementedError: unknown zip versions, methods
             raise ValueError(f"{self.name}: not a {what} (.npz archive): {err}") from None
         self.entries = {m[: -len(".npy")]: m for m in members if m.endswith(".npy")}
 
     def __enter__(self) -> NpzArchive:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        """Close the archive; a ``ValueError`` raised while reading it (by the caller's checks
+        too, e.g. of a model stored inside) gets the file's name in front when it lacks it."""
         self._zip.close()
+        if isinstance(error, ValueError) and self.name not in str(error):
+            raise ValueError(f"{self.name}: {error}") from None
 
     def __contains__(self, entry: str) -> bool:
         return entry in self.entries

@@ -28,7 +28,7 @@ def _frame_with_z(z: np.ndarray, x_hint: Sequence[np.ndarray]) -> np.ndarray:
     """Rotation (columns x, y, z) with the given z; x is the first hint not parallel to z."""
     for hint in x_hint:
         x = hint - np.dot(hint, z) * z
-        if np.linalg.norm(x) > 1e-9 * max(1.0, np.linalg.norm(hint)):
+        if np.linalg.norm(x) > 1e-9 * max(1.0, float(np.linalg.norm(hint))):
             x = x / np.linalg.norm(x)
             return np.column_stack([x, np.cross(z, x), z])
     raise AssertionError("unreachable: the base axes always provide a hint")

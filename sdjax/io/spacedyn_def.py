@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.inputs import read_text_file
+from sdjax.io.inputs import names_the_file, read_text_file
 from sdjax.model import Model, check_spacedyn_base, check_spacedyn_end_points, warn_unphysical_inertia
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -149,6 +149,7 @@ def _scan(text: str) -> tuple[tuple[int, int] | None, dict[str, _Entry], dict[st
     return link_number, blocks, inertia
 
 
+@names_the_file
 def model_from_def(
     source: str | os.PathLike, *, name: str | None = None, dtype: Any = None, inertia_check: str = "positive_definite"
 ) -> Model:
@@ -312,8 +313,8 @@ def model_to_def(model: Model) -> str:
     check_spacedyn_end_points(model, "model_to_def")
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)
-        for k in np.flatnonzero(values != 0):
-            raise ValueError(f"model_to_def: link {k + 1} ({model.link_names[k]!r}) has {field} {values[k]}; the .def format has none")
+        for nonzero in np.flatnonzero(values != 0):
+            raise ValueError(f"model_to_def: link {nonzero + 1} ({model.link_names[nonzero]!r}) has {field} {values[nonzero]}; the .def format has none")
     n = model.num_joints
     ee = [0] * n
     for e, link in enumerate(model.end_point_link, start=1):

@@ -6,6 +6,9 @@ variable, ``save('robot.mat', '-struct', 'LP')`` as one variable per field; both
 SciPy's MATLAB reader (SciPy comes with JAX). ``J_type`` may be a char row (``'RRP'``) or a cell
 array of chars (``{'R', 'R', 'P'}``). Level 5 files (MATLAB's default ``-v7`` and older) are
 read; ``-v7.3`` files are HDF5 and are refused with the command that re-saves them.
+Before SciPy parses a level-5 file, every element's declared sizes are checked against the file
+and its dimensions (SciPy's reader trusts them and can crash the interpreter on a damaged file);
+compressed elements may expand to at most :data:`MAX_EXPANDED_BYTES`.
 
 Inertia tensors are accepted as SpaceDyn accepts them (one warning names the bodies whose
 tensors break the triangle inequality), as for the other SpaceDyn readers.
@@ -13,16 +16,21 @@ tensors break the triangle inequality), as for the other SpaceDyn readers.
 
 from __future__ import annotations
 
+import math
 import os
+import zlib
 from typing import Any
 
 import numpy as np
 
+from sdjax.io.inputs import names_the_file
 from sdjax.io.spacedyn_arrays import model_from_lp
 from sdjax.model import Model
 
 #: Largest ``.mat`` file read (refused before reading).
 MAX_FILE_BYTES = 64 * 1024 * 1024
+#: Most bytes the compressed elements of one file may expand to (checked while inflating).
+MAX_EXPANDED_BYTES = 256 * 1024 * 1024
 
 
 def _is_struct(value: Any) -> bool:
@@ -54,6 +62,141 @@ def _plain(field: str, value: Any) -> Any:
     return array
 
 
+# ---- MAT-file level 5 structure check (before SciPy parses the file) ------------------------
+# SciPy's reader trusts the sizes a file declares and can crash the interpreter (segmentation
+# fault) on a damaged file (found by tests/test_fuzz_readers.py). Every element is walked here
+# first, per MathWorks' "MAT-File Format" (level 5): 128-byte header; data elements of an 8-byte
+# tag (type, byte count; or the 4-byte "small element" form) padded to 8 bytes; miCOMPRESSED
+# wraps one zlib-compressed element; miMATRIX holds array flags, dimensions, a name and the
+# class's parts. Only what SpaceDyn's LP needs is accepted (numeric, logical, char, struct and
+# cell arrays); sizes must agree with the dimensions and fit inside their parent.
+
+_MAT_NUMBER_BYTES = {1: 1, 2: 1, 3: 2, 4: 2, 5: 4, 6: 4, 7: 4, 9: 8, 12: 8, 13: 8, 16: 1, 17: 2, 18: 4}  # miINT8..miUTF32
+_MI_INT8, _MI_INT32, _MI_UINT32, _MI_MATRIX, _MI_COMPRESSED = 1, 5, 6, 14, 15
+_MI_UTF8_16 = (16, 17)
+_MX_CELL, _MX_STRUCT, _MX_OBJECT, _MX_CHAR, _MX_SPARSE = 1, 2, 3, 4, 5
+_MX_NUMERIC = range(6, 16)  # double, single, int8 .. uint64
+_MAX_NESTING = 32
+
+
+class _MatReader:
+    """Walks the elements of a level-5 MAT file; raises ``ValueError(reason)`` on the first
+    inconsistency (the caller adds the file name)."""
+
+    def __init__(self, endian: str, limit: int):
+        self.endian = endian
+        self.budget = limit  # bytes that decompression may still produce
+
+    def tag(self, data: bytes, at: int, end: int) -> tuple[int, int, int, int]:
+        """``(type, nbytes, data start, next element)`` of the element at ``at``."""
+        if at + 8 > end:
+            raise ValueError(f"byte {at}: element tag runs past its end ({end})")
+        word, count = np.frombuffer(data, self.endian + "u4", 2, at)
+        if word >> 16:  # small data element: type and size in one word, data in the next 4 bytes
+            kind, nbytes = int(word & 0xFFFF), int(word >> 16)
+            if nbytes > 4:
+                raise ValueError(f"byte {at}: small element of {nbytes} bytes (at most 4)")
+            return kind, nbytes, at + 4, at + 8
+        kind, nbytes = int(word), int(count)
+        stop = at + 8 + nbytes
+        padded = stop if kind == _MI_COMPRESSED else stop + (-nbytes) % 8
+        if stop > end:
+            raise ValueError(f"byte {at}: element of {nbytes} bytes runs past its end ({end})")
+        return kind, nbytes, at + 8, min(padded, end)
+
+    def element(self, data: bytes, at: int, end: int, depth: int) -> int:
+        """Check the top-level element at ``at``; the position of the next one."""
+        kind, nbytes, start, after = self.tag(data, at, end)
+        if kind == _MI_COMPRESSED:
+            inner = self.inflate(data[start : start + nbytes], at)
+            self.element(inner, 0, len(inner), depth)
+        elif kind == _MI_MATRIX:
+            self.matrix(data, start, start + nbytes, depth)
+        else:
+            raise ValueError(f"byte {at}: top-level element of type {kind} (expected a matrix)")
+        return after
+
+    def inflate(self, compressed: bytes, at: int) -> bytes:
+        decompressor = zlib.decompressobj()
+        try:
+            inner = decompressor.decompress(compressed, self.budget + 1)
+        except zlib.error as err:
+            raise ValueError(f"byte {at}: damaged compressed element ({err})") from None
+        if len(inner) > self.budget:
+            raise ValueError(f"byte {at}: compressed element expands beyond the size limit")
+        self.budget -= len(inner)
+        return inner
+
+    def part(self, data: bytes, at: int, end: int, what: str, kinds: tuple[int, ...] | None = None) -> tuple[int, bytes, int]:
+        kind, nbytes, start, after = self.tag(data, at, end)
+        if kind not in _MAT_NUMBER_BYTES or (kinds is not None and kind not in kinds):
+            raise ValueError(f"byte {at}: {what} of element type {kind}")
+        if nbytes % _MAT_NUMBER_BYTES[kind]:
+            raise ValueError(f"byte {at}: {what} of {nbytes} bytes is not a whole number of values")
+        return kind, data[start : start + nbytes], after
+
+    def matrix(self, data: bytes, at: int, end: int, depth: int) -> None:
+        """Check one miMATRIX body spanning ``data[at:end]``."""
+        if depth > _MAX_NESTING:
+            raise ValueError(f"byte {at}: arrays nested deeper than {_MAX_NESTING}")
+        if at == end:  # an empty matrix (MATLAB writes [] struct fields this way)
+            return
+        _, flags, at = self.part(data, at, end, "array flags", (_MI_UINT32,))
+        if len(flags) != 8:
+            raise ValueError(f"byte {at}: array flags of {len(flags)} bytes (expected 8)")
+        flag_word = int(np.frombuffer(flags, self.endian + "u4", 1)[0])
+        mx_class, is_complex = flag_word & 0xFF, bool(flag_word & 0x800)
+        kind, dims_bytes, at = self.part(data, at, end, "dimensions", (_MI_INT32,))
+        dims = np.frombuffer(dims_bytes, self.endian + "i4")
+        if dims.size < 2 or np.any(dims < 0):
+            raise ValueError(f"byte {at}: dimensions {dims.tolist()}")
+        count = math.prod(int(d) for d in dims)
+        _, _, at = self.part(data, at, end, "array name", (_MI_INT8,))
+        if mx_class in _MX_NUMERIC or mx_class == _MX_CHAR:
+            for _ in range(2 if is_complex else 1):
+                kind, values, at = self.part(data, at, end, "array data")
+                variable_width = mx_class == _MX_CHAR and kind in _MI_UTF8_16  # multi-byte characters
+                if len(values) != count * _MAT_NUMBER_BYTES[kind] and not variable_width:
+                    raise ValueError(f"byte {at}: {len(values)} data bytes for a {'x'.join(map(str, dims.tolist()))} array")
+        elif mx_class == _MX_SPARSE:  # row indices, column starts, values (and imaginary parts)
+            for what in ("row indices", "column starts", "values") + (("imaginary values",) if is_complex else ()):
+                _, _, at = self.part(data, at, end, f"sparse {what}")
+        elif mx_class in (_MX_STRUCT, _MX_OBJECT):
+            if mx_class == _MX_OBJECT:
+                _, _, at = self.part(data, at, end, "class name", (_MI_INT8,))
+            _, length, at = self.part(data, at, end, "field-name length", (_MI_INT32,))
+            width = int(np.frombuffer(length, self.endian + "i4", 1)[0]) if len(length) == 4 else 0
+            _, names, at = self.part(data, at, end, "field names", (_MI_INT8,))
+            if width <= 0 or len(names) % width:
+                raise ValueError(f"byte {at}: field names of {len(names)} bytes in width {width}")
+            count *= len(names) // width
+        elif mx_class != _MX_CELL:
+            raise ValueError(f"byte {at}: array class {mx_class}, which this reader does not take (numbers, chars, structs, cells, sparse)")
+        if mx_class in (_MX_STRUCT, _MX_OBJECT, _MX_CELL):
+            for _ in range(count):
+                kind, nbytes, start, at = self.tag(data, at, end)
+                if kind != _MI_MATRIX:
+                    raise ValueError(f"byte {start - 8}: struct or cell member of element type {kind}")
+                self.matrix(data, start, start + nbytes, depth + 1)
+
+
+def _check_mat5(path: str, limit: int) -> None:
+    """Refuse (``ValueError`` naming ``path``) a level-5 MAT file whose element structure is
+    inconsistent, before SciPy reads it (see :class:`_MatReader`). Level-4 and HDF5 files are
+    left to SciPy's own checks."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 128 or data[124:128] not in (b"\x00\x01IM", b"\x01\x00MI"):
+        return  # not level 5 (level 4, -v7.3 HDF5, not a MAT file): SciPy's own checks report it
+    reader = _MatReader("<" if data[126:128] == b"IM" else ">", limit)
+    try:
+        at = 128
+        while at < len(data):
+            at = reader.element(data, at, len(data), 0)
+    except ValueError as err:
+        raise ValueError(f"{path}: not a readable MATLAB .mat file ({err})") from None
+
+
 def lp_from_mat(path: str | os.PathLike, variable: str | None = None) -> dict[str, Any]:
     """The ``LP`` fields of a ``.mat`` file (see the module docstring).
 
@@ -72,6 +215,7 @@ def lp_from_mat(path: str | os.PathLike, variable: str | None = None) -> dict[st
     size = os.path.getsize(path)
     if size > MAX_FILE_BYTES:
         raise ValueError(f"{path}: {size} bytes exceeds the MATLAB file size limit of {MAX_FILE_BYTES}")
+    _check_mat5(path, MAX_EXPANDED_BYTES)
     import scipy.io
 
     try:
@@ -100,16 +244,14 @@ def lp_from_mat(path: str | os.PathLike, variable: str | None = None) -> dict[st
     return {name: _plain(name, value) for name, value in fields.items()}
 
 
+@names_the_file
 def model_from_mat(path: str | os.PathLike, *, variable: str | None = None, dtype: Any = None, **kwargs: Any) -> Model:
     """The model of SpaceDyn link parameters in a ``.mat`` file (:func:`lp_from_mat`, then
     :func:`sdjax.io.spacedyn_arrays.model_from_lp`; ``kwargs`` such as ``gravity=`` go there).
     The model is named after the file unless ``name=`` is given."""
     lp = lp_from_mat(path, variable)
     kwargs.setdefault("name", os.path.splitext(os.path.basename(os.fspath(path)))[0])
-    try:
-        return model_from_lp(lp, dtype=dtype, **kwargs)
-    except ValueError as err:
-        raise ValueError(f"{os.fspath(path)}: {err}") from None
+    return model_from_lp(lp, dtype=dtype, **kwargs)
 
 
 def save_mat(model: Model, path: str | os.PathLike, *, variable: str = "LP") -> None:

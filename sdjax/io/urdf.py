@@ -95,10 +95,10 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.inputs import read_text_file
+from sdjax.io.inputs import names_the_file, read_text_file
 from sdjax.io.dh import euler123_to_matrix
 from sdjax.io.visuals import VisualShape, urdf_link_visuals, urdf_materials
-from sdjax.model import Model
+from sdjax.model import MAX_MAGNITUDE, Model
 from sdjax.rotation import matrix_to_rpy_numpy, quat_to_matrix, rpy_to_matrix
 from sdjax.state import State, make_state
 
@@ -190,8 +190,8 @@ def _numbers(where: str, text: str | None, size: int, default: Sequence[float] |
         raise ValueError(f"{where}: expected {size} number(s), got {text!r}") from None
     if values.shape != (size,):
         raise ValueError(f"{where}: expected {size} number(s), got {text!r}")
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"{where}: values must be finite, got {text!r}")
+    if not np.all(np.abs(values) <= MAX_MAGNITUDE):
+        raise ValueError(f"{where}: values must be finite and at most {MAX_MAGNITUDE:g} in size, got {text!r}")
     return values
 
 
@@ -272,17 +272,19 @@ def _parse_joint(element: ET.Element) -> TreeJoint:
     mimic = None
     mimic_el = element.find("mimic")
     if mimic_el is not None:
-        if not mimic_el.get("joint"):
+        leader = mimic_el.get("joint")
+        if not leader:
             raise ValueError(f"{where} <mimic>: missing joint attribute (the leader joint)")
         multiplier = float(_numbers(f"{where} <mimic multiplier>", mimic_el.get("multiplier"), 1, (1.0,))[0])
         offset = float(_numbers(f"{where} <mimic offset>", mimic_el.get("offset"), 1, (0.0,))[0])
-        mimic = (mimic_el.get("joint"), multiplier, offset)
-    ends = {}
+        mimic = (leader, multiplier, offset)
+    ends: dict[str, str] = {}
     for tag in ("parent", "child"):
         sub = element.find(tag)
-        if sub is None or not sub.get("link"):
+        end = None if sub is None else sub.get("link")
+        if not end:
             raise ValueError(f"{where}: missing <{tag} link=...>")
-        ends[tag] = sub.get("link")
+        ends[tag] = end
     rot, pos = _origin(where, element.find("origin"))
     axis_el = element.find("axis")
     axis = _numbers(f"{where} <axis xyz>", None if axis_el is None else axis_el.get("xyz"), 3, (1.0, 0.0, 0.0))
@@ -357,10 +359,10 @@ def _combine(parts: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[float, 
     """Mass, centroid and inertia about it of rigidly joined parts ``(m, c, I_c)`` (one frame):
     parallel-axis theorem ``I = sum I_k + m_k (|d_k|^2 E - d_k d_k^T)``, ``d_k = c_k - c``.
     Massless parts: the "centroid" is the frame origin and the inertia the sum of theirs."""
-    mass = sum(m for m, _, _ in parts)
+    mass = sum((m for m, _, _ in parts), 0.0)
     if not mass > 0:
         return 0.0, np.zeros(3), sum((i for _, _, i in parts), np.zeros((3, 3)))
-    centroid = sum(m * c for m, c, _ in parts) / mass
+    centroid = sum((m * c for m, c, _ in parts), np.zeros(3)) / mass
     inertia = np.zeros((3, 3))
     for m, c, i in parts:
         d = c - centroid
@@ -372,6 +374,7 @@ def _combine(parts: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[float, 
 # Import.
 
 
+@names_the_file
 def import_urdf(
     source: str | os.PathLike,
     *,
@@ -505,16 +508,16 @@ def tree_import(
     stack = [root]
     while stack:
         link_name = stack.pop()
-        joint = parent_joint.get(link_name)
-        if joint is None:
+        incoming = parent_joint.get(link_name)
+        if incoming is None:
             body_of[link_name], pose[link_name] = 0, (np.eye(3), np.zeros(3))
-        elif joint.kind == "fixed":
-            rot_p, pos_p = pose[joint.parent]
-            body_of[link_name] = body_of[joint.parent]
-            pose[link_name] = (rot_p @ joint.rotation, rot_p @ joint.position + pos_p)
+        elif incoming.kind == "fixed":
+            rot_p, pos_p = pose[incoming.parent]
+            body_of[link_name] = body_of[incoming.parent]
+            pose[link_name] = (rot_p @ incoming.rotation, rot_p @ incoming.position + pos_p)
         else:
-            moving.append(joint)
-            body_parent.append(body_of[joint.parent])
+            moving.append(incoming)
+            body_parent.append(body_of[incoming.parent])
             body_of[link_name], pose[link_name] = len(moving), (np.eye(3), np.zeros(3))
         stack.extend(j.child for j in reversed(children[link_name]))
     unreached = sorted(set(links) - set(body_of))
@@ -633,20 +636,19 @@ def _couplings(moving: list[TreeJoint], joints: list[TreeJoint], mimic: str) -> 
     from sdjax.constraints import JointCoupling
 
     # (A <mimic> on a fixed joint couples nothing: reduced URDFs weld their grippers that way.)
-    followers = [j for j in joints if j.mimic is not None and j.kind != "fixed"]
+    followers = [(j, j.mimic) for j in joints if j.mimic is not None and j.kind != "fixed"]
     if not followers:
         return ()
     if mimic == "refuse":
-        j = followers[0]
+        j, (leader, _, _) = followers[0]
         raise ValueError(
-            f"joint {j.name!r}: <mimic joint={j.mimic[0]!r}> couples it to another joint; load with "
+            f"joint {j.name!r}: <mimic joint={leader!r}> couples it to another joint; load with "
             "sdjax.io.import_urdf(..., mimic='constraints') to get the couplings as sdjax.constraints.JointCoupling "
             "for the constrained dynamics"
         )
     index = {j.name: k for k, j in enumerate(moving)}
     out = []
-    for j in followers:
-        leader, multiplier, offset = j.mimic
+    for j, (leader, multiplier, offset) in followers:
         if leader not in index:
             raise ValueError(f"joint {j.name!r} <mimic joint={leader!r}>: no revolute, continuous or prismatic joint of that name")
         if moving[index[leader]].mimic is not None:
@@ -812,9 +814,9 @@ def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
         The URDF document as a string.
     """
     stiffness = np.asarray(model.joint_stiffness, np.float64)
-    for k in np.flatnonzero(stiffness != 0):
+    for nonzero in np.flatnonzero(stiffness != 0):
         raise ValueError(
-            f"model_to_urdf: link {k + 1} ({model.link_names[k]!r}) has joint stiffness {stiffness[k]}; URDF has no joint stiffness"
+            f"model_to_urdf: link {nonzero + 1} ({model.link_names[nonzero]!r}) has joint stiffness {stiffness[nonzero]}; URDF has no joint stiffness"
         )
     names = set(model.link_names)
     while base_name in names or base_name == WORLD_LINK:
@@ -868,16 +870,16 @@ def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
     end_rot = np.asarray(rpy_to_matrix(np.asarray(model.end_point_rpy, np.float64)), np.float64).reshape(-1, 3, 3)
     cte = np.asarray(model.centroid_to_end_point, np.float64)
     all_links = set(link_name)
-    for e, link in enumerate(model.end_point_link):
+    for e, body in enumerate(model.end_point_link):
         end_name = model.end_point_names[e]
         while end_name in all_links:
             end_name += "_"
         all_links.add(end_name)
         ET.SubElement(robot, "link", name=end_name)
         joint = ET.SubElement(robot, "joint", name=unique(f"{end_name}_joint"), type="fixed")
-        origin = cj[link - 1] if link > 0 else np.zeros(3)  # body frame origin from its centroid
+        origin = cj[body - 1] if body > 0 else np.zeros(3)  # body frame origin from its centroid
         ET.SubElement(joint, "origin", xyz=_fmt(cte[e] - origin), rpy=_fmt(_urdf_rpy(end_rot[e])))
-        ET.SubElement(joint, "parent", link=link_name[link])
+        ET.SubElement(joint, "parent", link=link_name[body])
         ET.SubElement(joint, "child", link=end_name)
     ET.indent(robot, space="  ")
     return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n"

@@ -99,10 +99,10 @@ def free_flying_arm_7dof(dtype: Any = None) -> Model:
     axis = np.array([ez, ey, ex, ey, ex, ey, ex])
     segment = [0.25 * ez, 0.2 * ex, 1.0 * ex, 0.15 * ex, 0.8 * ex, 0.15 * ex, 0.35 * ex]
     masses = np.array([9.0, 8.0, 22.0, 6.0, 17.0, 5.0, 7.0])
-    joints = [mount]
+    points = [mount]
     for seg in segment[:-1]:
-        joints.append(joints[-1] + seg)
-    joints = np.array(joints)
+        points.append(points[-1] + seg)
+    joints = np.array(points)
     tips = joints + np.array(segment)
     centroids = 0.5 * (joints + tips)
     inertias = np.array([_cylinder_inertia(m, 0.06, a, b) for m, a, b in zip(masses, joints, tips)])

@@ -53,18 +53,18 @@ def wheeled_rover(
         ``(model, wheels)``: the :class:`~sdjax.Model` and its :class:`~sdjax.wheels.Wheels`
         (every joint a wheel), for :func:`sdjax.wheels.wheel_environment`.
     """
-    axles = np.asarray(axles, np.float64).reshape(-1)
-    if axles.size == 0:
+    axle_x = np.asarray(axles, np.float64).reshape(-1)
+    if axle_x.size == 0:
         raise ValueError("wheeled_rover: axles must list at least one axle position")
     if not 0 < wheel_radius or not 0 < wheel_width or not 0 < track:
         raise ValueError(f"wheeled_rover: wheel_radius, wheel_width and track must be positive, got {wheel_radius}, {wheel_width}, {track}")
     a, b, c = chassis_size
     chassis_inertia = chassis_mass / 12.0 * np.diag([b**2 + c**2, a**2 + c**2, a**2 + b**2])
-    hubs = np.array([[x, side * 0.5 * track, hub_height] for x in axles for side in (1.0, -1.0)])
+    hubs = np.array([[x, side * 0.5 * track, hub_height] for x in axle_x for side in (1.0, -1.0)])
     n = len(hubs)
     across = wheel_mass * (3 * wheel_radius**2 + wheel_width**2) / 12.0
     disk = np.diag([across, 0.5 * wheel_mass * wheel_radius**2, across])
-    names = _AXLE_NAMES.get(len(axles), tuple(f"axle{k + 1}" for k in range(len(axles))))
+    names = _AXLE_NAMES.get(len(axle_x), tuple(f"axle{k + 1}" for k in range(len(axle_x))))
     model = model_from_reference_pose(
         parent=(0,) * n,
         joint_type="R" * n,

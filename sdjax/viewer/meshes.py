@@ -14,7 +14,7 @@ import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,7 +55,8 @@ def read_mesh_file(path: str) -> Any:
     if key in _CACHE:
         return _CACHE[key]
     try:
-        loaded = trimesh.load(path, force="scene")
+        # (trimesh annotates load() as returning any Geometry; with force="scene" it is a Scene.)
+        loaded = cast(trimesh.Scene, trimesh.load(path, force="scene"))
     except Exception as err:  # trimesh raises many kinds (and ImportError for a missing reader)
         raise ValueError(f"{path}: cannot read the mesh ({type(err).__name__}: {err})") from None
     scale = _unit_scale(loaded.metadata.get("units") if hasattr(loaded, "metadata") else None)

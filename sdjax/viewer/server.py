@@ -133,7 +133,7 @@ class _Robot:
         it, one mesh node per shape at its fixed pose in the body frame (sent once)."""
         from sdjax.viewer.meshes import has_own_colors
 
-        self.body_frames = {}
+        self.body_frames: dict[int, Any] = {}  # body -> its viser frame
         self.shape_nodes = []
         for j, drawn in enumerate(shapes):
             shape, mesh = drawn.shape, drawn.mesh
@@ -517,11 +517,12 @@ def show(
     alphas = _opacities(opacity, len(items), [item.batched for item in items])
     first = model if isinstance(model, Model) else model[0]
     shapes = check_visuals(visuals, [model] if isinstance(model, Model) else list(model))
-    drawn, failed = [], frozenset()
     if shapes:
         from sdjax.viewer.meshes import drawn_shapes
 
         drawn, failed = drawn_shapes(shapes)
+    else:
+        drawn, failed = [], set()
     groups = [item.group for item in items]
     viewer = Viewer(geometries, groups, alphas, host=host, port=port, momentum=momentum, title=title or first.name,
                     shapes=drawn, failed=frozenset(failed), ghosts=[item.batched for item in items])  # fmt: skip
