@@ -49,20 +49,8 @@ from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_v
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, kinetic_energy, linear_momentum, potential_energy
 from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, rpy_to_matrix
-from sdjax.state import State, check_state, is_traced, make_state, with_base_motion_checked
-
-
-def _scalar(name: str, value: Any, *, positive: bool) -> Array:
-    arr = jnp.asarray(value)
-    if not jnp.issubdtype(arr.dtype, jnp.floating):
-        arr = arr.astype(jnp.result_type(float))
-    if arr.shape != ():
-        raise ValueError(f"{name}: expected a scalar, got shape {arr.shape}")
-    if not is_traced(arr):
-        v = float(arr)
-        if not np.isfinite(v) or (v <= 0 if positive else v < 0):
-            raise ValueError(f"{name}: must be {'positive' if positive else 'non-negative'} and finite, got {v}")
-    return arr
+from sdjax._checks import float_array, is_traced
+from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
 
 class BodyFrame(eqx.Module):
@@ -136,10 +124,10 @@ class VirtualCut(eqx.Module):
 
     def __init__(self, frame_a: BodyFrame, frame_b: BodyFrame, stiffness: Any, damping: Any = 0.0, rotational_stiffness: Any = 0.0, rotational_damping: Any = 0.0):
         self.frame_a, self.frame_b = frame_a, frame_b
-        self.stiffness = _scalar("VirtualCut.stiffness", stiffness, positive=True)
-        self.damping = _scalar("VirtualCut.damping", damping, positive=False)
-        self.rotational_stiffness = _scalar("VirtualCut.rotational_stiffness", rotational_stiffness, positive=False)
-        self.rotational_damping = _scalar("VirtualCut.rotational_damping", rotational_damping, positive=False)
+        self.stiffness = float_array("VirtualCut.stiffness", stiffness, shape=(), sign="positive")
+        self.damping = float_array("VirtualCut.damping", damping, shape=(), sign="non-negative")
+        self.rotational_stiffness = float_array("VirtualCut.rotational_stiffness", rotational_stiffness, shape=(), sign="non-negative")
+        self.rotational_damping = float_array("VirtualCut.rotational_damping", rotational_damping, shape=(), sign="non-negative")
 
 
 class CutLoads(eqx.Module):
@@ -429,8 +417,8 @@ class DetumbleLaw(eqx.Module):
         self.q_hold = jnp.asarray(q_hold, model.dtype)
         if self.q_hold.shape != (model.num_joints,):
             raise ValueError(f"DetumbleLaw.q_hold: expected shape ({model.num_joints},), got {self.q_hold.shape}")
-        self.linear_damping = _scalar("DetumbleLaw.linear_damping", linear_damping, positive=False)
-        self.angular_damping = _scalar("DetumbleLaw.angular_damping", angular_damping, positive=False)
+        self.linear_damping = float_array("DetumbleLaw.linear_damping", linear_damping, shape=(), sign="non-negative")
+        self.angular_damping = float_array("DetumbleLaw.angular_damping", angular_damping, shape=(), sign="non-negative")
         for name in ("kp", "kd"):
             if not is_traced(getattr(self, name)) and np.any(np.asarray(getattr(self, name)) < 0):
                 raise ValueError(f"DetumbleLaw.{name}: gains must be non-negative")

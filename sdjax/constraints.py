@@ -45,7 +45,8 @@ from sdjax.integrate import as_controls, control_schedule, runge_kutta4
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_difference, rotation_vector_to_quat
-from sdjax.state import State, check_state, check_vector, with_base_motion_checked
+from sdjax._checks import check_vector
+from sdjax.state import State, check_state, with_base_motion_checked
 
 #: Row names of a frame constraint's error, in the frame of ``other``: position, then rotation.
 FRAME_AXES = ("x", "y", "z", "rx", "ry", "rz")

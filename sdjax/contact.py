@@ -75,31 +75,11 @@ from sdjax.dynamics import Controls, inertia_matrix, point_loads
 from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_velocity, relative_frames
 from sdjax.model import Model, free_coordinates
-from sdjax.state import State, check_state, is_traced
+from sdjax._checks import check_choice, float_array, is_traced
+from sdjax.state import State, check_state
 
 #: Interpolation schemes of :class:`HeightField`.
 INTERPOLATIONS = ("bicubic", "bilinear")
-
-
-def _float_array(name: str, value: Any, dtype: Any = None) -> Array:
-    arr = jnp.asarray(value)
-    if not jnp.issubdtype(arr.dtype, jnp.floating):
-        arr = arr.astype(jnp.result_type(float) if dtype is None else dtype)
-    elif dtype is not None:
-        arr = arr.astype(dtype)
-    if not is_traced(arr) and not np.all(np.isfinite(np.asarray(arr, np.float64))):
-        raise ValueError(f"{name}: values must be finite, got {np.asarray(arr).tolist()}")
-    return arr
-
-
-def _check_sign(name: str, value: Array, *, positive: bool) -> None:
-    if is_traced(value):
-        return
-    values = np.asarray(value, np.float64)
-    bad = values <= 0 if positive else values < 0
-    if np.any(bad):
-        rule = "positive" if positive else "non-negative"
-        raise ValueError(f"{name}: must be {rule}, got {values.tolist()}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -128,17 +108,11 @@ class ContactSpheres(eqx.Module):
             raise ValueError(f"ContactSpheres.bodies: body index out of range, got {bodies_arr.tolist()} (0 = base, 1..n = links)")
         self.bodies = tuple(int(b) for b in bodies_arr)
         m = len(self.bodies)
-        self.offsets = _float_array("ContactSpheres.offsets", offsets)
-        if self.offsets.shape != (m, 3):
-            raise ValueError(f"ContactSpheres.offsets: expected shape ({m}, 3) for {m} contacts, got {self.offsets.shape}")
+        self.offsets = float_array("ContactSpheres.offsets", offsets, shape=(m, 3), hint=f"{m} contacts")
         if radii is None:
             self.radii = jnp.zeros((m,), self.offsets.dtype)
         else:
-            radii = _float_array("ContactSpheres.radii", radii, self.offsets.dtype)
-            self.radii = jnp.broadcast_to(radii, (m,)) if radii.ndim == 0 else radii
-            if self.radii.shape != (m,):
-                raise ValueError(f"ContactSpheres.radii: expected a scalar or shape ({m},), got {self.radii.shape}")
-            _check_sign("ContactSpheres.radii (sphere radius)", self.radii, positive=True)
+            self.radii = float_array("ContactSpheres.radii", radii, shape=(m,), dtype=self.offsets.dtype, scalar="broadcast", sign="positive", hint="sphere radii")
 
     @classmethod
     def at_end_points(cls, model: Model, radius: Any = None) -> ContactSpheres:
@@ -177,13 +151,13 @@ class Plane(eqx.Module):
     offset: Array
 
     def __init__(self, normal: Any = (0.0, 0.0, 1.0), offset: Any = 0.0):
-        normal = _float_array("Plane.normal", normal)
+        normal = float_array("Plane.normal", normal)
         if normal.shape != (3,):
             raise ValueError(f"Plane.normal: expected shape (3,), got {normal.shape}")
         if not is_traced(normal) and not float(np.linalg.norm(np.asarray(normal, np.float64))) > 0:
             raise ValueError("Plane.normal: must be a non-zero vector")
         self.normal = normal / jnp.sqrt(jnp.sum(normal**2))
-        self.offset = _float_array("Plane.offset", offset, normal.dtype)
+        self.offset = float_array("Plane.offset", offset, dtype=normal.dtype)
         if self.offset.shape != ():
             raise ValueError(f"Plane.offset: expected a scalar, got shape {self.offset.shape}")
 
@@ -250,21 +224,13 @@ class HeightField(eqx.Module):
     interpolation: str = eqx.field(static=True)
 
     def __init__(self, heights: Any, origin: Any = (0.0, 0.0), spacing: Any = (1.0, 1.0), interpolation: str = "bicubic"):
-        self.heights = _float_array("HeightField.heights", heights)
+        self.heights = float_array("HeightField.heights", heights)
         if self.heights.ndim != 2 or min(self.heights.shape) < 2:
             raise ValueError(f"HeightField.heights: expected a (nx, ny) grid with nx, ny >= 2, got shape {self.heights.shape}")
         dtype = self.heights.dtype
-        self.origin = _float_array("HeightField.origin", origin, dtype)
-        if self.origin.shape != (2,):
-            raise ValueError(f"HeightField.origin: expected shape (2,), got {self.origin.shape}")
-        spacing = _float_array("HeightField.spacing", spacing, dtype)
-        self.spacing = jnp.broadcast_to(spacing, (2,)) if spacing.ndim == 0 else spacing
-        if self.spacing.shape != (2,):
-            raise ValueError(f"HeightField.spacing: expected a scalar or shape (2,), got {self.spacing.shape}")
-        _check_sign("HeightField.spacing", self.spacing, positive=True)
-        if interpolation not in INTERPOLATIONS:
-            raise ValueError(f"HeightField.interpolation: unknown {interpolation!r}; choose one of {INTERPOLATIONS}")
-        self.interpolation = interpolation
+        self.origin = float_array("HeightField.origin", origin, shape=(2,), dtype=dtype)
+        self.spacing = float_array("HeightField.spacing", spacing, shape=(2,), dtype=dtype, scalar="broadcast", sign="positive")
+        self.interpolation = check_choice("HeightField.interpolation", interpolation, INTERPOLATIONS)
 
     def height(self, xy: Array) -> tuple[Array, Array]:
         """Height ``(m,)`` and gradient ``(m, 2)`` ``(dh/dx, dh/dy)`` at ``(m, 2)`` horizontal points."""
@@ -331,20 +297,14 @@ class ContactParameters(eqx.Module):
     smoothing: Array
 
     def __init__(self, stiffness: Any, damping: Any = 0.0, friction: Any = 0.0, slip_velocity: Any = 1e-3, smoothing: Any = 1e-5):
-        self.stiffness = _float_array("ContactParameters.stiffness", stiffness)
+        # Each a scalar or one value per contact (m,); in the stiffness's floating dtype.
+        per_contact: dict[str, Any] = dict(shape=(None,), scalar="keep", hint="one per contact")
+        self.stiffness = float_array("ContactParameters.stiffness", stiffness, sign="positive", **per_contact)
         dtype = self.stiffness.dtype
-        self.damping = _float_array("ContactParameters.damping", damping, dtype)
-        self.friction = _float_array("ContactParameters.friction", friction, dtype)
-        self.slip_velocity = _float_array("ContactParameters.slip_velocity", slip_velocity, dtype)
-        self.smoothing = _float_array("ContactParameters.smoothing", smoothing, dtype)
-        _check_sign("ContactParameters.stiffness", self.stiffness, positive=True)
-        _check_sign("ContactParameters.damping", self.damping, positive=False)
-        _check_sign("ContactParameters.friction (friction coefficient)", self.friction, positive=False)
-        _check_sign("ContactParameters.slip_velocity", self.slip_velocity, positive=True)
-        _check_sign("ContactParameters.smoothing", self.smoothing, positive=True)
-        for name in ("stiffness", "damping", "friction", "slip_velocity", "smoothing"):
-            if getattr(self, name).ndim > 1:
-                raise ValueError(f"ContactParameters.{name}: expected a scalar or one value per contact (m,), got shape {getattr(self, name).shape}")
+        self.damping = float_array("ContactParameters.damping", damping, dtype=dtype, sign="non-negative", **per_contact)
+        self.friction = float_array("ContactParameters.friction (friction coefficient)", friction, dtype=dtype, sign="non-negative", **per_contact)
+        self.slip_velocity = float_array("ContactParameters.slip_velocity", slip_velocity, dtype=dtype, sign="positive", **per_contact)
+        self.smoothing = float_array("ContactParameters.smoothing", smoothing, dtype=dtype, sign="positive", **per_contact)
 
     def per_contact(self, m: int, dtype: Any) -> tuple[Array, Array, Array, Array, Array]:
         """The five parameters broadcast to ``(m,)`` in ``dtype``."""

@@ -65,7 +65,8 @@ from sdjax.jacobians import point_jacobian
 from sdjax.kinematics import body_masses, center_of_mass, relative_frames
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix
-from sdjax.state import State, check_choice, check_state, check_vector, is_traced
+from sdjax._checks import check_choice, check_vector, float_array, is_traced
+from sdjax.state import State, check_state
 
 #: What the model-based functions assume of the base (see the module docstring): it reacts
 #: as the model's base mode lets it, or it is held at rest.
@@ -84,22 +85,6 @@ DEFAULT_SINGULAR_THRESHOLD = 0.05
 DEFAULT_MAX_DAMPING = 0.05
 
 Reference = Callable[[Array], Any]
-
-
-def _gain(name: str, value: Any, n: int | None, *, rows: str = "joints") -> Array:
-    """A gain given as a scalar or one value per row (``n`` rows; any number if None), as a
-    floating array; concrete values must be finite and non-negative."""
-    arr = jnp.asarray(value)
-    if not jnp.issubdtype(arr.dtype, jnp.floating):
-        arr = arr.astype(jnp.result_type(float))
-    if arr.ndim not in (0, 1) or (arr.ndim == 1 and n is not None and arr.shape != (n,)):
-        expected = "(n,)" if n is None else f"({n},)"
-        raise ValueError(f"{name}: expected a scalar or shape {expected} (one per {rows}), got {arr.shape}")
-    if not is_traced(value):
-        values = np.asarray(value, np.float64)
-        if not np.all(np.isfinite(values)) or np.any(values < 0):
-            raise ValueError(f"{name}: gains must be finite and non-negative, got {values.tolist()}")
-    return arr
 
 
 # ------------------------------------------------------------------------------------------
@@ -259,8 +244,8 @@ class JointPD(eqx.Module):
     reference: Reference
 
     def __init__(self, kp: Any, kd: Any, reference: Any):
-        self.kp = _gain("JointPD: kp", kp, None)
-        self.kd = _gain("JointPD: kd", kd, None)
+        self.kp = float_array("JointPD: kp", kp, shape=(None,), scalar="keep", sign="non-negative", hint="one per joint")
+        self.kd = float_array("JointPD: kd", kd, shape=(None,), scalar="keep", sign="non-negative", hint="one per joint")
         self.reference = _as_reference(reference, "JointPD")
 
     def __call__(self, t: Array, state: State) -> Array:
@@ -397,8 +382,8 @@ class ComputedTorque(eqx.Module):
     def __init__(self, estimated_model: Model, kp: Any, kd: Any, reference: Any, *, mode: str = "floating", momentum: Any = None):
         n = estimated_model.num_joints
         self.estimated_model = estimated_model
-        self.kp = _gain("ComputedTorque: kp", kp, n)
-        self.kd = _gain("ComputedTorque: kd", kd, n)
+        self.kp = float_array("ComputedTorque: kp", kp, shape=(n,), scalar="keep", sign="non-negative", hint="one per joint")
+        self.kd = float_array("ComputedTorque: kd", kd, shape=(n,), scalar="keep", sign="non-negative", hint="one per joint")
         self.reference = _as_reference(reference, "ComputedTorque")
         self.mode = check_choice("ComputedTorque: mode", mode, CONTROL_BASES)
         self.measured_twist, momentum = _momentum_spec(momentum)
@@ -460,7 +445,7 @@ class RateServo(eqx.Module):
             raise ValueError("RateServo: rate_command must be a callable (t, state) -> (n,) joint rates")
         self.estimated_model = estimated_model
         self.rate_command = rate_command
-        self.gain = _gain("RateServo: gain", gain, estimated_model.num_joints)
+        self.gain = float_array("RateServo: gain", gain, shape=(estimated_model.num_joints,), scalar="keep", sign="non-negative", hint="one per joint")
         self.mode = check_choice("RateServo: mode", mode, CONTROL_BASES)
         self.measured_twist, momentum = _momentum_spec(momentum)
         self.momentum = None if momentum is None else check_vector("RateServo: momentum", momentum, (6,), estimated_model.dtype)
@@ -923,8 +908,8 @@ class ResolvedRateLaw(eqx.Module):
         _task_point(estimated_model, end_point, link, point, dtype)  # validates the task point
         self.estimated_model = estimated_model
         self.path = path
-        self.position_gain = _gain("ResolvedRateLaw: position_gain", position_gain, m, rows="task rows")
-        self.rate_gain = _gain("ResolvedRateLaw: rate_gain", rate_gain, estimated_model.num_joints)
+        self.position_gain = float_array("ResolvedRateLaw: position_gain", position_gain, shape=(m,), scalar="keep", sign="non-negative", hint="one per task row")
+        self.rate_gain = float_array("ResolvedRateLaw: rate_gain", rate_gain, shape=(estimated_model.num_joints,), scalar="keep", sign="non-negative", hint="one per joint")
         self.end_point, self.link = end_point, link
         self.point = None if point is None else check_vector("ResolvedRateLaw: point", point, (3,), dtype)
         self.momentum = None if momentum is None else check_vector("ResolvedRateLaw: momentum", momentum, (6,), dtype)

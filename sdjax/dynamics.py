@@ -51,7 +51,8 @@ from sdjax.kinematics import (
 from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.algebra import cross3, dot, matvec3
 from sdjax.rotation import skew
-from sdjax.state import BASE_TWIST_NAMES, State, check_state, check_vector
+from sdjax._checks import check_vector
+from sdjax.state import BASE_TWIST_NAMES, State, check_state
 from sdjax.tree import accumulate_up
 
 

@@ -85,7 +85,8 @@ from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rpy, rot_x, rot_y, rpy_to_matrix
-from sdjax.state import State, is_traced, make_state
+from sdjax._checks import check_choice, float_array, is_traced
+from sdjax.state import State, make_state
 
 #: ``beta_1 L`` of the first clamped-free Euler-Bernoulli mode (root of ``cos x cosh x = -1``).
 CANTILEVER_BETA1 = 1.8751040687119611
@@ -178,8 +179,7 @@ class Beam(eqx.Module):
         """
         if isinstance(num_segments, (bool, np.bool_)) or not isinstance(num_segments, (int, np.integer)) or num_segments < 1:
             raise ValueError(f"Beam: num_segments must be an integer >= 1, got {num_segments!r}")
-        if lumping not in LUMPINGS:
-            raise ValueError(f"Beam: unknown lumping {lumping!r}; choose one of {LUMPINGS}")
+        check_choice("Beam", lumping, LUMPINGS, "lumping")
         if damping_ratio is not None and damping_time is not None:
             raise ValueError("Beam: give damping_ratio or damping_time, not both")
         torsion = torsional_stiffness is not None
@@ -195,13 +195,13 @@ class Beam(eqx.Module):
         self.lumping = lumping
         concrete = not is_traced(length, mass_per_length, bending_stiffness, torsional_stiffness, section_inertia_per_length, damping_ratio, damping_time)
         if concrete:
-            _check_positive("length", length, ())
-            _check_positive("mass_per_length", mass_per_length, ())
-            _check_positive("bending_stiffness", bending_stiffness, (2,))
+            float_array("Beam: length", length, shape=(), sign="positive")
+            float_array("Beam: mass_per_length", mass_per_length, shape=(), sign="positive")
+            float_array("Beam: bending_stiffness", bending_stiffness, shape=(2,), scalar="keep", sign="positive")
             if torsion:
-                _check_positive("torsional_stiffness", torsional_stiffness, ())
+                float_array("Beam: torsional_stiffness", torsional_stiffness, shape=(), sign="positive")
             if section_inertia_per_length is not None:
-                _check_positive("section_inertia_per_length", section_inertia_per_length, (2,))
+                float_array("Beam: section_inertia_per_length", section_inertia_per_length, shape=(2,), scalar="keep", sign="positive")
             for name, value in (("damping_ratio", damping_ratio), ("damping_time", damping_time)):
                 if value is not None:
                     arr = np.asarray(value, np.float64)
@@ -239,14 +239,6 @@ class Beam(eqx.Module):
     def mass(self) -> Array:
         """Total mass ``mu L``, kg."""
         return self.mass_per_length * self.length
-
-
-def _check_positive(name: str, value: Any, shape: tuple[int, ...]) -> None:
-    arr = np.asarray(value, np.float64)
-    if arr.shape not in ((), shape):
-        raise ValueError(f"Beam: {name} expected a scalar{' or shape ' + str(shape) if shape else ''}, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)) or not np.all(arr > 0):
-        raise ValueError(f"Beam: {name} must be positive and finite, got {arr.tolist()}")
 
 
 # ------------------------------------------------------------------------------------------

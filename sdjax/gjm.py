@@ -41,7 +41,8 @@ from sdjax.algebra import cross3
 from sdjax.dynamics import bias_forces, floating_inertia_matrix, inertia_matrix, passive_joint_torques
 from sdjax.jacobians import end_point_jacobians, point_jacobian
 from sdjax.model import Model, floating_coordinates
-from sdjax.state import State, check_state, check_vector
+from sdjax._checks import check_vector
+from sdjax.state import State, check_state
 
 
 def solve_base_block(model: Model, h: Array, rhs: Array) -> Array:

@@ -64,7 +64,8 @@ from sdjax.gjm import system_momentum
 from sdjax.integrate import Trajectory
 from sdjax.model import Model, free_coordinates
 from sdjax.rotation import quat_normalize
-from sdjax.state import BASE_TWIST_NAMES, State, is_traced
+from sdjax._checks import check_choice, is_traced
+from sdjax.state import BASE_TWIST_NAMES, State
 
 #: Names of the 10 inertial parameters of one body, in the order of a parameter vector.
 PARAMETER_NAMES = ("m", "hx", "hy", "hz", "Ixx", "Iyy", "Izz", "Ixy", "Ixz", "Iyz")
@@ -450,8 +451,7 @@ def _check_problem(model: Model, data: Dataset, unknowns: Unknowns, residual: st
         raise ValueError(
             f"identification: the data has {data.states.q.shape[1]} joints but model {model.name!r} has n={n}"
         )
-    if residual not in RESIDUALS:
-        raise ValueError(f"identification: unknown residual {residual!r}; choose one of {RESIDUALS}")
+    check_choice("identification", residual, RESIDUALS, "residual")
     if residual in ("dynamics", "both") and data.torques is None:
         raise ValueError(f"identification: residual {residual!r} needs measured torques (Dataset.torques is None)")
     if residual in ("momentum", "both") and model.base == "fixed":

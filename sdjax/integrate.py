@@ -33,7 +33,8 @@ from sdjax import batch_kernel
 from sdjax.dynamics import Controls, floating_acceleration, forward_dynamics_and_factor, generalized_loads, inertia_matrix, make_controls
 from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
-from sdjax.state import State, check_state, is_traced, make_state, with_base_motion_checked
+from sdjax._checks import check_choice, is_traced
+from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
 ControlLaw = Callable[[Array, State], Any]
 
@@ -671,8 +672,7 @@ def max_stable_step(model: Model, state: State | None = None, integrator: str = 
     undamped spring). Steps above it make a rollout grow without bound (light links with URDF
     damping need well below 1 ms). Concrete (not traced) model and state only.
     """
-    if integrator not in _STEP_LIMITS:
-        raise ValueError(f"max_stable_step: unknown integrator {integrator!r}; choose one of {sorted(_STEP_LIMITS)}")
+    check_choice("max_stable_step", integrator, sorted(_STEP_LIMITS), "integrator")
     stiffness = np.asarray(model.joint_stiffness, np.float64)
     damping = np.asarray(model.joint_damping, np.float64)
     if not (np.any(stiffness) or np.any(damping)):

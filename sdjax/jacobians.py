@@ -37,7 +37,8 @@ from sdjax.kinematics import (
 from sdjax.algebra import cross3
 from sdjax.model import Model, free_coordinates
 from sdjax.rotation import skew
-from sdjax.state import State, check_state, check_vector
+from sdjax._checks import check_vector
+from sdjax.state import State, check_state
 
 
 def _supports(model: Model, bodies: np.ndarray) -> np.ndarray:

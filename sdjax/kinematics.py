@@ -23,7 +23,8 @@ from jax import Array
 from sdjax.model import Model
 from sdjax.algebra import cross3, dot, matmul3, matvec3, transpose3
 from sdjax.rotation import rpy_to_matrix
-from sdjax.state import State, check_state, check_vector
+from sdjax._checks import check_vector
+from sdjax.state import State, check_state
 from sdjax.tree import accumulate_up, propagate_down
 
 

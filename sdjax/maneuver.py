@@ -48,7 +48,8 @@ from jax import Array
 from sdjax.dynamics import Controls
 from sdjax.model import Model
 from sdjax.rotation import quat_conjugate, quat_multiply, quat_to_rotation_vector, rpy_to_matrix
-from sdjax.state import State, is_traced
+from sdjax._checks import check_choice, is_traced
+from sdjax.state import State
 
 #: The five maneuvering modes of seed 003, Table 1.
 MODES = ("floating", "rotation-floating", "rotation-flying", "translation-flying", "flying")
@@ -294,8 +295,7 @@ def saturate(value: Array, limit: Array, saturation: str) -> Array:
     Returns:
         Saturated commands, same shape and dtype as ``value``.
     """
-    if saturation not in SATURATIONS:
-        raise ValueError(f"saturate: unknown saturation {saturation!r}; choose one of {SATURATIONS}")
+    check_choice("saturate", saturation, SATURATIONS, "saturation")
     limit = jnp.asarray(limit).astype(value.dtype)
     if saturation == "none":
         return value
@@ -353,8 +353,7 @@ class Thrusters(eqx.Module):
             dtype: floating dtype of the limits (default JAX's default float); at use they
                 are cast to the dtype of the command.
         """
-        if saturation not in SATURATIONS:
-            raise ValueError(f"Thrusters.saturation: unknown saturation {saturation!r}; choose one of {SATURATIONS}")
+        check_choice("Thrusters.saturation", saturation, SATURATIONS, "saturation")
         if saturation == "none" and (force_limit is not None or torque_limit is not None):
             raise ValueError(
                 "Thrusters: saturation='none' applies no limits; drop force_limit/torque_limit or choose "
@@ -645,8 +644,7 @@ def maneuver_law(
             one it forbids is given; thrusters missing or forbidden; wheels missing, not wheels,
             or spanning fewer than 3 independent axes where attitude is wheel-controlled.
     """
-    if mode not in MODES:
-        raise ValueError(f"maneuver_law: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    check_choice("maneuver_law", mode, MODES, "mode")
     uses_attitude, uses_translation, uses_thrusters = _MODE_INPUTS[mode]
     if uses_attitude is True and attitude_law is None:
         raise ValueError(f"maneuver_law: mode {mode!r} controls the base attitude and needs attitude_law")

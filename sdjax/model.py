@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax._checks import check_choice
 from sdjax.tree import TreeIndex, tree_index
 
 JOINT_TYPES = ("R", "P")
@@ -417,8 +418,7 @@ def validate(model: Model) -> None:
     concrete (not traced inside ``jit``/``vmap``).
     """
     n, ne = len(model.parent), len(model.end_point_link)
-    if not isinstance(model.base, str) or model.base not in BASE_MODES:
-        raise ValueError(f"Model.base: unknown base mode {model.base!r}; choose one of {list(BASE_MODES)}")
+    check_choice("Model.base", model.base, BASE_MODES, "base mode")
     # Topology.
     for k, p in enumerate(model.parent):
         if not 0 <= p <= k:
@@ -484,8 +484,7 @@ def validate(model: Model) -> None:
                 label = ""
             problem = "not finite" if not np.isfinite(value[where]) else f"beyond {MAX_MAGNITUDE:g} in size"
             raise ValueError(f"Model.{field}{list(where)}{label}: value is {problem} ({value[where]})")
-    if model.inertia_check not in INERTIA_CHECKS:
-        raise ValueError(f"Model.inertia_check: unknown value {model.inertia_check!r}; choose one of {list(INERTIA_CHECKS)}")
+    check_choice("Model.inertia_check", model.inertia_check, INERTIA_CHECKS)
     physical = model.inertia_check == "physical"
     model_scale = _inertia_scale(model)
     if model.base == "fixed":  # the base never moves: its mass and inertia may be zero (a world root)

@@ -64,6 +64,7 @@ from jax import Array
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from sdjax._checks import float_array
 from sdjax.control import ComputedTorque, JointPD
 from sdjax.dynamics import Controls
 from sdjax.integrate import Trajectory, rollout
@@ -662,19 +663,16 @@ class ControlScenario(eqx.Module):
             raise ValueError(f"ControlScenario: dt must be positive and finite, got {dt!r}")
         self.nominal_model = model
         self.initial_state = make_state(model) if initial_state is None else initial_state
-        self.q_goal = _vector("ControlScenario: q_goal", q_goal, (n,), dtype)
-        self.kp = _gain_array("ControlScenario: kp", kp, n, dtype)
-        self.kd = _gain_array("ControlScenario: kd", kd, n, dtype)
+        self.q_goal = float_array("ControlScenario: q_goal", q_goal, shape=(n,), dtype=dtype)
+        self.kp = float_array("ControlScenario: kp", kp, shape=(n,), dtype=dtype, scalar="keep", sign="non-negative")
+        self.kd = float_array("ControlScenario: kd", kd, shape=(n,), dtype=dtype, scalar="keep", sign="non-negative")
         self.dt = jnp.asarray(dt, dtype)
         self.num_steps = int(num_steps)
         self.controller = controller
         if torque_limit is None:
             self.torque_limit = None
         else:
-            limit = _gain_array("ControlScenario: torque_limit", torque_limit, n, dtype)
-            if not np.all(np.asarray(limit) > 0):
-                raise ValueError(f"ControlScenario: impossible torque_limit {np.asarray(limit).tolist()}; limits must be positive")
-            self.torque_limit = limit
+            self.torque_limit = float_array("ControlScenario: torque_limit", torque_limit, shape=(n,), dtype=dtype, scalar="keep", sign="positive")
 
     def check_parameters(self, params: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` for a parameter of the wrong shape (shapes only; traceable)."""
@@ -722,22 +720,6 @@ class ControlScenario(eqx.Module):
             num_end_points=model.num_end_points,
         )
         return rollout(model, state, self.dt, self.num_steps, law)
-
-
-def _vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
-    arr = jnp.asarray(value, dtype)
-    if arr.shape != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got {arr.shape}")
-    return arr
-
-
-def _gain_array(name: str, value: Any, n: int, dtype: Any) -> Array:
-    arr = jnp.asarray(value, dtype)
-    if arr.shape not in ((), (n,)):
-        raise ValueError(f"{name}: expected a scalar or shape ({n},), got {arr.shape}")
-    if not np.all(np.isfinite(np.asarray(arr))) or np.any(np.asarray(arr) < 0):
-        raise ValueError(f"{name}: must be finite and non-negative, got {np.asarray(arr).tolist()}")
-    return arr
 
 
 # ------------------------------------------------------------------------------------------

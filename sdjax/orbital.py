@@ -96,7 +96,8 @@ from sdjax.algebra import cross3
 from sdjax.dynamics import Controls, point_loads
 from sdjax.kinematics import body_masses, link_velocities, relative_frames, world_inertias
 from sdjax.model import Model
-from sdjax.state import State, check_choice, check_state, is_traced
+from sdjax._checks import check_choice, is_traced
+from sdjax.state import State, check_state
 
 FRAMES = ("hill", "nonrotating")
 ABOUT = ("origin", "com")

@@ -56,7 +56,8 @@ from sdjax.integrate import Trajectory, rollout
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rotation_vector, quat_conjugate, quat_multiply, quat_to_rotation_vector
-from sdjax.state import State, check_state, is_traced
+from sdjax._checks import float_array, is_traced
+from sdjax.state import State, check_state
 
 #: Supported spline degrees: cubic (zero rate at both ends) and quintic (zero rate and
 #: acceleration at both ends).
@@ -197,29 +198,6 @@ class SplineTrajectory(eqx.Module):
 # The planning problem.
 
 
-def _scalar(name: str, value: Any, dtype: Any, *, positive: bool = False) -> Array:
-    arr = jnp.asarray(value)
-    if arr.shape != ():
-        raise ValueError(f"PlanningProblem: {name} must be a scalar, got shape {arr.shape}")
-    if not is_traced(value):
-        v = float(np.asarray(value))
-        if not np.isfinite(v) or v < 0 or (positive and v == 0):
-            raise ValueError(f"PlanningProblem: {name} must be {'positive' if positive else 'non-negative'} and finite, got {value!r}")
-    return arr.astype(dtype)
-
-
-def _vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
-    arr = jnp.asarray(value)
-    if arr.ndim == 0 and shape != ():
-        arr = jnp.broadcast_to(arr, shape)
-    if arr.shape != shape:
-        raise ValueError(f"PlanningProblem: {name} expected shape {shape}, got {arr.shape}")
-    arr = arr.astype(dtype)
-    if not is_traced(value) and not np.all(np.isfinite(np.asarray(arr))):
-        raise ValueError(f"PlanningProblem: {name} must be finite")
-    return arr
-
-
 class PlanningProblem(eqx.Module):
     """A point-to-point planning problem for a free-floating system (zero momentum).
 
@@ -301,9 +279,9 @@ class PlanningProblem(eqx.Module):
         self.initial_state = State(
             initial_state.base_position, initial_state.base_quaternion, zero, zero, initial_state.q, jnp.zeros_like(initial_state.q)
         )
-        self.target_position = _vector("target_position", target_position, (3,), dtype)
-        self.target_rotation = None if target_rotation is None else _vector("target_rotation", target_rotation, (3, 3), dtype)
-        self.duration = _scalar("duration", duration, dtype, positive=True)
+        self.target_position = float_array("PlanningProblem: target_position", target_position, shape=(3,), dtype=dtype)
+        self.target_rotation = None if target_rotation is None else float_array("PlanningProblem: target_rotation", target_rotation, shape=(3, 3), dtype=dtype)
+        self.duration = float_array("PlanningProblem: duration", duration, shape=(), dtype=dtype, sign="positive")
         if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
             raise ValueError(f"PlanningProblem: num_steps must be an int >= 1, got {num_steps!r}")
         if isinstance(num_coefficients, bool) or not isinstance(num_coefficients, (int, np.integer)) or num_coefficients < 1:
@@ -318,8 +296,8 @@ class PlanningProblem(eqx.Module):
         else:
             if not isinstance(joint_limits, (tuple, list)) or len(joint_limits) != 2:
                 raise ValueError("PlanningProblem: joint_limits must be a (lower, upper) pair of (n,) arrays")
-            self.joint_lower = _vector("joint_limits lower", joint_limits[0], (n,), dtype)
-            self.joint_upper = _vector("joint_limits upper", joint_limits[1], (n,), dtype)
+            self.joint_lower = float_array("PlanningProblem: joint_limits lower", joint_limits[0], shape=(n,), dtype=dtype, scalar="broadcast")
+            self.joint_upper = float_array("PlanningProblem: joint_limits upper", joint_limits[1], shape=(n,), dtype=dtype, scalar="broadcast")
             if not is_traced(joint_limits):
                 lower, upper, q0 = (np.asarray(x) for x in (self.joint_lower, self.joint_upper, initial_state.q))
                 bad = np.nonzero(lower > upper)[0]
@@ -331,16 +309,16 @@ class PlanningProblem(eqx.Module):
         if torque_limit is None:
             self.torque_limit = None
         else:
-            self.torque_limit = _vector("torque_limit", torque_limit, (n,), dtype)
+            self.torque_limit = float_array("PlanningProblem: torque_limit", torque_limit, shape=(n,), dtype=dtype, scalar="broadcast")
             if not is_traced(torque_limit) and np.any(np.asarray(self.torque_limit) <= 0):
                 bad = np.nonzero(np.asarray(self.torque_limit) <= 0)[0].tolist()
                 raise ValueError(f"PlanningProblem: torque_limit must be positive for every joint, joint(s) {bad} are not")
         self.project_limits = bool(project_limits)
-        self.position_weight = _scalar("position_weight", position_weight, dtype)
-        self.orientation_weight = _scalar("orientation_weight", orientation_weight, dtype)
-        self.attitude_weight = _scalar("attitude_weight", attitude_weight, dtype)
-        self.effort_weight = _scalar("effort_weight", effort_weight, dtype)
-        self.limit_weight = _scalar("limit_weight", limit_weight, dtype)
+        self.position_weight = float_array("PlanningProblem: position_weight", position_weight, shape=(), dtype=dtype, sign="non-negative")
+        self.orientation_weight = float_array("PlanningProblem: orientation_weight", orientation_weight, shape=(), dtype=dtype, sign="non-negative")
+        self.attitude_weight = float_array("PlanningProblem: attitude_weight", attitude_weight, shape=(), dtype=dtype, sign="non-negative")
+        self.effort_weight = float_array("PlanningProblem: effort_weight", effort_weight, shape=(), dtype=dtype, sign="non-negative")
+        self.limit_weight = float_array("PlanningProblem: limit_weight", limit_weight, shape=(), dtype=dtype, sign="non-negative")
         # Default gains: natural frequency min(5 rad/s, 0.25 / dt), critically damped, so that
         # the sampled (zero-order hold) PD loop stays well damped (kd dt <= 0.5).
         omega = None if is_traced(duration) else min(5.0, 0.25 * num_steps / float(np.asarray(duration)))
@@ -349,8 +327,8 @@ class PlanningProblem(eqx.Module):
                 raise ValueError("PlanningProblem: give kp and kd when duration is traced")
             kp = omega**2 if kp is None else kp
             kd = 2.0 * omega if kd is None else kd
-        self.kp = _vector("kp", kp, (n,), dtype)
-        self.kd = _vector("kd", kd, (n,), dtype)
+        self.kp = float_array("PlanningProblem: kp", kp, shape=(n,), dtype=dtype, scalar="broadcast")
+        self.kd = float_array("PlanningProblem: kd", kd, shape=(n,), dtype=dtype, scalar="broadcast")
         if not is_traced(kp, kd) and (np.any(np.asarray(self.kp) <= 0) or np.any(np.asarray(self.kd) <= 0)):
             raise ValueError("PlanningProblem: kp and kd must be positive")
         self.checkpoint = bool(checkpoint)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax._checks import is_traced
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_matrix, rpy_to_matrix
 
@@ -183,28 +184,3 @@ def check_state(model: Model, state: State) -> None:
         )
 
 
-def check_vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
-    """Convert an input to an array of ``dtype`` (the dtype of the state it acts on) and check
-    its shape; ``None`` gives zeros."""
-    if value is None:
-        return jnp.zeros(shape, dtype)
-    arr = jnp.asarray(value).astype(dtype)
-    if arr.shape != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got {arr.shape} (batch inputs with jax.vmap)")
-    return arr
-
-
-def is_traced(*values: Any) -> bool:
-    """Whether any leaf of ``values`` is a JAX tracer (inside ``jit``/``vmap``/``grad``).
-
-    Input checks that need concrete numbers (signs, finiteness) run only when this is false;
-    under tracing, shapes are still checked and values cannot be.
-    """
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(values))
-
-
-def check_choice(name: str, value: Any, choices: Any) -> Any:
-    """``value`` if it is one of ``choices``, else a ``ValueError`` naming ``name`` and the choices."""
-    if value not in choices:
-        raise ValueError(f"{name}: unknown value {value!r}; choose one of {sorted(choices)}")
-    return value

@@ -82,11 +82,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from sdjax.contact import ContactParameters, Terrain, _check_sign, _check_terrain, _float_array, penalty_normal_force
+from sdjax._checks import float_array
+from sdjax.contact import ContactParameters, Terrain, _check_terrain, penalty_normal_force
 from sdjax.dynamics import Controls, make_controls, point_loads
 from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_velocity, relative_frames
 from sdjax.model import Model
-from sdjax.state import State, check_state, is_traced
+from sdjax._checks import is_traced
+from sdjax.state import State, check_state
 
 
 class Wheels(eqx.Module):
@@ -114,12 +116,7 @@ class Wheels(eqx.Module):
         self.joints = tuple(int(j) for j in joints_arr)
         m = len(self.joints)
         for name, value in (("radii", radii), ("widths", widths)):
-            arr = _float_array(f"Wheels.{name}", value)
-            arr = jnp.broadcast_to(arr, (m,)) if arr.ndim == 0 else arr
-            if arr.shape != (m,):
-                raise ValueError(f"Wheels.{name}: expected a scalar or shape ({m},) for {m} wheels, got {arr.shape}")
-            _check_sign(f"Wheels.{name}", arr, positive=True)
-            setattr(self, name, arr)
+            setattr(self, name, float_array(f"Wheels.{name}", value, shape=(m,), scalar="broadcast", sign="positive", hint=f"{m} wheels"))
 
     @property
     def num_wheels(self) -> int:
@@ -155,12 +152,10 @@ class MagicFormula(eqx.Module):
     curvature_factor: Array
 
     def __init__(self, stiffness_factor: Any = 10.0, shape_factor: Any = 1.65, curvature_factor: Any = 0.0):
-        self.stiffness_factor = _float_array("MagicFormula.stiffness_factor", stiffness_factor)
+        self.stiffness_factor = float_array("MagicFormula.stiffness_factor", stiffness_factor, sign="positive")
         dtype = self.stiffness_factor.dtype
-        self.shape_factor = _float_array("MagicFormula.shape_factor", shape_factor, dtype)
-        self.curvature_factor = _float_array("MagicFormula.curvature_factor", curvature_factor, dtype)
-        _check_sign("MagicFormula.stiffness_factor", self.stiffness_factor, positive=True)
-        _check_sign("MagicFormula.shape_factor", self.shape_factor, positive=True)
+        self.shape_factor = float_array("MagicFormula.shape_factor", shape_factor, dtype=dtype, sign="positive")
+        self.curvature_factor = float_array("MagicFormula.curvature_factor", curvature_factor, dtype=dtype)
         if not is_traced(self.curvature_factor) and not float(np.max(np.asarray(self.curvature_factor))) < 1:
             raise ValueError(f"MagicFormula.curvature_factor: must be below 1, got {np.asarray(self.curvature_factor).tolist()}")
 
@@ -237,9 +232,8 @@ class WheelDrive(eqx.Module):
     gain: Array
 
     def __init__(self, speed: Any, gain: Any):
-        self.speed = _float_array("WheelDrive.speed", speed)
-        self.gain = _float_array("WheelDrive.gain", gain, self.speed.dtype)
-        _check_sign("WheelDrive.gain", self.gain, positive=True)
+        self.speed = float_array("WheelDrive.speed", speed)
+        self.gain = float_array("WheelDrive.gain", gain, dtype=self.speed.dtype, sign="positive")
 
 
 class WheelDiagnostics(eqx.Module):

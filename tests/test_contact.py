@@ -330,7 +330,7 @@ def test_bad_parameters_raise(probe, point):
         sc.ContactParameters(1.0, slip_velocity=0.0)
     with pytest.raises(ValueError, match="finite"):
         sc.ContactParameters(np.nan)
-    with pytest.raises(ValueError, match="sphere radius"):
+    with pytest.raises(ValueError, match=r"ContactSpheres.radii: must be positive and finite"):
         sc.ContactSpheres([0], [[0.0, 0.0, 0.0]], 0.0)
     with pytest.raises(ValueError, match="offsets: expected shape"):
         sc.ContactSpheres([0, 0], [[0.0, 0.0, 0.0]])
@@ -348,7 +348,7 @@ def test_bad_parameters_raise(probe, point):
         sc.HeightField(np.zeros(5))
     with pytest.raises(ValueError, match="spacing: must be positive"):
         sc.HeightField(np.zeros((3, 3)), spacing=(0.1, -0.1))
-    with pytest.raises(ValueError, match="unknown 'spline'"):
+    with pytest.raises(ValueError, match=r"HeightField.interpolation: unknown value 'spline'; choose one of"):
         sc.HeightField(np.zeros((3, 3)), interpolation="spline")
     with pytest.raises(ValueError, match="terrain: expected"):
         sc.contact_environment(probe, point, "ground", sc.ContactParameters(1.0))

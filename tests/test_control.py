@@ -620,7 +620,7 @@ def test_bad_inputs(arm, arm_state):
         sdjax.ComputedTorque(arm, 1.0, 1.0, arm_state.q, momentum="estimated")
     with pytest.raises(ValueError, match=r"kp: expected a scalar or shape \(7,\)"):
         sdjax.ComputedTorque(arm, np.ones(6), 1.0, arm_state.q)
-    with pytest.raises(ValueError, match="gains must be finite and non-negative"):
+    with pytest.raises(ValueError, match=r"ComputedTorque: kp: must be non-negative and finite"):
         sdjax.ComputedTorque(arm, -1.0, 1.0, arm_state.q)
     with pytest.raises(ValueError, match=r"reference q_d: expected shape \(7,\)"):
         sdjax.JointPD(1.0, 1.0, np.zeros(6))(jnp.asarray(0.0), arm_state)

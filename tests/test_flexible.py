@@ -263,15 +263,15 @@ def test_bad_parameters_raise(sample_model):
         Beam(1.0, 1.0, 1.0, 0)
     with pytest.raises(ValueError, match="num_segments must be an integer >= 1"):
         Beam(1.0, 1.0, 1.0, 2.5)
-    with pytest.raises(ValueError, match="bending_stiffness must be positive"):
+    with pytest.raises(ValueError, match="Beam: bending_stiffness: must be positive"):
         Beam(1.0, 1.0, -1.0, 2)
-    with pytest.raises(ValueError, match="bending_stiffness must be positive"):
+    with pytest.raises(ValueError, match="Beam: bending_stiffness: must be positive"):
         Beam(1.0, 1.0, (1.0, 0.0), 2)
-    with pytest.raises(ValueError, match="mass_per_length must be positive"):
+    with pytest.raises(ValueError, match="Beam: mass_per_length: must be positive"):
         Beam(1.0, 0.0, 1.0, 2)
-    with pytest.raises(ValueError, match="length must be positive"):
+    with pytest.raises(ValueError, match="Beam: length: must be positive"):
         Beam(-1.0, 1.0, 1.0, 2)
-    with pytest.raises(ValueError, match="torsional_stiffness must be positive"):
+    with pytest.raises(ValueError, match="Beam: torsional_stiffness: must be positive"):
         Beam(1.0, 1.0, 1.0, 2, torsional_stiffness=-5.0, section_inertia_per_length=1e-3)
     with pytest.raises(ValueError, match="section_inertia_per_length is required"):
         Beam(1.0, 1.0, 1.0, 2, torsional_stiffness=5.0)

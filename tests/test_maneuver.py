@@ -545,7 +545,7 @@ def test_maneuver_law_rejects_bad_modes_and_laws(arm7_model, sample_model):
     trans = mv.TranslationPD(jnp.zeros(3), 1.0, 1.0)
     thr = mv.Thrusters(force_limit=1.0, torque_limit=1.0)
     cases = [
-        (wheeled, "free-floating", {}, "unknown mode 'free-floating'; choose one of floating, rotation-floating, rotation-flying, translation-flying, flying"),
+        (wheeled, "free-floating", {}, r"maneuver_law: unknown mode 'free-floating'; choose one of \['floating', 'rotation-floating', 'rotation-flying', 'translation-flying', 'flying'\]"),
         (wheeled, "rotation-floating", {}, "mode 'rotation-floating' controls the base attitude and needs attitude_law"),
         (wheeled, "floating", dict(attitude_law=att), "mode 'floating' does not control the base attitude; attitude_law is not allowed"),
         (wheeled, "rotation-floating", dict(attitude_law=att, translation_law=trans), "translation_law is not allowed"),

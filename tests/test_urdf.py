@@ -589,7 +589,7 @@ def test_mimic_on_a_fixed_joint_is_ignored():
 
 
 def test_mimic_option_is_checked():
-    with pytest.raises(ValueError, match=r"mimic: choose one of \['refuse', 'constraints'\]"):
+    with pytest.raises(ValueError, match=r"mimic: unknown value 'ignore'; choose one of \['refuse', 'constraints'\]"):
         import_urdf(DATA / "fixed_base_arm.urdf", mimic="ignore")
 
 

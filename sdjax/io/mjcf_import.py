@@ -163,8 +163,8 @@ def _refuse_out_of_range(label: str, m: Any) -> None:
             raise ValueError(f"{label}: compiled {field}[{row}] = {values[row].tolist()} is not finite or beyond {MAX_MAGNITUDE:g} in size")
     for field in ("body_quat", "body_iquat", "site_quat", "jnt_axis"):  # normalised by the reader
         norms = np.linalg.norm(np.asarray(getattr(m, field), dtype=np.float64).reshape(-1, 3 if field == "jnt_axis" else 4), axis=1)
-        for row in np.flatnonzero(~(norms > 0.0)):  # MuJoCo compiles an overflowing quat or axis to zero
-            raise ValueError(f"{label}: compiled {field}[{int(row)}] is zero (a quaternion or axis with no direction)")
+        for zero in np.flatnonzero(~(norms > 0.0)):  # MuJoCo compiles an overflowing quat or axis to zero
+            raise ValueError(f"{label}: compiled {field}[{int(zero)}] is zero (a quaternion or axis with no direction)")
 
 
 def _moving_bodies(m: Any) -> np.ndarray:

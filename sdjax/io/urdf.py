@@ -95,6 +95,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax._checks import check_choice
 from sdjax.io.inputs import names_the_file, read_text_file
 from sdjax.io.dh import euler123_to_matrix
 from sdjax.io.visuals import VisualShape, urdf_link_visuals, urdf_materials
@@ -458,8 +459,7 @@ def tree_import(
 ) -> UrdfImport:
     """The sdjax model of a tree of links joined by URDF-style joints (the builder shared by the
     URDF and MJCF readers; see :func:`import_urdf` for the arguments and the rules)."""
-    if mimic not in MIMIC_CHOICES:
-        raise ValueError(f"mimic: choose one of {list(MIMIC_CHOICES)}, got {mimic!r}")
+    check_choice("mimic", mimic, MIMIC_CHOICES)
     if len(links) > MAX_LINKS:
         raise ValueError(f"{label}: {len(links)} links exceeds the limit of {MAX_LINKS}")
     parent_joint: dict[str, TreeJoint] = {}
@@ -489,8 +489,8 @@ def tree_import(
     for joint in joints:
         children[joint.parent].append(joint)
     root, file_base = _world_root(label, root, links, children, parent_joint)
-    if base is not None and base not in _WORLD_JOINT_BASES:
-        raise ValueError(f"base: unknown base mode {base!r}; choose one of {sorted(_WORLD_JOINT_BASES)}")
+    if base is not None:
+        check_choice("base", base, sorted(_WORLD_JOINT_BASES), "base mode")
     base = file_base if base is None else base
     for joint in parent_joint.values():
         if joint.kind in _REFUSED:

@@ -61,7 +61,8 @@ from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import end_point_frames, forward_kinematics, joint_motion_axes, relative_frames
 from sdjax.model import Model, check_inertia
 from sdjax.rotation import matrix_to_quat, matrix_to_rotation_vector, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix, skew
-from sdjax.state import State, check_vector, is_traced, make_state
+from sdjax._checks import check_vector, is_traced
+from sdjax.state import State, make_state
 
 #: Default singularity handling of ``J^-1`` / ``J^-T`` (units of ``J``: m for the linear rows,
 #: 1 for the angular rows). A 15 m arm has singular values of order 0.1-10 away from

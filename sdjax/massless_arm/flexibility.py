@@ -37,7 +37,7 @@ from jax import Array
 
 from sdjax.massless_arm.dynamics import MasslessArmSystem, _arm_kinematics, _check_q, _solve
 from sdjax.rotation import skew
-from sdjax.state import check_vector, is_traced
+from sdjax._checks import check_vector, is_traced
 
 #: Names of the seven independent terms of eq B-7, in this order everywhere.
 BEAM_TERMS = ("y11", "y22", "y33", "y26", "y35", "y55", "y66")

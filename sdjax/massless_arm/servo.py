@@ -22,24 +22,13 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from sdjax.control import DEFAULT_MAX_DAMPING, DEFAULT_SINGULAR_THRESHOLD, solve_damped_least_squares, split_task_target, task_error
 from sdjax.massless_arm.dynamics import _arm_kinematics
 from sdjax.model import Model
-from sdjax.state import State, check_vector, is_traced
-
-
-def _positive_vector(name: str, value: Any, dtype: Any, *, allow_inf: bool = False) -> Array:
-    arr = jnp.broadcast_to(jnp.asarray(value, dtype), (6,)) if jnp.ndim(value) == 0 else jnp.asarray(value, dtype)
-    if arr.shape != (6,):
-        raise ValueError(f"{name}: expected a scalar or shape (6,), got {arr.shape}")
-    if not is_traced(arr):
-        values = np.asarray(arr, np.float64)
-        if np.any(np.isnan(values)) or not np.all(values > 0) or (not allow_inf and not np.all(np.isfinite(values))):
-            raise ValueError(f"{name}: expected positive{' (or inf)' if allow_inf else ''} finite values, got {values.tolist()}")
-    return arr
+from sdjax._checks import check_vector, float_array
+from sdjax.state import State
 
 
 class JointRateServo(eqx.Module):
@@ -55,8 +44,8 @@ class JointRateServo(eqx.Module):
 
     def __init__(self, gain: Any, torque_limit: Any = float("inf"), dtype: Any = None):
         dtype = jnp.result_type(float) if dtype is None else dtype
-        self.gain = _positive_vector("JointRateServo: gain", gain, dtype)
-        self.torque_limit = _positive_vector("JointRateServo: torque_limit", torque_limit, dtype, allow_inf=True)
+        self.gain = float_array("JointRateServo: gain", gain, shape=(6,), dtype=dtype, scalar="broadcast", sign="positive")
+        self.torque_limit = float_array("JointRateServo: torque_limit", torque_limit, shape=(6,), dtype=dtype, scalar="broadcast", sign="positive", allow_inf=True)
 
     def __call__(self, command: Array, qd: Array) -> Array:
         """``(6,)`` torques (N m) for commanded and measured joint rates ``(6,)`` (rad/s)."""
@@ -99,7 +88,7 @@ class ResolvedRateCommand(eqx.Module):
             raise ValueError("ResolvedRateCommand: path must be a callable t -> ((position, rotation), velocity (6,))")
         self.arm = arm
         self.path = path
-        self.position_gain = _positive_vector("ResolvedRateCommand: position_gain", position_gain, arm.dtype)
+        self.position_gain = float_array("ResolvedRateCommand: position_gain", position_gain, shape=(6,), dtype=arm.dtype, scalar="broadcast", sign="positive")
         self.singular_threshold = jnp.asarray(singular_threshold, arm.dtype)
         self.max_damping = jnp.asarray(max_damping, arm.dtype)
 
@@ -128,7 +117,7 @@ class JointHoldCommand(eqx.Module):
 
     def __init__(self, q_hold: Any, gain: Any):
         self.q_hold = check_vector("JointHoldCommand: q_hold", q_hold, (6,), jnp.result_type(float))
-        self.gain = _positive_vector("JointHoldCommand: gain", gain, self.q_hold.dtype)
+        self.gain = float_array("JointHoldCommand: gain", gain, shape=(6,), dtype=self.q_hold.dtype, scalar="broadcast", sign="positive")
 
     def __call__(self, t: Array, q: Array) -> Array:
         return self.gain.astype(q.dtype) * (self.q_hold.astype(q.dtype) - q)

@@ -27,7 +27,7 @@ import numpy as np
 from jax import Array
 
 from sdjax.massless_arm.dynamics import MasslessArmSystem, _arm_kinematics, _check_q
-from sdjax.state import check_vector
+from sdjax._checks import check_vector
 
 
 class MemberLoads(eqx.Module):

@@ -1,0 +1,152 @@
+"""Argument checks shared by the whole library: one module, one message style.
+
+Every public function checks its arguments here before any arithmetic, so a wrong argument is
+refused with a message that names it (``"ComputedTorque: kp"``), says what was expected and what
+was given: ``"{name}: expected shape (7,), got shape (6,)"``, ``"{name}: must be positive and
+finite, got [...]"``, ``"{name}: unknown base mode 'x'; choose one of [...]"``. Wrong *types* (a string where numbers go, a
+number where a choice string goes) raise ``TypeError``; wrong *values* (a shape, a sign, a NaN,
+an unknown choice) raise ``ValueError``.
+
+Values are checked only when they are concrete: inside ``jit``/``vmap``/``grad`` the arguments
+are tracers, shapes are still checked and values cannot be (:func:`is_traced`).
+
+Model files have their own door, :mod:`sdjax.io.inputs` (NumPy arrays, messages naming the file
+and line); model fields are checked by :func:`sdjax.model.validate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+#: The signs :func:`float_array` can require.
+SIGNS = ("positive", "non-negative")
+#: What :func:`float_array` does with a scalar where an array shape is required.
+SCALARS = ("refuse", "keep", "broadcast")
+
+
+def is_traced(*values: Any) -> bool:
+    """Whether any leaf of ``values`` is a JAX tracer (inside ``jit``/``vmap``/``grad``).
+
+    Input checks that need concrete numbers (signs, finiteness) run only when this is false;
+    under tracing, shapes are still checked and values cannot be.
+    """
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(values))
+
+
+def check_choice(name: str, value: Any, choices: Collection[Any], what: str = "value") -> Any:
+    """``value`` if it is one of ``choices``; else a ``ValueError`` naming ``name``, saying what
+    the value is (``what``: ``"base mode"``, ``"integrator"``) and listing the choices
+    (``TypeError`` when ``value`` cannot even be compared: a list, a dict)."""
+    try:
+        known = value in choices
+    except TypeError:  # unhashable value tested against a set or dict
+        raise TypeError(f"{name}: expected one of {_listed(choices)}, got a {type(value).__name__}") from None
+    if not known:
+        raise ValueError(f"{name}: unknown {what} {value!r}; choose one of {_listed(choices)}")
+    return value
+
+
+def _listed(choices: Collection[Any]) -> list[Any]:
+    """The choices in a stable order for messages (sorted when they are sets)."""
+    return sorted(choices) if isinstance(choices, (set, frozenset)) else list(choices)
+
+
+def _shape_text(shape: tuple[int | None, ...] | None, scalar_ok: bool) -> str:
+    if shape is None:
+        return "an array"
+    text = "(" + ", ".join("n" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+    if shape == ():
+        return "a scalar"
+    return f"a scalar or shape {text}" if scalar_ok else f"shape {text}"
+
+
+def _shape_matches(found: tuple[int, ...], shape: tuple[int | None, ...]) -> bool:
+    return len(found) == len(shape) and all(s is None or s == f for s, f in zip(shape, found))
+
+
+def float_array(
+    name: str,
+    value: Any,
+    *,
+    shape: tuple[int | None, ...] | None = None,
+    dtype: Any = None,
+    scalar: str = "refuse",
+    sign: str | None = None,
+    finite: bool = True,
+    allow_inf: bool = False,
+    hint: str = "",
+) -> Array:
+    """``value`` as a floating JAX array, checked.
+
+    Arguments:
+        name: the argument as the user knows it (``"Thrusters.max_force"``), starting messages.
+        value: numbers (anything ``jnp.asarray`` takes).
+        shape: the required shape; ``None`` entries match any size (``(None,)``: any vector);
+            ``None`` checks no shape.
+        dtype: the floating dtype of the result (default: the value's own floating dtype, or
+            JAX's default float for integers and booleans).
+        scalar: where ``shape`` is not ``()``: ``"refuse"`` a scalar, ``"keep"`` it (0-d,
+            broadcasting left to the arithmetic), or ``"broadcast"`` it to ``shape``.
+        sign: ``"positive"`` or ``"non-negative"``, required of every concrete entry.
+        finite: concrete entries must be finite (no NaN, no inf).
+        allow_inf: with ``finite``, ``+inf`` is accepted (a limit that is off); NaN never is.
+        hint: appended to a shape message (e.g. ``"one per joint"``).
+
+    Raises:
+        TypeError: ``value`` is not numbers (a string, ``None``, an object).
+        ValueError: wrong shape, a non-finite entry, an entry of the wrong sign.
+    """
+    check_choice("float_array: sign", sign, (None, *SIGNS))
+    check_choice("float_array: scalar", scalar, SCALARS)
+    scalar_ok = scalar != "refuse"
+    try:
+        arr = jnp.asarray(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected numbers, got {type(value).__name__} {value!r}") from None
+    if not (jnp.issubdtype(arr.dtype, jnp.number) or jnp.issubdtype(arr.dtype, jnp.bool_)) or jnp.issubdtype(arr.dtype, jnp.complexfloating):
+        raise TypeError(f"{name}: expected real numbers, got dtype {arr.dtype}")
+    if dtype is not None:
+        arr = arr.astype(dtype)
+    elif not jnp.issubdtype(arr.dtype, jnp.floating):
+        arr = arr.astype(jnp.result_type(float))
+    if shape is not None and not (_shape_matches(arr.shape, shape) or (scalar_ok and arr.ndim == 0)):
+        note = f" ({hint})" if hint else ""
+        raise ValueError(f"{name}: expected {_shape_text(shape, scalar_ok)}{note}, got shape {arr.shape}")
+    if scalar == "broadcast" and arr.ndim == 0 and shape is not None and shape != ():
+        if None in shape:
+            raise ValueError(f"float_array: scalar='broadcast' needs a full shape, got {shape}")
+        arr = jnp.broadcast_to(arr, tuple(int(s) for s in shape if s is not None))
+    if not is_traced(arr) and (finite or sign is not None):
+        values = np.asarray(arr, np.float64)
+        bad = np.isnan(values)
+        if finite:
+            bad |= np.isneginf(values) | (np.isposinf(values) & (not allow_inf))
+        if sign == "positive":
+            bad |= values <= 0
+        elif sign == "non-negative":
+            bad |= values < 0
+        if np.any(bad):
+            rule = " and ".join(filter(None, [sign, "finite" if finite and not allow_inf else ""])) + (" (or inf)" if allow_inf else "")
+            raise ValueError(f"{name}: must be {rule or 'real numbers'}, got {values.tolist()}")
+    return arr
+
+
+def check_vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
+    """An input acting on a state (a load, a torque, a rate): converted to the state's ``dtype``
+    and checked for ``shape``; ``None`` gives zeros. Values are not checked (NaN propagates, as
+    in any arithmetic: these are the hot-path inputs of the dynamics)."""
+    if value is None:
+        return jnp.zeros(shape, dtype)
+    arr = jnp.asarray(value).astype(dtype)
+    if arr.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {arr.shape} (batch inputs with jax.vmap)")
+    return arr
+
+
+__all__ = ["SCALARS", "SIGNS", "check_choice", "check_vector", "float_array", "is_traced"]

@@ -1,0 +1,71 @@
+"""The argument-checking module (sdjax._checks): types, shapes, signs, choices; one message style."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sdjax._checks import check_choice, check_vector, float_array, is_traced
+
+
+def test_float_array_converts_and_keeps_floating_dtypes():
+    assert float_array("x", 3).dtype == jnp.float64  # integers become the default float (x64 in the tests)
+    assert float_array("x", np.float32(1.5)).dtype == jnp.float32  # a floating dtype is kept
+    assert float_array("x", [1, 2], dtype=jnp.float32).dtype == jnp.float32
+    np.testing.assert_array_equal(float_array("x", 2.0, shape=(3,), scalar="broadcast"), [2.0, 2.0, 2.0])
+    assert float_array("x", 2.0, shape=(3,), scalar="keep").shape == ()
+    assert float_array("x", np.ones(5), shape=(None,)).shape == (5,)
+
+
+@pytest.mark.parametrize(
+    "value, kwargs, error, message",
+    [
+        ("fast", {}, TypeError, r"^gain: expected numbers, got str 'fast'$"),
+        (None, {}, TypeError, r"^gain: expected numbers, got NoneType None"),
+        (1 + 2j, {}, TypeError, r"^gain: expected real numbers, got dtype complex128"),
+        (np.ones(2), {"shape": (3,)}, ValueError, r"^gain: expected shape \(3,\), got shape \(2,\)$"),
+        (1.0, {"shape": (3,)}, ValueError, r"^gain: expected shape \(3,\), got shape \(\)$"),
+        (np.ones(2), {"shape": (3,), "scalar": "keep", "hint": "one per joint"}, ValueError,
+         r"^gain: expected a scalar or shape \(3,\) \(one per joint\), got shape \(2,\)$"),
+        (np.ones((2, 2)), {"shape": ()}, ValueError, r"^gain: expected a scalar, got shape \(2, 2\)$"),
+        ([1.0, np.nan], {}, ValueError, r"^gain: must be finite, got \[1.0, nan\]$"),
+        ([1.0, np.inf], {}, ValueError, r"^gain: must be finite, got \[1.0, inf\]$"),
+        ([1.0, 0.0], {"sign": "positive"}, ValueError, r"^gain: must be positive and finite, got \[1.0, 0.0\]$"),
+        ([-1.0], {"sign": "non-negative"}, ValueError, r"^gain: must be non-negative and finite, got \[-1.0\]$"),
+        ([np.nan], {"sign": "positive", "allow_inf": True}, ValueError, r"^gain: must be positive \(or inf\), got \[nan\]$"),
+        ([-np.inf], {"sign": "positive", "allow_inf": True}, ValueError, r"^gain: must be positive \(or inf\)"),
+    ],
+)
+def test_float_array_refusals(value, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        float_array("gain", value, **kwargs)
+
+
+def test_values_are_checked_only_when_concrete():
+    np.testing.assert_array_equal(float_array("x", [np.inf, 1.0], sign="positive", allow_inf=True), [np.inf, 1.0])  # a limit that is off
+
+    @jax.jit
+    def traced(x):
+        assert is_traced(x)
+        return float_array("x", x, shape=(2,), sign="positive")  # a NaN cannot be seen under jit
+
+    assert np.isnan(traced(jnp.array([np.nan, 1.0]))[0])
+    with pytest.raises(ValueError, match=r"x: expected shape \(2,\), got shape \(3,\)"):  # shapes still are
+        traced(jnp.ones(3))
+
+
+def test_check_choice_and_vector():
+    assert check_choice("mode", "fixed", ("floating", "fixed")) == "fixed"
+    with pytest.raises(ValueError, match=r"^Model.base: unknown base mode 'hover'; choose one of \['floating', 'fixed'\]$"):
+        check_choice("Model.base", "hover", ("floating", "fixed"), "base mode")
+    with pytest.raises(ValueError, match=r"choose one of \['a', 'b'\]"):  # sets are listed sorted
+        check_choice("x", "c", {"b", "a"})
+    with pytest.raises(TypeError, match=r"^x: expected one of \['a'\], got a list$"):
+        check_choice("x", ["a"], {"a"})
+    np.testing.assert_array_equal(check_vector("tau", None, (2,), jnp.float64), [0.0, 0.0])
+    with pytest.raises(ValueError, match=r"tau: expected shape \(2,\), got \(3,\) \(batch inputs with jax.vmap\)"):
+        check_vector("tau", np.ones(3), (2,), jnp.float64)
+    with pytest.raises(ValueError, match=r"float_array: scalar: unknown value 'always'"):
+        float_array("x", 1.0, scalar="always")
