@@ -54,7 +54,10 @@ def run(sizes: tuple[int, ...], repeats: int) -> dict:
         row: dict = {"links": n}
         jobs = {
             "forward_dynamics": (jax.jit(lambda m, s, t: sdjax.forward_dynamics(m, s, t)), (model, state, tau)),
-            "inverse_dynamics": (jax.jit(lambda m, s, a: sdjax.inverse_dynamics(m, s, a[:6], a[6:])), (model, state, acc)),
+            "inverse_dynamics": (
+                jax.jit(lambda m, s, a: sdjax.inverse_dynamics(m, s, a[:6], a[6:])),
+                (model, state, acc),
+            ),
             "inertia_matrix": (jax.jit(sdjax.inertia_matrix), (model, state)),
             "rollout": (jax.jit(lambda m, s: sdjax.rollout(m, s, 0.001, ROLLOUT_STEPS).states.q[-1]), (model, state)),
         }
@@ -77,8 +80,15 @@ def main(argv: list[str] | None = None) -> None:
     payload = run(sizes, repeats=2 if args.quick else 5)
     path = common.write_result("compile", payload)
     rows = [
-        [r["links"], r["forward_dynamics_compile_seconds"], r["rollout_compile_seconds"], r["inverse_dynamics_run_seconds"] * 1e6,
-         r["inverse_dynamics_run_seconds_per_link"] * 1e6, r["forward_dynamics_run_seconds"] * 1e6, r["inertia_matrix_run_seconds"] * 1e6]
+        [
+            r["links"],
+            r["forward_dynamics_compile_seconds"],
+            r["rollout_compile_seconds"],
+            r["inverse_dynamics_run_seconds"] * 1e6,
+            r["inverse_dynamics_run_seconds_per_link"] * 1e6,
+            r["forward_dynamics_run_seconds"] * 1e6,
+            r["inertia_matrix_run_seconds"] * 1e6,
+        ]
         for r in payload["results"]
     ]
     print(common.table(["links", "FD compile s", "rollout compile s", "ID us", "ID us/link", "FD us", "H us"], rows))

@@ -87,7 +87,10 @@ class PinocchioPeer:
         self.v = [c[1] for c in coords]
         self.tdot_nu = [pinocchio_acceleration_offset(s) for s in states]
         self.tau = [np.concatenate([np.zeros(6), twin.permutation @ t]) for t in inputs["tau"]]
-        self.acc = [t @ np.concatenate([a, b]) + td for t, a, b, td in zip(self.t, inputs["base_acc"], inputs["qdd"], self.tdot_nu)]
+        self.acc = [
+            t @ np.concatenate([a, b]) + td
+            for t, a, b, td in zip(self.t, inputs["base_acc"], inputs["qdd"], self.tdot_nu)
+        ]
         self.pool = pin.ModelPool(self.pm, os.cpu_count() or 1)
 
     def loops(self):
@@ -116,7 +119,14 @@ class PinocchioPeer:
         return lambda: fn(threads, self.pool, q, v, third)
 
 
-def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float, models: list[str] | None = None, algorithms: tuple[str, ...] = ALGORITHMS) -> dict:
+def run(
+    batches: list[int],
+    dtypes: list[str],
+    repeats: int,
+    min_seconds: float,
+    models: list[str] | None = None,
+    algorithms: tuple[str, ...] = ALGORITHMS,
+) -> dict:
     results = []
     for model_name, build in MODELS.items():
         if models is not None and model_name not in models:
@@ -144,21 +154,50 @@ def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float,
             ours = np.asarray(fd(states, jnp.asarray(inputs["tau"][:64]), None, None))
             theirs = np.stack([peer.sdjax_accelerations(k) for k in range(64)])
             difference = float(np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs)))
-            print(f"{model_name}: Pinocchio vs sdjax forward dynamics, max relative difference {difference:.1e}", flush=True)
+            print(
+                f"{model_name}: Pinocchio vs sdjax forward dynamics, max relative difference {difference:.1e}",
+                flush=True,
+            )
             if difference > 1e-8:
                 sys.exit(f"{model_name}: engines disagree ({difference:.1e}); not timing")
             loops = peer.loops()
             for algo in algorithms:
                 t = common.time_python_loop(loops[algo], distinct, repeats=repeats)
                 pin_rate[algo] = 1.0 / t["min"]
-                results.append(dict(model=model_name, engine="pinocchio (per-sample Python)", algorithm=algo, dtype="float64", batch=1, seconds_per_eval=t["min"], evals_per_second=1.0 / t["min"], median_seconds_per_eval=t["median"], max_relative_difference=difference))
+                results.append(
+                    dict(
+                        model=model_name,
+                        engine="pinocchio (per-sample Python)",
+                        algorithm=algo,
+                        dtype="float64",
+                        batch=1,
+                        seconds_per_eval=t["min"],
+                        evals_per_second=1.0 / t["min"],
+                        median_seconds_per_eval=t["median"],
+                        max_relative_difference=difference,
+                    )
+                )
             for algo in [a for a in PINOCCHIO_PARALLEL if a in algorithms]:
                 for batch in batches:
                     if batch < 64:
                         continue
                     t = common.time_call(peer.parallel(algo, batch), repeats=repeats, min_seconds=min_seconds)
-                    results.append(dict(model=model_name, engine=f"pinocchio {PINOCCHIO_PARALLEL[algo]} ({os.cpu_count()} threads)", algorithm=algo, dtype="float64", batch=batch, seconds_per_call=t["min"], evals_per_second=batch / t["min"], median_seconds_per_call=t["median"]))
-                    print(f"{model_name:22s} {algo:17s} pinocchio {PINOCCHIO_PARALLEL[algo]} B={batch:6d}: {batch / t['min']:12,.0f} evals/s", flush=True)
+                    results.append(
+                        dict(
+                            model=model_name,
+                            engine=f"pinocchio {PINOCCHIO_PARALLEL[algo]} ({os.cpu_count()} threads)",
+                            algorithm=algo,
+                            dtype="float64",
+                            batch=batch,
+                            seconds_per_call=t["min"],
+                            evals_per_second=batch / t["min"],
+                            median_seconds_per_call=t["median"],
+                        )
+                    )
+                    print(
+                        f"{model_name:22s} {algo:17s} pinocchio {PINOCCHIO_PARALLEL[algo]} B={batch:6d}: {batch / t['min']:12,.0f} evals/s",
+                        flush=True,
+                    )
         # The default path (the compiled kernel of sdjax.batch_kernel for large batches when
         # Numba is installed), then, for comparison in the same run, forward dynamics on the
         # XLA path alone (SDJAX_KERNEL=jax) at the batches the kernel would take.
@@ -173,19 +212,38 @@ def run(batches: list[int], dtypes: list[str], repeats: int, min_seconds: float,
                 model = model64.astype(dtype)
                 functions = sdjax_functions(model)
                 for batch in path_batches:
-                    states = common.batch_of(lambda k: jax.tree.map(lambda x: x.astype(dtype), host_states[k]), batch, distinct)
+                    states = common.batch_of(
+                        lambda k: jax.tree.map(lambda x: x.astype(dtype), host_states[k]), batch, distinct
+                    )
                     args = (states,) + tuple(
-                        jnp.resize(jnp.asarray(inputs[key], dtype), (batch,) + inputs[key].shape[1:]) for key in ("tau", "base_acc", "qdd")
+                        jnp.resize(jnp.asarray(inputs[key], dtype), (batch,) + inputs[key].shape[1:])
+                        for key in ("tau", "base_acc", "qdd")
                     )
                     for algo in algorithms:
                         compile_s, compiled = common.compile_seconds(jax.jit(jax.vmap(functions[algo])), *args)
                         t = common.time_call(lambda: compiled(*args), repeats=repeats, min_seconds=min_seconds)
                         rate = batch / t["min"]
-                        row = dict(model=model_name, engine=engine, algorithm=algo, dtype=dtype_name, batch=batch, seconds_per_call=t["min"], median_seconds_per_call=t["median"], evals_per_second=rate, compile_seconds=compile_s)
+                        row = dict(
+                            model=model_name,
+                            engine=engine,
+                            algorithm=algo,
+                            dtype=dtype_name,
+                            batch=batch,
+                            seconds_per_call=t["min"],
+                            median_seconds_per_call=t["median"],
+                            evals_per_second=rate,
+                            compile_seconds=compile_s,
+                        )
                         if algo in pin_rate:
                             row["ratio_to_pinocchio"] = rate / pin_rate[algo]
                         results.append(row)
-                        print(f"{model_name:22s} {algo:17s} {dtype_name} B={batch:6d} {engine}: {rate:12,.0f} evals/s" + (f"  ({row['ratio_to_pinocchio']:.2f}x Pinocchio)" if "ratio_to_pinocchio" in row else ""), flush=True)
+                        print(
+                            f"{model_name:22s} {algo:17s} {dtype_name} B={batch:6d} {engine}: {rate:12,.0f} evals/s"
+                            + (
+                                f"  ({row['ratio_to_pinocchio']:.2f}x Pinocchio)" if "ratio_to_pinocchio" in row else ""
+                            ),
+                            flush=True,
+                        )
         os.environ.pop(batch_kernel.KERNEL_ENV, None)
     return {"results": results}
 
@@ -216,7 +274,18 @@ def main(argv: list[str] | None = None) -> None:
     dtypes = ["float32"] if gpu else ["float64", "float32"]
     payload = run(batches, dtypes, repeats, min_seconds, models, algorithms)
     path = common.write_result(args.output or ("dynamics_gpu" if gpu else "dynamics"), payload)
-    rows = [[r["model"], r["engine"], r["algorithm"], r["dtype"], r["batch"], r["evals_per_second"], r.get("ratio_to_pinocchio", "")] for r in payload["results"]]
+    rows = [
+        [
+            r["model"],
+            r["engine"],
+            r["algorithm"],
+            r["dtype"],
+            r["batch"],
+            r["evals_per_second"],
+            r.get("ratio_to_pinocchio", ""),
+        ]
+        for r in payload["results"]
+    ]
     print(common.table(["model", "engine", "algorithm", "dtype", "batch", "evals/s", "x Pinocchio per sample"], rows))
     print(f"wrote {path}")
 

@@ -45,6 +45,7 @@ def make_loss(model: sdjax.Model, states: sdjax.State, steps: int, checkpoint: b
     def loss(params):
         base_mass, base_inertia, link_mass, link_inertia = params
         m = eqx.tree_at(lambda m: (m.base_mass, m.base_inertia, m.link_mass, m.link_inertia), model, params)
+
         def one(state):
             traj = sdjax.rollout(m, state, 0.002, steps, law, checkpoint=checkpoint)
             end = jax.tree.map(lambda x: x[-1], traj.states)
@@ -85,16 +86,37 @@ def run(steps: int, repeats: int, batch: int = 1) -> dict:
             timing = common.time_call(lambda: compiled(params), repeats=repeats, min_seconds=0.5)
             if kind == "forward":
                 forward_seconds = timing["min"]
-            row = dict(kind=kind, checkpoint=checkpoint, steps=steps, batch=batch, seconds=timing["min"], median_seconds=timing["median"], compile_seconds=compile_s, peak_bytes=memory_bytes(compiled), ratio_to_forward=timing["min"] / forward_seconds)
+            row = dict(
+                kind=kind,
+                checkpoint=checkpoint,
+                steps=steps,
+                batch=batch,
+                seconds=timing["min"],
+                median_seconds=timing["median"],
+                compile_seconds=compile_s,
+                peak_bytes=memory_bytes(compiled),
+                ratio_to_forward=timing["min"] / forward_seconds,
+            )
             rows.append(row)
             mem = f"{row['peak_bytes'] / 2**20:8.1f} MiB" if row["peak_bytes"] is not None else "n/a"
-            print(f"batch {batch:4d} {kind:8s} checkpoint={checkpoint!s:5s} {timing['min']:8.3f} s  ({row['ratio_to_forward']:.2f}x forward)  peak {mem}  compile {compile_s:.1f} s", flush=True)
+            print(
+                f"batch {batch:4d} {kind:8s} checkpoint={checkpoint!s:5s} {timing['min']:8.3f} s  ({row['ratio_to_forward']:.2f}x forward)  peak {mem}  compile {compile_s:.1f} s",
+                flush=True,
+            )
     # Memory growth with the horizon: both variants at half the steps.
     for checkpoint in (False, True):
         half = make_loss(model, state, steps // 2, checkpoint)
         _, compiled = common.compile_seconds(jax.jit(jax.grad(half)), params)
-        rows.append(dict(kind="gradient", checkpoint=checkpoint, steps=steps // 2, batch=batch, peak_bytes=memory_bytes(compiled)))
-    return {"model": model.name, "parameters": "base mass and inertia, link masses and inertias (1 + 9 + 7 + 63 = 80 numbers)", "results": rows}
+        rows.append(
+            dict(
+                kind="gradient", checkpoint=checkpoint, steps=steps // 2, batch=batch, peak_bytes=memory_bytes(compiled)
+            )
+        )
+    return {
+        "model": model.name,
+        "parameters": "base mass and inertia, link masses and inertias (1 + 9 + 7 + 63 = 80 numbers)",
+        "results": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,7 +127,18 @@ def main(argv: list[str] | None = None) -> None:
     runs = [run(100 if args.quick else 1000, repeats=2 if args.quick else 5, batch=b) for b in args.batches]
     payload = dict(runs[0], results=[row for r in runs for row in r["results"]])
     path = common.write_result("gradient", payload)
-    rows = [[r["batch"], r["kind"], r["checkpoint"], r["steps"], r.get("seconds", ""), r.get("ratio_to_forward", ""), (r["peak_bytes"] or 0) / 2**20] for r in payload["results"]]
+    rows = [
+        [
+            r["batch"],
+            r["kind"],
+            r["checkpoint"],
+            r["steps"],
+            r.get("seconds", ""),
+            r.get("ratio_to_forward", ""),
+            (r["peak_bytes"] or 0) / 2**20,
+        ]
+        for r in payload["results"]
+    ]
     print(common.table(["batch", "kind", "checkpoint", "steps", "seconds", "x forward", "peak MiB"], rows))
     print(f"wrote {path}")
 

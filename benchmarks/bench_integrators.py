@@ -46,15 +46,26 @@ def rover_slide():
     angle = 0.3
     slope = sc.inclined_plane(angle)
     rotation = np.asarray(sdjax.rpy_to_matrix(jnp.array([0.0, angle, 0.0])))
-    state = sdjax.make_state(rov, base_position=(0.1 + 0.35 + 0.03 + 1e-3) * np.asarray(slope.normal), base_rotation=rotation)
+    state = sdjax.make_state(
+        rov, base_position=(0.1 + 0.35 + 0.03 + 1e-3) * np.asarray(slope.normal), base_rotation=rotation
+    )
     downhill = jnp.array([np.cos(angle), 0.0, -np.sin(angle)])
     params = sc.ContactParameters(2.0e4, 300.0, friction=0.2, slip_velocity=1e-4, smoothing=1e-5)
     env = sc.contact_environment(rov, feet, slope, params)
 
     def measure(states):
-        return (sdjax.center_of_mass(rov, jax.tree.map(lambda x: x[-1], states)) - sdjax.center_of_mass(rov, state)) @ downhill
+        return (
+            sdjax.center_of_mass(rov, jax.tree.map(lambda x: x[-1], states)) - sdjax.center_of_mass(rov, state)
+        ) @ downhill
 
-    return "rover slide (0.3 rad slope, mu 0.2, slip 0.1 mm/s)", rov, state, env, measure, sc.stable_time_step(rov, state, feet, slope, params)
+    return (
+        "rover slide (0.3 rad slope, mu 0.2, slip 0.1 mm/s)",
+        rov,
+        state,
+        env,
+        measure,
+        sc.stable_time_step(rov, state, feet, slope, params),
+    )
 
 
 def lander_touchdown():
@@ -69,9 +80,19 @@ def lander_touchdown():
     env = sc.contact_environment(model, feet, ground, params)
 
     def measure(states):
-        return sdjax.center_of_mass(model, jax.tree.map(lambda x: x[-1], states))[0] - sdjax.center_of_mass(model, state)[0]
+        return (
+            sdjax.center_of_mass(model, jax.tree.map(lambda x: x[-1], states))[0]
+            - sdjax.center_of_mass(model, state)[0]
+        )
 
-    return "lander touchdown (1 m/s, k 1e6 N/m, mu 0.5)", model, state, env, measure, sc.stable_time_step(model, state, feet, ground, params)
+    return (
+        "lander touchdown (1 m/s, k 1e6 N/m, mu 0.5)",
+        model,
+        state,
+        env,
+        measure,
+        sc.stable_time_step(model, state, feet, ground, params),
+    )
 
 
 def run(model, state, env, measure, integrator, dt, duration):
@@ -92,7 +113,10 @@ def main() -> None:
     for build in (rover_slide, lander_touchdown):
         title, model, state, env, measure, rk4_limit = build()
         reference, _ = run(model, state, env, measure, sdjax.RK4(), REFERENCE_DT, duration)
-        print(f"{title}: reference {reference:.6f} m (RK4, dt {REFERENCE_DT:g} s); RK4 stability estimate (contact.stable_time_step) {rk4_limit * 1e3:.2f} ms", flush=True)
+        print(
+            f"{title}: reference {reference:.6f} m (RK4, dt {REFERENCE_DT:g} s); RK4 stability estimate (contact.stable_time_step) {rk4_limit * 1e3:.2f} ms",
+            flush=True,
+        )
         for name in SCHEMES:
             needed = None
             for dt in steps:
@@ -101,11 +125,36 @@ def main() -> None:
                 relative = error / abs(reference)
                 if relative < 0.01:
                     needed = dt
-                results.append(dict(scenario=title, scheme=name, dt=dt, value=value, error=error, relative_error=relative, seconds_per_simulated_second=seconds / duration))
-                rows.append([title.split(" (")[0], name, f"{dt * 1e3:g}", "yes" if np.isfinite(value) else "no", f"{relative:.1e}", f"{seconds / duration:.2f}"])
+                results.append(
+                    dict(
+                        scenario=title,
+                        scheme=name,
+                        dt=dt,
+                        value=value,
+                        error=error,
+                        relative_error=relative,
+                        seconds_per_simulated_second=seconds / duration,
+                    )
+                )
+                rows.append(
+                    [
+                        title.split(" (")[0],
+                        name,
+                        f"{dt * 1e3:g}",
+                        "yes" if np.isfinite(value) else "no",
+                        f"{relative:.1e}",
+                        f"{seconds / duration:.2f}",
+                    ]
+                )
                 print(" | ".join(rows[-1]), flush=True)
             summary.append([title, name, f"{needed * 1e3:g} ms" if needed else "none tried"])
-    payload = {"machine": common.machine(), "duration": duration, "reference_dt": REFERENCE_DT, "results": results, "summary": summary}
+    payload = {
+        "machine": common.machine(),
+        "duration": duration,
+        "reference_dt": REFERENCE_DT,
+        "results": results,
+        "summary": summary,
+    }
     path = common.write_result("integrators", payload)
     print(common.table(["scenario", "scheme", "dt ms", "finite", "relative error", "wall s per simulated s"], rows))
     print(common.table(["scenario", "scheme", "largest step with error < 1 %"], summary))

@@ -49,7 +49,12 @@ def initial_states(model: sdjax.Model, batch: int, dtype) -> list[sdjax.State]:
         return [
             jax.tree.map(
                 lambda x: x.astype(dtype),
-                sdjax.make_state(model, q=q0 + 0.1 * rng.normal(size=7), qd=0.2 * rng.normal(size=7), base_angular_velocity=0.01 * rng.normal(size=3)),
+                sdjax.make_state(
+                    model,
+                    q=q0 + 0.1 * rng.normal(size=7),
+                    qd=0.2 * rng.normal(size=7),
+                    base_angular_velocity=0.01 * rng.normal(size=3),
+                ),
             )
             for _ in range(batch)
         ]
@@ -60,7 +65,12 @@ def sdjax_rollout(model, states, steps: int, repeats: int) -> dict:
     fn = jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, DT, steps).states.q[-1]))
     compile_s, compiled = common.compile_seconds(fn, batch)
     timing = common.time_call(lambda: compiled(batch), repeats=repeats, min_seconds=0.0)
-    return {"compile_seconds": compile_s, "seconds": timing["min"], "median_seconds": timing["median"], "final_q": np.asarray(compiled(batch))}
+    return {
+        "compile_seconds": compile_s,
+        "seconds": timing["min"],
+        "median_seconds": timing["median"],
+        "final_q": np.asarray(compiled(batch)),
+    }
 
 
 def mujoco_model(model):
@@ -105,12 +115,16 @@ def mjx_rollout(model, states, steps: int, dtype) -> dict:
     from sdjax.io.mjcf import mujoco_coordinates
 
     mx = mjx.put_model(mujoco_model(model))
-    mx = jax.tree.map(lambda x: x.astype(dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x, mx)
+    mx = jax.tree.map(
+        lambda x: x.astype(dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x, mx
+    )
     coords = [mujoco_coordinates(model, s) for s in states]
     qpos = jnp.asarray(np.stack([c[0] for c in coords]), dtype)
     qvel = jnp.asarray(np.stack([c[1] for c in coords]), dtype)
     data0 = mjx.make_data(mx)
-    data0 = jax.tree.map(lambda x: x.astype(dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x, data0)
+    data0 = jax.tree.map(
+        lambda x: x.astype(dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x, data0
+    )
     data = jax.vmap(lambda p, v: data0.replace(qpos=p, qvel=v))(qpos, qvel)
 
     def scan_steps(m, d):
@@ -120,7 +134,11 @@ def mjx_rollout(model, states, steps: int, dtype) -> dict:
     fn = jax.jit(jax.vmap(scan_steps, in_axes=(None, 0)))
     compile_s, compiled = common.compile_seconds(fn, mx, data)
     timing = common.time_call(lambda: compiled(mx, data), repeats=2, min_seconds=0.0)
-    return {"compile_seconds": compile_s, "seconds_per_step": timing["min"] / steps, "final_qpos": np.asarray(compiled(mx, data))}
+    return {
+        "compile_seconds": compile_s,
+        "seconds_per_step": timing["min"] / steps,
+        "final_qpos": np.asarray(compiled(mx, data)),
+    }
 
 
 def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int) -> dict:
@@ -131,23 +149,51 @@ def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int)
         model = model64.astype(dtype)
         states = initial_states(model64, batch, dtype)
         sd = sdjax_rollout(model, states, steps, repeats)
-        row = dict(model=model.name, dtype=dtype_name, batch=batch, steps=steps, dt=DT, sdjax_seconds=sd["seconds"], sdjax_steps_per_second=batch * steps / sd["seconds"], sdjax_compile_seconds=sd["compile_seconds"])
-        print(f"sdjax {dtype_name} batch {batch}: {row['sdjax_steps_per_second']:,.0f} steps/s (compile {sd['compile_seconds']:.1f} s)", file=sys.stderr, flush=True)
+        row = dict(
+            model=model.name,
+            dtype=dtype_name,
+            batch=batch,
+            steps=steps,
+            dt=DT,
+            sdjax_seconds=sd["seconds"],
+            sdjax_steps_per_second=batch * steps / sd["seconds"],
+            sdjax_compile_seconds=sd["compile_seconds"],
+        )
+        print(
+            f"sdjax {dtype_name} batch {batch}: {row['sdjax_steps_per_second']:,.0f} steps/s (compile {sd['compile_seconds']:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             mj = mujoco_rollout(model64, states, steps, repeats)
-            row.update(mujoco_threads=mj["threads"], mujoco_seconds=mj["seconds"], mujoco_steps_per_second=batch * steps / mj["seconds"])
+            row.update(
+                mujoco_threads=mj["threads"],
+                mujoco_seconds=mj["seconds"],
+                mujoco_steps_per_second=batch * steps / mj["seconds"],
+            )
             row["ratio_to_mujoco"] = row["sdjax_steps_per_second"] / row["mujoco_steps_per_second"]
-            print(f"MuJoCo rollout ({mj['threads']} threads): {row['mujoco_steps_per_second']:,.0f} steps/s", file=sys.stderr, flush=True)
+            print(
+                f"MuJoCo rollout ({mj['threads']} threads): {row['mujoco_steps_per_second']:,.0f} steps/s",
+                file=sys.stderr,
+                flush=True,
+            )
             # MuJoCo orders joints depth-first: the identity for this chain.
             row["max_q_difference_mujoco"] = float(np.max(np.abs(mj["final_qpos"][:, 7:] - sd["final_q"])))
             # Same physics or no comparison: float64 RK4 of both engines agrees to round-off
             # (~1e-16 over 1000 steps); float32 is reported, not gated.
             if dtype_name == "float64" and row["max_q_difference_mujoco"] > 1e-8:
-                sys.exit(f"MuJoCo and sdjax disagree after {steps} steps ({row['max_q_difference_mujoco']:.1e}); not reporting")
+                sys.exit(
+                    f"MuJoCo and sdjax disagree after {steps} steps ({row['max_q_difference_mujoco']:.1e}); not reporting"
+                )
             if mjx_steps <= 0:
                 raise ImportError("MJX skipped (--mjx-steps 0)")
             mx = mjx_rollout(model64, states, mjx_steps, dtype)
-            row.update(mjx_steps_timed=mjx_steps, mjx_seconds_per_step=mx["seconds_per_step"], mjx_steps_per_second=batch / mx["seconds_per_step"], mjx_compile_seconds=mx["compile_seconds"])
+            row.update(
+                mjx_steps_timed=mjx_steps,
+                mjx_seconds_per_step=mx["seconds_per_step"],
+                mjx_steps_per_second=batch / mx["seconds_per_step"],
+                mjx_compile_seconds=mx["compile_seconds"],
+            )
             row["ratio_to_mjx"] = row["sdjax_steps_per_second"] / row["mjx_steps_per_second"]
             short = sdjax_rollout(model, states, mjx_steps, 1)["final_q"]
             row["max_q_difference_mjx"] = float(np.max(np.abs(mx["final_qpos"][:, 7:] - short)))
@@ -161,7 +207,12 @@ def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int)
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--mjx-steps", type=int, default=100, help="MJX steps in its timed scan (default 100; 0 skips MJX, whose CPU compile can take many minutes)")
+    parser.add_argument(
+        "--mjx-steps",
+        type=int,
+        default=100,
+        help="MJX steps in its timed scan (default 100; 0 skips MJX, whose CPU compile can take many minutes)",
+    )
     parser.add_argument("--batch", type=int, help="robots per batch (default 1024 on a CPU, 16384 on a GPU)")
     parser.add_argument("--steps", type=int, help="RK4 steps per rollout (default 1000)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -179,16 +230,41 @@ def main(argv: list[str] | None = None) -> None:
         return
     results = []
     for dtype in ["float32"] if gpu else ["float64", "float32"]:
-        command = [sys.executable, __file__, "--worker", "--mjx-steps", str(args.mjx_steps), "--batch", str(batch), "--steps", str(steps)] + (["--quick"] if args.quick else [])
+        command = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "--mjx-steps",
+            str(args.mjx_steps),
+            "--batch",
+            str(batch),
+            "--steps",
+            str(steps),
+        ] + (["--quick"] if args.quick else [])
         proc = subprocess.run(command, env={**os.environ, "SDJAX_BENCH_DTYPE": dtype}, capture_output=True, text=True)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
             sys.exit(f"{dtype} run failed:\n{proc.stderr[-3000:]}")
-        results += json.loads(lines[-1][len("RESULT "):])["results"]
+        results += json.loads(lines[-1][len("RESULT ") :])["results"]
     payload = {"results": results}
     path = common.write_result("rollout_gpu" if gpu else "rollout", payload)
-    rows = [[r["dtype"], r["batch"], r["steps"], r["sdjax_steps_per_second"], r.get("mujoco_steps_per_second", ""), r.get("mjx_steps_per_second", ""), r.get("ratio_to_mujoco", "")] for r in payload["results"]]
-    print(common.table(["dtype", "batch", "steps", "sdjax steps/s", "MuJoCo rollout steps/s", "MJX steps/s", "x MuJoCo"], rows))
+    rows = [
+        [
+            r["dtype"],
+            r["batch"],
+            r["steps"],
+            r["sdjax_steps_per_second"],
+            r.get("mujoco_steps_per_second", ""),
+            r.get("mjx_steps_per_second", ""),
+            r.get("ratio_to_mujoco", ""),
+        ]
+        for r in payload["results"]
+    ]
+    print(
+        common.table(
+            ["dtype", "batch", "steps", "sdjax steps/s", "MuJoCo rollout steps/s", "MJX steps/s", "x MuJoCo"], rows
+        )
+    )
     print(f"wrote {path}")
 
 

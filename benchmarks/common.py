@@ -133,6 +133,7 @@ def _json_default(value: Any) -> Any:
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:
     """A markdown table."""
+
     def cell(v: Any) -> str:
         if isinstance(v, float):
             return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"

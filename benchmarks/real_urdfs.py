@@ -94,7 +94,14 @@ def velocity_map(info, pm, state: sdjax.State) -> np.ndarray:
     for j in range(6 + n):
         unit = np.zeros(6 + n)
         unit[j] = 1.0
-        moved = sdjax.State(state.base_position, state.base_quaternion, jnp.asarray(unit[:3]), jnp.asarray(unit[3:6]), state.q, jnp.asarray(unit[6:]))
+        moved = sdjax.State(
+            state.base_position,
+            state.base_quaternion,
+            jnp.asarray(unit[:3]),
+            jnp.asarray(unit[3:6]),
+            state.q,
+            jnp.asarray(unit[6:]),
+        )
         columns.append(pinocchio_from_state(info, pm, moved)[1])
     return np.stack(columns, axis=1)
 
@@ -143,7 +150,9 @@ def check_mimic(path: str, pin, num_states: int) -> float:
             q_pin[i : i + nq] = q_full[i_full : i_full + nq]
         t = velocity_map(info, pm_full, state)[:, model.velocity_indices]
         result = constraints.constrained_forward_dynamics(model, state, jnp.zeros(model.num_joints), info.couplings)
-        a_sd = t @ np.asarray(sdjax.model.free_coordinates(model, jnp.concatenate([result.base_acceleration, result.qdd])))
+        a_sd = t @ np.asarray(
+            sdjax.model.free_coordinates(model, jnp.concatenate([result.base_acceleration, result.qdd]))
+        )
         data = pm.createData()
         m = pin.crba(pm, data, q_pin)
         m = np.triu(m) + np.triu(m, 1).T
@@ -173,7 +182,11 @@ def check_file(path: str, pin, num_states: int, rollout: bool) -> dict:
     if model.base == "planar":  # (Pinocchio's URDF reader has no planar root joint)
         row.update(h_err=float("nan"), fd_err=float("nan"))
         return row
-    pm = pin.buildModelFromUrdf(path, pin.JointModelFreeFlyer()) if model.base == "floating" else pin.buildModelFromUrdf(path)
+    pm = (
+        pin.buildModelFromUrdf(path, pin.JointModelFreeFlyer())
+        if model.base == "floating"
+        else pin.buildModelFromUrdf(path)
+    )
     pm.gravity = pin.Motion(GRAVITY, np.zeros(3))
     data = pm.createData()
     h_err, a_err = 0.0, 0.0
@@ -192,7 +205,11 @@ def check_file(path: str, pin, num_states: int, rollout: bool) -> dict:
         state = random_state(model, 99, rate=0.5)
 
         def finite(integrator: str) -> bool:
-            return bool(np.all(np.isfinite(np.asarray(sdjax.rollout(model, state, 1e-3, 1000, integrator=integrator).states.qd))))
+            return bool(
+                np.all(
+                    np.isfinite(np.asarray(sdjax.rollout(model, state, 1e-3, 1000, integrator=integrator).states.qd))
+                )
+            )
 
         row["rollout_finite"] = finite("rk4")
         row["auto"] = "rk4" if 1e-3 <= sdjax.max_stable_step(model, state) else "implicit"
@@ -220,7 +237,8 @@ def main() -> None:
         f"# example-robot-data 6.0.0: {len(rows)} URDF files with sdjax {sdjax.__version__} defaults",
         "",
         f"Loaded {len(loaded)}; refused {len(rows) - len(loaded)}: "
-        + ", ".join(f"{count} {reason}" for reason, count in refused.most_common()) + ".",
+        + ", ".join(f"{count} {reason}" for reason, count in refused.most_common())
+        + ".",
         f"Largest relative error against Pinocchio's parser (float64): inertia matrix "
         f"{max((r['h_err'] for r in loaded), default=0):.1e}, forward dynamics at rest under gravity "
         f"{max((r['fd_err'] for r in loaded), default=0):.1e}.",
@@ -233,16 +251,26 @@ def main() -> None:
             f"The {len(mimic)} files with `<mimic>` joints load with `import_urdf(..., mimic='constraints')` (couplings as "
             f"`sdjax.constraints.JointCoupling`); constrained forward dynamics at rest under gravity against Pinocchio's mimic "
             f"model on the {len(compared)} that Pinocchio 4.1 builds: largest relative error {max(compared, default=float('nan')):.1e}."
-            + (f" {len(broken)} more stay refused with that option (reasons in the table: {', '.join(r['file'] for r in broken)})." if broken else "")
+            + (
+                f" {len(broken)} more stay refused with that option (reasons in the table: {', '.join(r['file'] for r in broken)})."
+                if broken
+                else ""
+            )
         )
     if not args.no_rollout:
         bad = [r["file"] for r in loaded if not r["rollout_finite"]]
-        lines.append(f"1 s unforced RK4 rollout at dt = 1 ms: {len(loaded) - len(bad)} of {len(loaded)} finite" + (f" (not: {', '.join(bad)})" if bad else "") + ".")
+        lines.append(
+            f"1 s unforced RK4 rollout at dt = 1 ms: {len(loaded) - len(bad)} of {len(loaded)} finite"
+            + (f" (not: {', '.join(bad)})" if bad else "")
+            + "."
+        )
         implicit = [r["file"] for r in loaded if r["auto"] == "implicit"]
         bad = [r["file"] for r in loaded if not r["auto_finite"]]
         lines.append(
             f"With `sdjax simulate`'s default choice (implicit passive joint terms on the {len(implicit)} files whose largest stable RK4 "
-            f"step is below 1 ms): {len(loaded) - len(bad)} of {len(loaded)} finite" + (f" (not: {', '.join(bad)})" if bad else "") + "."
+            f"step is below 1 ms): {len(loaded) - len(bad)} of {len(loaded)} finite"
+            + (f" (not: {', '.join(bad)})" if bad else "")
+            + "."
         )
     lines += [
         "", f"Run time {time.perf_counter() - t0:.0f} s.", "",
@@ -253,11 +281,21 @@ def main() -> None:
         if r["status"] == "loaded":
             finite = r.get("rollout_finite", "")
             auto = f"{r['auto']}: {r['auto_finite']}" if "auto" in r else ""
-            lines.append(f"| {r['file']} | loaded | {r['dof']} | {r['frames']} | {r['h_err']:.1e} | {r['fd_err']:.1e} | {finite} | {auto} | |")
+            lines.append(
+                f"| {r['file']} | loaded | {r['dof']} | {r['frames']} | {r['h_err']:.1e} | {r['fd_err']:.1e} | {finite} | {auto} | |"
+            )
         else:
-            mimic_note = f" (with mimic='constraints': FD rel. err {r['mimic_fd_err']:.1e} against Pinocchio's mimic model)" if "mimic_fd_err" in r else ""
-            mimic_note += f" (with mimic='constraints': {r['mimic_refused'].replace('|', '/')})" if "mimic_refused" in r else ""
-            lines.append(f"| {r['file']} | refused | | | | | | | {r['reason']}{mimic_note}: {r['message'].replace('|', '/')} |")
+            mimic_note = (
+                f" (with mimic='constraints': FD rel. err {r['mimic_fd_err']:.1e} against Pinocchio's mimic model)"
+                if "mimic_fd_err" in r
+                else ""
+            )
+            mimic_note += (
+                f" (with mimic='constraints': {r['mimic_refused'].replace('|', '/')})" if "mimic_refused" in r else ""
+            )
+            lines.append(
+                f"| {r['file']} | refused | | | | | | | {r['reason']}{mimic_note}: {r['message'].replace('|', '/')} |"
+            )
     out = HERE / "results" / "real_urdfs.md"
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:6]))

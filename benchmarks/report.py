@@ -30,10 +30,20 @@ def machine_line(data: dict) -> str:
 def dynamics_tables(data: dict) -> str:
     """One table per model: sdjax per batch beside Pinocchio per sample (Python loop) and
     Pinocchio's threaded batch call at the same batch, with both ratios."""
-    out = [f"Machine: {machine_line(data)}; Pinocchio {data['machine'].get('pinocchio')}", ""] + ([data["note"], ""] if "note" in data else [])
+    out = [f"Machine: {machine_line(data)}; Pinocchio {data['machine'].get('pinocchio')}", ""] + (
+        [data["note"], ""] if "note" in data else []
+    )
     rows = data["results"]
-    per_sample = {(r["model"], r["algorithm"]): r["evals_per_second"] for r in rows if r["engine"] == "pinocchio (per-sample Python)"}
-    threaded = {(r["model"], r["algorithm"], r["batch"]): r for r in rows if r["engine"].startswith("pinocchio") and "InParallel" in r["engine"]}
+    per_sample = {
+        (r["model"], r["algorithm"]): r["evals_per_second"]
+        for r in rows
+        if r["engine"] == "pinocchio (per-sample Python)"
+    }
+    threaded = {
+        (r["model"], r["algorithm"], r["batch"]): r
+        for r in rows
+        if r["engine"].startswith("pinocchio") and "InParallel" in r["engine"]
+    }
     for model in dict.fromkeys(r["model"] for r in rows):
         body = []
         for r in rows:
@@ -42,27 +52,83 @@ def dynamics_tables(data: dict) -> str:
             loop = per_sample.get((model, r["algorithm"]), "")
             parallel = threaded.get((model, r["algorithm"], r["batch"]), {}).get("evals_per_second", "")
             path = "XLA" if "XLA" in r["engine"] else "chunked (before)" if "chunked" in r["engine"] else "default"
-            body.append([r["algorithm"], path, r["dtype"], r["batch"], r["evals_per_second"], loop, r.get("ratio_to_pinocchio", ""), parallel, r["evals_per_second"] / parallel if parallel else ""])
-        headers = ["algorithm", "sdjax path", "dtype", "batch", "sdjax evals/s", "Pinocchio loop evals/s", "x loop", "Pinocchio threaded evals/s", "x threaded"]
+            body.append(
+                [
+                    r["algorithm"],
+                    path,
+                    r["dtype"],
+                    r["batch"],
+                    r["evals_per_second"],
+                    loop,
+                    r.get("ratio_to_pinocchio", ""),
+                    parallel,
+                    r["evals_per_second"] / parallel if parallel else "",
+                ]
+            )
+        headers = [
+            "algorithm",
+            "sdjax path",
+            "dtype",
+            "batch",
+            "sdjax evals/s",
+            "Pinocchio loop evals/s",
+            "x loop",
+            "Pinocchio threaded evals/s",
+            "x threaded",
+        ]
         out += [f"**{model}**", "", table(headers, body), ""]
     return "\n".join(out)
 
 
 def rollout_table(data: dict) -> str:
     body = [
-        [r["dtype"], r["batch"], r["steps"], r["sdjax_steps_per_second"], r.get("mujoco_steps_per_second", ""), r.get("ratio_to_mujoco", ""), r.get("mjx_steps_per_second", ""), r.get("ratio_to_mjx", ""), r.get("sdjax_compile_seconds", ""), r.get("mjx_compile_seconds", "")]
+        [
+            r["dtype"],
+            r["batch"],
+            r["steps"],
+            r["sdjax_steps_per_second"],
+            r.get("mujoco_steps_per_second", ""),
+            r.get("ratio_to_mujoco", ""),
+            r.get("mjx_steps_per_second", ""),
+            r.get("ratio_to_mjx", ""),
+            r.get("sdjax_compile_seconds", ""),
+            r.get("mjx_compile_seconds", ""),
+        ]
         for r in data["results"]
     ]
     threads = next((r["mujoco_threads"] for r in data["results"] if "mujoco_threads" in r), "?")
     note = f"{data['note']}\n\n" if "note" in data else ""
-    return f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')} (`rollout` on {threads} threads, RK4, float64)\n\n{note}" + table(
-        ["dtype", "batch", "steps", "sdjax steps/s", "MuJoCo rollout steps/s", "x MuJoCo", "MJX steps/s", "x MJX", "sdjax compile s", "MJX compile s"], body
+    return (
+        f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')} (`rollout` on {threads} threads, RK4, float64)\n\n{note}"
+        + table(
+            [
+                "dtype",
+                "batch",
+                "steps",
+                "sdjax steps/s",
+                "MuJoCo rollout steps/s",
+                "x MuJoCo",
+                "MJX steps/s",
+                "x MJX",
+                "sdjax compile s",
+                "MJX compile s",
+            ],
+            body,
+        )
     )
 
 
 def compile_table(data: dict) -> str:
     body = [
-        [r["links"], r["forward_dynamics_compile_seconds"], r["rollout_compile_seconds"], r["inverse_dynamics_run_seconds"] * 1e6, r["inverse_dynamics_run_seconds_per_link"] * 1e6, r["forward_dynamics_run_seconds"] * 1e6, r["inertia_matrix_run_seconds"] * 1e6]
+        [
+            r["links"],
+            r["forward_dynamics_compile_seconds"],
+            r["rollout_compile_seconds"],
+            r["inverse_dynamics_run_seconds"] * 1e6,
+            r["inverse_dynamics_run_seconds_per_link"] * 1e6,
+            r["forward_dynamics_run_seconds"] * 1e6,
+            r["inertia_matrix_run_seconds"] * 1e6,
+        ]
         for r in data["results"]
     ]
     return f"Machine: {machine_line(data)}; rollout of {data['rollout_steps']} RK4 steps\n\n" + table(
@@ -71,7 +137,18 @@ def compile_table(data: dict) -> str:
 
 
 def gradient_table(data: dict) -> str:
-    body = [[r.get("batch", 1), r["kind"], r["checkpoint"], r["steps"], r.get("seconds", ""), r.get("ratio_to_forward", ""), (r["peak_bytes"] or 0) / 2**20] for r in data["results"]]
+    body = [
+        [
+            r.get("batch", 1),
+            r["kind"],
+            r["checkpoint"],
+            r["steps"],
+            r.get("seconds", ""),
+            r.get("ratio_to_forward", ""),
+            (r["peak_bytes"] or 0) / 2**20,
+        ]
+        for r in data["results"]
+    ]
     return f"Machine: {machine_line(data)}; {data['model']}, parameters: {data['parameters']}\n\n" + table(
         ["batch", "kind", "checkpoint", "steps", "seconds", "x forward", "peak MiB"], body
     )
@@ -88,10 +165,21 @@ def plot(data: dict, path: pathlib.Path) -> None:
     for ax, algo in zip(axes, ("forward_dynamics", "inverse_dynamics", "inertia_matrix")):
         for model in dict.fromkeys(r["model"] for r in rows):
             for dtype, style in (("float64", "-o"), ("float32", "--s")):
-                pts = [(r["batch"], r["evals_per_second"]) for r in rows if r["model"] == model and r["algorithm"] == algo and r["dtype"] == dtype and r["engine"] == "sdjax (jit + vmap)"]
+                pts = [
+                    (r["batch"], r["evals_per_second"])
+                    for r in rows
+                    if r["model"] == model
+                    and r["algorithm"] == algo
+                    and r["dtype"] == dtype
+                    and r["engine"] == "sdjax (jit + vmap)"
+                ]
                 if pts:
                     ax.plot(*zip(*pts), style, label=f"sdjax {model} {dtype}")
-            pin = [r["evals_per_second"] for r in rows if r["model"] == model and r["algorithm"] == algo and r["engine"] == "pinocchio (per-sample Python)"]
+            pin = [
+                r["evals_per_second"]
+                for r in rows
+                if r["model"] == model and r["algorithm"] == algo and r["engine"] == "pinocchio (per-sample Python)"
+            ]
             if pin:
                 ax.axhline(pin[0], color="gray", lw=1, ls=":")
                 ax.text(1, pin[0] * 1.05, f"Pinocchio {model}", fontsize=7, color="gray")
@@ -125,7 +213,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", action="store_true", help="write the tables into benchmarks/README.md")
     args = parser.parse_args()
-    sections = [("Dynamics", "dynamics", dynamics_tables), ("Dynamics (GPU)", "dynamics_gpu", dynamics_tables), ("Rollout", "rollout", rollout_table), ("Rollout (GPU)", "rollout_gpu", rollout_table), ("Compile time and scaling", "compile", compile_table), ("Gradient of a rollout", "gradient", gradient_table)]
+    sections = [
+        ("Dynamics", "dynamics", dynamics_tables),
+        ("Dynamics (GPU)", "dynamics_gpu", dynamics_tables),
+        ("Rollout", "rollout", rollout_table),
+        ("Rollout (GPU)", "rollout_gpu", rollout_table),
+        ("Compile time and scaling", "compile", compile_table),
+        ("Gradient of a rollout", "gradient", gradient_table),
+    ]
     tables = []
     for title, name, render in sections:
         data = load(name)

@@ -109,7 +109,9 @@ def float_array(
         arr = jnp.asarray(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: expected numbers, got {type(value).__name__} {value!r}") from None
-    if not (jnp.issubdtype(arr.dtype, jnp.number) or jnp.issubdtype(arr.dtype, jnp.bool_)) or jnp.issubdtype(arr.dtype, jnp.complexfloating):
+    if not (jnp.issubdtype(arr.dtype, jnp.number) or jnp.issubdtype(arr.dtype, jnp.bool_)) or jnp.issubdtype(
+        arr.dtype, jnp.complexfloating
+    ):
         raise TypeError(f"{name}: expected real numbers, got dtype {arr.dtype}")
     if dtype is not None:
         arr = arr.astype(dtype)
@@ -132,7 +134,9 @@ def float_array(
         elif sign == "non-negative":
             bad |= values < 0
         if np.any(bad):
-            rule = " and ".join(filter(None, [sign, "finite" if finite and not allow_inf else ""])) + (" (or inf)" if allow_inf else "")
+            rule = " and ".join(filter(None, [sign, "finite" if finite and not allow_inf else ""])) + (
+                " (or inf)" if allow_inf else ""
+            )
             raise ValueError(f"{name}: must be {rule or 'real numbers'}, got {values.tolist()}")
     return arr
 

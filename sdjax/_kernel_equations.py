@@ -57,12 +57,36 @@ def scratch(n, nv, dtype_of):  # pragma: no cover - compiled by Numba; results t
 
 @_jit
 def forward_dynamics_range(
-    parent, revolute, free, end_point_link,
-    quaternion, linear_velocity, angular_velocity, q, qd,
-    base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
-    centroid_to_end_point, stiffness, damping, gravity,
-    step, tau, base_force, base_torque, end_point_force, end_point_torque,
-    acceleration_out, factor_out, start, stop,
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    step,
+    tau,
+    base_force,
+    base_torque,
+    end_point_force,
+    end_point_torque,
+    acceleration_out,
+    factor_out,
+    start,
+    stop,
 ):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
     """Forward dynamics of the samples ``start <= b < stop`` of a batch of ``B``.
 
@@ -85,7 +109,9 @@ def forward_dynamics_range(
     allocated per call, not passed in: measured 7 % faster on a 13-DOF arm (the compiler then
     knows they alias nothing), and 25 % faster than calling a per-sample function.
     """
-    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(parent.shape[0], free.shape[0], q)
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(
+        parent.shape[0], free.shape[0], q
+    )
     n = parent.shape[0]
     nv = free.shape[0]
     ne = end_point_link.shape[0]
@@ -200,7 +226,11 @@ def forward_dynamics_range(
             # world = A I A^T (symmetrised).
             for r in range(3):
                 for k in range(3):
-                    tmp[r, k] = rot[body, r, 0] * inertia[0, k] + rot[body, r, 1] * inertia[1, k] + rot[body, r, 2] * inertia[2, k]
+                    tmp[r, k] = (
+                        rot[body, r, 0] * inertia[0, k]
+                        + rot[body, r, 1] * inertia[1, k]
+                        + rot[body, r, 2] * inertia[2, k]
+                    )
             for r in range(3):
                 for k in range(r, 3):
                     value = tmp[r, 0] * rot[body, k, 0] + tmp[r, 1] * rot[body, k, 1] + tmp[r, 2] * rot[body, k, 2]
@@ -303,8 +333,14 @@ def forward_dynamics_range(
                 h[6 + i, 6 + k] = 0.0
             j = i
             while True:
-                value = (axis[j, 0] * ang0 + axis[j, 1] * ang1 + axis[j, 2] * ang2
-                         + axis[j, 3] * lin0 + axis[j, 4] * lin1 + axis[j, 5] * lin2)
+                value = (
+                    axis[j, 0] * ang0
+                    + axis[j, 1] * ang1
+                    + axis[j, 2] * ang2
+                    + axis[j, 3] * lin0
+                    + axis[j, 4] * lin1
+                    + axis[j, 5] * lin2
+                )
                 h[6 + i, 6 + j] = value
                 h[6 + j, 6 + i] = value
                 if parent[j] == 0:
@@ -343,21 +379,68 @@ def forward_dynamics_range(
 
 @_jit
 def forward_dynamics(
-    parent, revolute, free, end_point_link,
-    quaternion, linear_velocity, angular_velocity, q, qd,
-    base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
-    centroid_to_end_point, stiffness, damping, gravity,
-    tau, base_force, base_torque, end_point_force, end_point_torque,
-    acceleration_out, factor_out, start, stop,
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    tau,
+    base_force,
+    base_torque,
+    end_point_force,
+    end_point_torque,
+    acceleration_out,
+    factor_out,
+    start,
+    stop,
 ):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
     """:func:`forward_dynamics_range` of held loads (a step axis of 1)."""
     forward_dynamics_range(
-        parent, revolute, free, end_point_link,
-        quaternion, linear_velocity, angular_velocity, q, qd,
-        base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
-        centroid_to_end_point, stiffness, damping, gravity,
-        0, tau, base_force, base_torque, end_point_force, end_point_torque,
-        acceleration_out, factor_out, start, stop,
+        parent,
+        revolute,
+        free,
+        end_point_link,
+        quaternion,
+        linear_velocity,
+        angular_velocity,
+        q,
+        qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        0,
+        tau,
+        base_force,
+        base_torque,
+        end_point_force,
+        end_point_torque,
+        acceleration_out,
+        factor_out,
+        start,
+        stop,
     )
 
 
@@ -384,12 +467,36 @@ _ROLLOUT_BLOCK = 32
 
 @_jit
 def rk4_rollout(
-    parent, revolute, free, end_point_link,
-    position, quaternion, linear_velocity, angular_velocity, q, qd,
-    base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
-    centroid_to_end_point, stiffness, damping, gravity,
-    tau, base_force, base_torque, end_point_force, end_point_torque, dt,
-    states_out, start, stop,
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    position,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    tau,
+    base_force,
+    base_torque,
+    end_point_force,
+    end_point_torque,
+    dt,
+    states_out,
+    start,
+    stop,
 ):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
     """Open-loop RK4 rollouts of the samples ``start <= b < stop``: ``states_out (B, N, 13 +
     2 n)`` receives the state after each of the ``N`` steps, packed as ``[r0, quat, v0, w0, q,
@@ -420,7 +527,14 @@ def rk4_rollout(
     acceleration = np.zeros((count, 6 + n), dtype)
     no_factor = np.zeros((0, nv, nv), dtype)
     for b in range(start, stop):
-        bp, bq, bv, bw, bj, bd = _pick(b, position), _pick(b, quaternion), _pick(b, linear_velocity), _pick(b, angular_velocity), _pick(b, q), _pick(b, qd)
+        bp, bq, bv, bw, bj, bd = (
+            _pick(b, position),
+            _pick(b, quaternion),
+            _pick(b, linear_velocity),
+            _pick(b, angular_velocity),
+            _pick(b, q),
+            _pick(b, qd),
+        )
         for a in range(3):
             y[b, a] = position[bp, a]
             y[b, 7 + a] = linear_velocity[bv, a]
@@ -450,19 +564,48 @@ def rk4_rollout(
                         stage_q[b, a] = y[b, 13 + a] + c * rate[b, 13 + a]
                         stage_qd[b, a] = y[b, 13 + n + a] + c * rate[b, 13 + n + a]
                 forward_dynamics_range(
-                    parent, revolute, free, end_point_link,
-                    stage_quaternion, stage_v0, stage_w0, stage_q, stage_qd,
-                    base_mass, base_inertia, link_mass, link_inertia, joint_frame, parent_to_joint, centroid_to_joint,
-                    centroid_to_end_point, stiffness, damping, gravity,
-                    step, tau, base_force, base_torque, end_point_force, end_point_torque,
-                    acceleration, no_factor, lo, hi,
+                    parent,
+                    revolute,
+                    free,
+                    end_point_link,
+                    stage_quaternion,
+                    stage_v0,
+                    stage_w0,
+                    stage_q,
+                    stage_qd,
+                    base_mass,
+                    base_inertia,
+                    link_mass,
+                    link_inertia,
+                    joint_frame,
+                    parent_to_joint,
+                    centroid_to_joint,
+                    centroid_to_end_point,
+                    stiffness,
+                    damping,
+                    gravity,
+                    step,
+                    tau,
+                    base_force,
+                    base_torque,
+                    end_point_force,
+                    end_point_torque,
+                    acceleration,
+                    no_factor,
+                    lo,
+                    hi,
                 )
                 weight = _RK4_WEIGHTS[k]
                 for b in range(lo, hi):
                     # State derivative (sdjax.integrate.state_derivative): dr0/dt = v0,
                     # dquat/dt = 1/2 [w0, 0] * quat, the accelerations, dq/dt = qd.
                     wx, wy, wz = stage_w0[b, 0], stage_w0[b, 1], stage_w0[b, 2]
-                    x, yq, z, w = stage_quaternion[b, 0], stage_quaternion[b, 1], stage_quaternion[b, 2], stage_quaternion[b, 3]
+                    x, yq, z, w = (
+                        stage_quaternion[b, 0],
+                        stage_quaternion[b, 1],
+                        stage_quaternion[b, 2],
+                        stage_quaternion[b, 3],
+                    )
                     rate[b, 3] = 0.5 * (w * wx + wy * z - wz * yq)
                     rate[b, 4] = 0.5 * (w * wy + wz * x - wx * z)
                     rate[b, 5] = 0.5 * (w * wz + wx * yq - wy * x)

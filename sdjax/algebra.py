@@ -61,7 +61,13 @@ def _matmul3_components(a: Array, b: Array) -> Array:
     """``a @ b`` for ``(..., 3, 3)`` matrices (broadcasting leading axes)."""
     return jnp.stack(
         [
-            jnp.stack([a[..., i, 0] * b[..., 0, j] + a[..., i, 1] * b[..., 1, j] + a[..., i, 2] * b[..., 2, j] for j in range(3)], axis=-1)
+            jnp.stack(
+                [
+                    a[..., i, 0] * b[..., 0, j] + a[..., i, 1] * b[..., 1, j] + a[..., i, 2] * b[..., 2, j]
+                    for j in range(3)
+                ],
+                axis=-1,
+            )
             for i in range(3)
         ],
         axis=-2,
@@ -70,7 +76,9 @@ def _matmul3_components(a: Array, b: Array) -> Array:
 
 def _matvec3_components(a: Array, v: Array) -> Array:
     """``a @ v`` for ``(..., 3, 3)`` matrices and ``(..., 3)`` vectors."""
-    return jnp.stack([a[..., i, 0] * v[..., 0] + a[..., i, 1] * v[..., 1] + a[..., i, 2] * v[..., 2] for i in range(3)], axis=-1)
+    return jnp.stack(
+        [a[..., i, 0] * v[..., 0] + a[..., i, 1] * v[..., 1] + a[..., i, 2] * v[..., 2] for i in range(3)], axis=-1
+    )
 
 
 def _cross3_value(a: Array, b: Array) -> Array:

@@ -79,7 +79,9 @@ def _equations() -> Any:
 
 @functools.cache
 def _threads() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(max_workers=max(1, _thread_count() - 1), thread_name_prefix="sdjax-kernel")
+    return concurrent.futures.ThreadPoolExecutor(
+        max_workers=max(1, _thread_count() - 1), thread_name_prefix="sdjax-kernel"
+    )
 
 
 def _thread_count() -> int:
@@ -96,14 +98,28 @@ def _thread_count() -> int:
 def _model_leaves(model: Any) -> list[Any]:
     """The model's inputs of the kernels, in their argument order."""
     return [
-        model.base_mass, model.base_inertia, model.link_mass, model.link_inertia,
-        model.joint_rpy, model.parent_centroid_to_joint, model.centroid_to_joint,
-        model.centroid_to_end_point, model.joint_stiffness, model.joint_damping, model.gravity,
+        model.base_mass,
+        model.base_inertia,
+        model.link_mass,
+        model.link_inertia,
+        model.joint_rpy,
+        model.parent_centroid_to_joint,
+        model.centroid_to_joint,
+        model.centroid_to_end_point,
+        model.joint_stiffness,
+        model.joint_damping,
+        model.gravity,
     ]
 
 
 def _controls_leaves(controls: Any) -> list[Any]:
-    return [controls.tau, controls.base_force, controls.base_torque, controls.end_point_force, controls.end_point_torque]
+    return [
+        controls.tau,
+        controls.base_force,
+        controls.base_torque,
+        controls.end_point_force,
+        controls.end_point_torque,
+    ]
 
 
 def _topology(model: Any) -> tuple[np.ndarray, ...]:
@@ -119,8 +135,14 @@ def _topology(model: Any) -> tuple[np.ndarray, ...]:
 
 
 def _call(
-    kernel_name: str, axis_size: int, topology: tuple, leaves: list[Any], is_batched: list[bool],
-    dtype: Any, results: list[jax.ShapeDtypeStruct], prepare_outputs: Any,
+    kernel_name: str,
+    axis_size: int,
+    topology: tuple,
+    leaves: list[Any],
+    is_batched: list[bool],
+    dtype: Any,
+    results: list[jax.ShapeDtypeStruct],
+    prepare_outputs: Any,
 ) -> list[Array]:
     """Runs the kernel ``kernel_name`` of :mod:`sdjax._kernel_equations` on a batch of
     ``axis_size`` samples through one ``jax.pure_callback``.
@@ -143,10 +165,15 @@ def _call(
     def host(batched_numbers: np.ndarray, shared_numbers: np.ndarray) -> list[np.ndarray]:
         # Under further vmaps (vmap_method="broadcast_all") both carry the same extra leading
         # axes: each outer index is a separate batch of B.
-        batched_numbers, shared_numbers = np.asarray(batched_numbers), np.asarray(shared_numbers)  # (zero-copy on the CPU)
+        batched_numbers, shared_numbers = (
+            np.asarray(batched_numbers),
+            np.asarray(shared_numbers),
+        )  # (zero-copy on the CPU)
         outer = batched_numbers.shape[:-2]
         batched_numbers = batched_numbers.reshape((-1,) + batched_numbers.shape[-2:])
-        shared_numbers = np.broadcast_to(shared_numbers, outer + shared_numbers.shape[-1:]).reshape(-1, shared_numbers.shape[-1])
+        shared_numbers = np.broadcast_to(shared_numbers, outer + shared_numbers.shape[-1:]).reshape(
+            -1, shared_numbers.shape[-1]
+        )
         outputs = [np.empty((len(batched_numbers),) + r.shape, r.dtype) for r in results]
         for k in range(len(batched_numbers)):
             arrays, column, offset = [], 0, 0
@@ -155,12 +182,26 @@ def _call(
                 # Contiguous and writable, always: Numba compiles one kernel per array type, and
                 # views of XLA's buffers are read-only.
                 if b:
-                    arrays.append(np.require(batched_numbers[k, :, column : column + size], requirements=["C", "W"]).reshape((axis_size,) + shape))
+                    arrays.append(
+                        np.require(batched_numbers[k, :, column : column + size], requirements=["C", "W"]).reshape(
+                            (axis_size,) + shape
+                        )
+                    )
                     column += size
                 else:
-                    arrays.append(np.require(shared_numbers[k, offset : offset + size], requirements=["C", "W"]).reshape((1,) + shape))
+                    arrays.append(
+                        np.require(shared_numbers[k, offset : offset + size], requirements=["C", "W"]).reshape(
+                            (1,) + shape
+                        )
+                    )
                     offset += size
-            _run(getattr(_equations(), kernel_name), axis_size, topology, arrays, prepare_outputs([o[k] for o in outputs]))
+            _run(
+                getattr(_equations(), kernel_name),
+                axis_size,
+                topology,
+                arrays,
+                prepare_outputs([o[k] for o in outputs]),
+            )
         return [o.reshape(outer + o.shape[1:]) for o in outputs]
 
     return jax.pure_callback(host, results, packed_batched, packed_shared, vmap_method="broadcast_all")
@@ -191,8 +232,13 @@ def solve_forward_dynamics(
     dtype = jnp.result_type(model.joint_rpy, state.q, state.base_quaternion)
     flags = _flags((model, state, controls), batched)
     leaves = [
-        state.base_quaternion, state.base_linear_velocity, state.base_angular_velocity, state.q, state.qd,
-        *_model_leaves(model), *_controls_leaves(controls),
+        state.base_quaternion,
+        state.base_linear_velocity,
+        state.base_angular_velocity,
+        state.q,
+        state.qd,
+        *_model_leaves(model),
+        *_controls_leaves(controls),
     ]
     is_batched = [bool(flags[id(x)]) for x in leaves]
     # The fixed rotation Rx Ry Rz of each joint frame replaces its RPY angles (computed once
@@ -235,13 +281,22 @@ def rk4_rollout(axis_size: int, model: Any, state: Any, dt: Any, controls: Any, 
     """
     dtype = jnp.result_type(model.joint_rpy, state.q, state.base_quaternion)
     flags = _flags((model, state, dt, controls), batched)
-    state_leaves = [state.base_position, state.base_quaternion, state.base_linear_velocity, state.base_angular_velocity, state.q, state.qd]
+    state_leaves = [
+        state.base_position,
+        state.base_quaternion,
+        state.base_linear_velocity,
+        state.base_angular_velocity,
+        state.q,
+        state.qd,
+    ]
     leaves = [*state_leaves, *_model_leaves(model), *_controls_leaves(controls), dt]
     is_batched = [bool(flags[id(x)]) for x in leaves]
     leaves[10] = rpy_to_matrix(jnp.asarray(leaves[10], dtype))
     num_steps = controls.tau.shape[1 if flags[id(controls.tau)] else 0]
     results = [jax.ShapeDtypeStruct((axis_size, num_steps, 13 + 2 * model.num_joints), dtype)]
-    out = _call("rk4_rollout", axis_size, _topology(model), leaves, is_batched, dtype, results, lambda buffers: (buffers[0],))
+    out = _call(
+        "rk4_rollout", axis_size, _topology(model), leaves, is_batched, dtype, results, lambda buffers: (buffers[0],)
+    )
     return out[0]
 
 
@@ -261,7 +316,9 @@ def _run(kernel: Callable[..., Any], count: int, topology: tuple, arrays: list, 
             kernel(*topology, *arrays, *outputs, 0, count)
             return
         # The other ranges on the pool, the first on this thread.
-        futures = [_threads().submit(kernel, *topology, *arrays, *outputs, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+        futures = [
+            _threads().submit(kernel, *topology, *arrays, *outputs, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])
+        ]
         kernel(*topology, *arrays, *outputs, bounds[0], bounds[1])
         for future in futures:
             future.result()

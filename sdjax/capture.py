@@ -71,20 +71,30 @@ class BodyFrame(eqx.Module):
             raise ValueError(f"BodyFrame.body: body index out of range, got {body!r} (0 = base, 1..n = links)")
         self.body = int(body)
         self.offset = jnp.zeros(3) if offset is None else jnp.asarray(offset, jnp.result_type(float))
-        self.rotation = jnp.eye(3, dtype=self.offset.dtype) if rotation is None else jnp.asarray(rotation, self.offset.dtype)
+        self.rotation = (
+            jnp.eye(3, dtype=self.offset.dtype) if rotation is None else jnp.asarray(rotation, self.offset.dtype)
+        )
         if self.offset.shape != (3,) or self.rotation.shape != (3, 3):
-            raise ValueError(f"BodyFrame: offset must be (3,) and rotation (3, 3), got {self.offset.shape} and {self.rotation.shape}")
+            raise ValueError(
+                f"BodyFrame: offset must be (3,) and rotation (3, 3), got {self.offset.shape} and {self.rotation.shape}"
+            )
 
     @classmethod
     def end_point(cls, model: Model, index: int = 0) -> BodyFrame:
         """The frame of end point ``index`` of ``model`` (its link, offset and RPY rotation)."""
         if not 0 <= index < model.num_end_points:
-            raise ValueError(f"BodyFrame.end_point: end point {index} out of range for model {model.name!r} ({model.num_end_points} end points)")
-        return cls(model.end_point_link[index], model.centroid_to_end_point[index], rpy_to_matrix(model.end_point_rpy[index]))
+            raise ValueError(
+                f"BodyFrame.end_point: end point {index} out of range for model {model.name!r} ({model.num_end_points} end points)"
+            )
+        return cls(
+            model.end_point_link[index], model.centroid_to_end_point[index], rpy_to_matrix(model.end_point_rpy[index])
+        )
 
     def check(self, model: Model, name: str) -> None:
         if not 0 <= self.body <= model.num_joints:
-            raise ValueError(f"{name}.body: body index {self.body} out of range for model {model.name!r} (0 = base, 1..{model.num_joints} = links)")
+            raise ValueError(
+                f"{name}.body: body index {self.body} out of range for model {model.name!r} (0 = base, 1..{model.num_joints} = links)"
+            )
 
 
 class _FrameMotion(eqx.Module):
@@ -122,12 +132,24 @@ class VirtualCut(eqx.Module):
     rotational_stiffness: Array
     rotational_damping: Array
 
-    def __init__(self, frame_a: BodyFrame, frame_b: BodyFrame, stiffness: Any, damping: Any = 0.0, rotational_stiffness: Any = 0.0, rotational_damping: Any = 0.0):
+    def __init__(
+        self,
+        frame_a: BodyFrame,
+        frame_b: BodyFrame,
+        stiffness: Any,
+        damping: Any = 0.0,
+        rotational_stiffness: Any = 0.0,
+        rotational_damping: Any = 0.0,
+    ):
         self.frame_a, self.frame_b = frame_a, frame_b
         self.stiffness = float_array("VirtualCut.stiffness", stiffness, shape=(), sign="positive")
         self.damping = float_array("VirtualCut.damping", damping, shape=(), sign="non-negative")
-        self.rotational_stiffness = float_array("VirtualCut.rotational_stiffness", rotational_stiffness, shape=(), sign="non-negative")
-        self.rotational_damping = float_array("VirtualCut.rotational_damping", rotational_damping, shape=(), sign="non-negative")
+        self.rotational_stiffness = float_array(
+            "VirtualCut.rotational_stiffness", rotational_stiffness, shape=(), sign="non-negative"
+        )
+        self.rotational_damping = float_array(
+            "VirtualCut.rotational_damping", rotational_damping, shape=(), sign="non-negative"
+        )
 
 
 class CutLoads(eqx.Module):
@@ -157,7 +179,9 @@ def _cut_loads(cut: VirtualCut, a: _FrameMotion, b: _FrameMotion) -> CutLoads:
     error = pb - pa
     phi = matrix_to_rotation_vector(b.rotation @ a.rotation.T)
     middle = 0.5 * (pa + pb)
-    relative_velocity = point_velocity(b.twist, middle - b.base_position) - point_velocity(a.twist, middle - a.base_position)
+    relative_velocity = point_velocity(b.twist, middle - b.base_position) - point_velocity(
+        a.twist, middle - a.base_position
+    )
     relative_rate = b.twist[:3] - a.twist[:3]
     k, d = cut.stiffness.astype(dtype), cut.damping.astype(dtype)
     kr, dr = cut.rotational_stiffness.astype(dtype), cut.rotational_damping.astype(dtype)
@@ -171,13 +195,17 @@ def _cut_loads(cut: VirtualCut, a: _FrameMotion, b: _FrameMotion) -> CutLoads:
     )
 
 
-def _loads_on(model: Model, state: State, body: int, own_point: Array, middle: Array, forces: Array, torque: Array) -> Controls:
+def _loads_on(
+    model: Model, state: State, body: int, own_point: Array, middle: Array, forces: Array, torque: Array
+) -> Controls:
     zero = jnp.zeros_like(torque)
     return point_loads(model, state, (body, body), jnp.stack([own_point, middle]), forces, jnp.stack([torque, zero]))
 
 
 @eqx.filter_jit
-def cut_loads(model_a: Model, state_a: State, model_b: Model, state_b: State, cut: VirtualCut) -> tuple[Controls, Controls, CutLoads]:
+def cut_loads(
+    model_a: Model, state_a: State, model_b: Model, state_b: State, cut: VirtualCut
+) -> tuple[Controls, Controls, CutLoads]:
     """Generalized forces of a virtual cut between two systems.
 
     Arguments:
@@ -267,7 +295,9 @@ def _normalize_pair(pair: PairState) -> PairState:
 
 
 @eqx.filter_jit
-def pair_rk4_step(robot: Model, target: Model, cut: VirtualCut, pair: PairState, dt: Any, controls: Controls | None = None) -> PairState:
+def pair_rk4_step(
+    robot: Model, target: Model, cut: VirtualCut, pair: PairState, dt: Any, controls: Controls | None = None
+) -> PairState:
     """One classical RK4 step of robot + target coupled by ``cut`` (loads at every stage;
     ``controls`` on the robot held over the step); quaternions normalised at the end."""
     dtype = pair.robot.q.dtype
@@ -358,7 +388,15 @@ def cut_error(robot: Model, target: Model, cut: VirtualCut, pair: PairState) -> 
     return jnp.linalg.norm(loads.position_error), jnp.sqrt(jnp.sum(loads.rotation_error**2))
 
 
-def place_target(robot: Model, robot_state: State, target: Model, cut: VirtualCut, *, angular_velocity: Any = None, handle_velocity: Any = None) -> State:
+def place_target(
+    robot: Model,
+    robot_state: State,
+    target: Model,
+    cut: VirtualCut,
+    *,
+    angular_velocity: Any = None,
+    handle_velocity: Any = None,
+) -> State:
     """A target state whose handle frame (``cut.frame_b``, on the target's base) coincides with
     the robot's grasp frame (``cut.frame_a``): the instant of capture.
 
@@ -381,7 +419,14 @@ def place_target(robot: Model, robot_state: State, target: Model, cut: VirtualCu
     position = handle - base_rotation @ cut.frame_b.offset.astype(dtype)
     w = jnp.zeros(3, dtype) if angular_velocity is None else jnp.asarray(angular_velocity, dtype)
     v = jnp.zeros(3, dtype) if handle_velocity is None else jnp.asarray(handle_velocity, dtype)
-    return make_state(target, base_position=position, base_rotation=base_rotation, base_linear_velocity=v + cross3(w, position - handle), base_angular_velocity=w, dtype=dtype)
+    return make_state(
+        target,
+        base_position=position,
+        base_rotation=base_rotation,
+        base_linear_velocity=v + cross3(w, position - handle),
+        base_angular_velocity=w,
+        dtype=dtype,
+    )
 
 
 class DetumbleLaw(eqx.Module):
@@ -410,7 +455,16 @@ class DetumbleLaw(eqx.Module):
     angular_damping: Array
     end_point: int = eqx.field(static=True)
 
-    def __init__(self, model: Model, kp: Any, kd: Any, q_hold: Any, linear_damping: Any = 0.0, angular_damping: Any = 0.0, end_point: int = 0):
+    def __init__(
+        self,
+        model: Model,
+        kp: Any,
+        kd: Any,
+        q_hold: Any,
+        linear_damping: Any = 0.0,
+        angular_damping: Any = 0.0,
+        end_point: int = 0,
+    ):
         self.model = model
         self.kp = jnp.asarray(kp, model.dtype)
         self.kd = jnp.asarray(kd, model.dtype)
@@ -418,7 +472,9 @@ class DetumbleLaw(eqx.Module):
         if self.q_hold.shape != (model.num_joints,):
             raise ValueError(f"DetumbleLaw.q_hold: expected shape ({model.num_joints},), got {self.q_hold.shape}")
         self.linear_damping = float_array("DetumbleLaw.linear_damping", linear_damping, shape=(), sign="non-negative")
-        self.angular_damping = float_array("DetumbleLaw.angular_damping", angular_damping, shape=(), sign="non-negative")
+        self.angular_damping = float_array(
+            "DetumbleLaw.angular_damping", angular_damping, shape=(), sign="non-negative"
+        )
         for name in ("kp", "kd"):
             if not is_traced(getattr(self, name)) and np.any(np.asarray(getattr(self, name)) < 0):
                 raise ValueError(f"DetumbleLaw.{name}: gains must be non-negative")
@@ -429,8 +485,14 @@ class DetumbleLaw(eqx.Module):
         dtype = state.q.dtype
         jac, _ = task_jacobian(self.model, state, end_point=self.end_point, base="fixed")
         twist = jac @ state.qd
-        gains = jnp.concatenate([jnp.full(3, self.linear_damping.astype(dtype)), jnp.full(3, self.angular_damping.astype(dtype))])
-        return self.kp.astype(dtype) * (self.q_hold.astype(dtype) - state.q) - self.kd.astype(dtype) * state.qd - jac.T @ (gains * twist)
+        gains = jnp.concatenate(
+            [jnp.full(3, self.linear_damping.astype(dtype)), jnp.full(3, self.angular_damping.astype(dtype))]
+        )
+        return (
+            self.kp.astype(dtype) * (self.q_hold.astype(dtype) - state.q)
+            - self.kd.astype(dtype) * state.qd
+            - jac.T @ (gains * twist)
+        )
 
 
 __all__ = [

@@ -81,7 +81,9 @@ def _num_steps(duration: float, dt: float) -> int:
         raise UsageError(f"need dt <= duration, got dt={dt}, duration={duration}")
     ratio = duration / dt
     if not ratio <= MAX_STEPS:
-        raise UsageError(f"duration / dt = {ratio:.3g} steps exceeds the limit of {MAX_STEPS} steps; use a larger --dt or a shorter --duration")
+        raise UsageError(
+            f"duration / dt = {ratio:.3g} steps exceeds the limit of {MAX_STEPS} steps; use a larger --dt or a shorter --duration"
+        )
     return int(round(ratio))
 
 
@@ -173,7 +175,9 @@ def _load_model(spec: str, float32: bool = False, options: dict | None = None):
     elif os.path.exists(spec):
         raise CommandError(f"{spec}: not a model file")
     else:
-        raise CommandError(f"{spec}: no such model file, and not a built-in model ({', '.join(sorted(BUILTIN_MODELS))})")
+        raise CommandError(
+            f"{spec}: no such model file, and not a built-in model ({', '.join(sorted(BUILTIN_MODELS))})"
+        )
     return model.astype(jnp.float32) if float32 else model
 
 
@@ -330,14 +334,24 @@ def _info(args: argparse.Namespace) -> int:
     if passive:
         lines.append("passive joints (stiffness K, damping D):")
         for k in passive:
-            lines.append(f"  {k + 1} {model.link_names[k]}: K = {float(model.joint_stiffness[k]):g}, D = {float(model.joint_damping[k]):g}")
+            lines.append(
+                f"  {k + 1} {model.link_names[k]}: K = {float(model.joint_stiffness[k]):g}, D = {float(model.joint_damping[k]):g}"
+            )
     # Checks: the model passed validation when it was built; then its inertia matrix at q = 0
     # (positive definite and well conditioned, or forward dynamics will fail or lose digits).
     lines.append("checks:")
-    rule = "obeying the triangle inequality" if model.inertia_check == "physical" else "(triangle inequality not required: SpaceDyn's rule)"
+    rule = (
+        "obeying the triangle inequality"
+        if model.inertia_check == "physical"
+        else "(triangle inequality not required: SpaceDyn's rule)"
+    )
     base_rule = "non-negative base mass" if model.base == "fixed" else "positive base mass"
-    lines.append(f"  ok    validation: shapes, parent < link numbering, joint types, {base_rule}, non-negative link masses,")
-    lines.append(f"        symmetric positive-semidefinite link inertia {rule}, non-negative stiffness/damping, finite values")
+    lines.append(
+        f"  ok    validation: shapes, parent < link numbering, joint types, {base_rule}, non-negative link masses,"
+    )
+    lines.append(
+        f"        symmetric positive-semidefinite link inertia {rule}, non-negative stiffness/damping, finite values"
+    )
     state = sdjax.make_state(model)
     h = np.asarray(sdjax.inertia_matrix(model, state), np.float64)
     eig = np.linalg.eigvalsh(0.5 * (h + h.T))
@@ -354,7 +368,11 @@ def _info(args: argparse.Namespace) -> int:
             short = step < SIMULATE_DT
             lines.append(
                 f"  {'WARN' if short else 'ok  '}  largest stable RK4 step of the passive joint terms at q = 0: {step:.3g} s"
-                + (f" (below simulate's default --dt {SIMULATE_DT}: use --dt {0.5 * step:.2g} or smaller, or --integrator implicit)" if short else "")
+                + (
+                    f" (below simulate's default --dt {SIMULATE_DT}: use --dt {0.5 * step:.2g} or smaller, or --integrator implicit)"
+                    if short
+                    else ""
+                )
             )
     print("\n".join(lines))
     return 0
@@ -409,7 +427,9 @@ def _simulate(args: argparse.Namespace) -> int:
         assert target is not None  # (checked above: a controller needs --target)
         reference: sdjax.QuinticJointReference | sdjax.JointReference
         if args.move_time is not None:
-            reference = sdjax.QuinticJointReference(jnp.asarray(start, dtype), jnp.asarray(target, dtype), args.move_time)
+            reference = sdjax.QuinticJointReference(
+                jnp.asarray(start, dtype), jnp.asarray(target, dtype), args.move_time
+            )
         else:
             reference = sdjax.JointReference(jnp.asarray(target, dtype))
         w = args.bandwidth
@@ -436,7 +456,9 @@ def _simulate(args: argparse.Namespace) -> int:
         # RK4 unless the passive joint terms need a shorter step than --dt (URDF damping on
         # light links): then the step with those terms implicit, which is stable at any step.
         integrator = "rk4" if args.dt <= sdjax.max_stable_step(model, state) else "implicit"
-    trajectory = simulate(model, state, args.dt, steps, control, chunk_steps=chunk, progress=progress, integrator=integrator)
+    trajectory = simulate(
+        model, state, args.dt, steps, control, chunk_steps=chunk, progress=progress, integrator=integrator
+    )
     jax.block_until_ready(trajectory)
     wall = time.perf_counter() - t_start
     info.update(
@@ -465,7 +487,9 @@ def _simulate(args: argparse.Namespace) -> int:
         f"  final q [rad|m]: {np.array2string(q[-1], precision=4)}",
     ]
     if target is not None:
-        lines.append(f"  target  [rad|m]: {np.array2string(target, precision=4)}  (largest error {np.max(np.abs(q[-1] - target)):.3g})")
+        lines.append(
+            f"  target  [rad|m]: {np.array2string(target, precision=4)}  (largest error {np.max(np.abs(q[-1] - target)):.3g})"
+        )
     lines += [
         f"  base moved {np.linalg.norm(base_position[-1] - base_position[0]):.4g} m; {_momentum_change(model, p, am)}; "
         f"energy {energy[0]:.4g} -> {energy[-1]:.4g} J",
@@ -497,7 +521,11 @@ def _plot(args: argparse.Namespace) -> int:
         raise CommandError(f"--out {out}: exists and is not a directory")
     paths = plotting.save_time_histories(run.model, run.trajectory, out, run.quantities, dpi=args.dpi)
     if args.animate is not None:
-        paths.append(plotting.animate(run.model, run.trajectory, args.animate, fps=args.fps, speed=args.speed, max_frames=args.max_frames))
+        paths.append(
+            plotting.animate(
+                run.model, run.trajectory, args.animate, fps=args.fps, speed=args.speed, max_frames=args.max_frames
+            )
+        )
     print(f"{run.model.name}: {run.num_steps} steps; wrote")
     print("\n".join(f"  {p}" for p in paths))
     return 0
@@ -519,14 +547,18 @@ def _view(args: argparse.Namespace) -> int:
         raise CommandError(str(err)) from None
     options = _reader_options(args)
     if options and args.model is None:
-        raise UsageError("--base, --inertia-check, --gravity and --end-points apply to --model (a run file carries its model)")
+        raise UsageError(
+            "--base, --inertia-check, --gravity and --end-points apply to --model (a run file carries its model)"
+        )
     runs = [load_run(path) for path in args.runs]
     if args.model is not None:
         model = _load_model(args.model, options=options)
         for path, run in zip(args.runs, runs):
             found = run.model.num_joints
             if found != model.num_joints:
-                raise CommandError(f"{path}: the run has {found} joint coordinates, but --model {args.model} has {model.num_joints} joints")
+                raise CommandError(
+                    f"{path}: the run has {found} joint coordinates, but --model {args.model} has {model.num_joints} joints"
+                )
         models = [model] * len(runs)
     else:
         models = [run.model for run in runs]
@@ -546,7 +578,10 @@ def _view(args: argparse.Namespace) -> int:
     )  # fmt: skip
     drawn = sum(len(robot.shape_nodes) for robot in shown._robots[:1])
     shapes = f", {drawn} of {len(visuals)} visual shapes drawn" if visuals else ""
-    print(f"sdjax view: {', '.join(labels)} ({models[0].name}, {runs[0].num_steps} steps{shapes}) at {shown.url}; Ctrl-C stops", flush=True)
+    print(
+        f"sdjax view: {', '.join(labels)} ({models[0].name}, {runs[0].num_steps} steps{shapes}) at {shown.url}; Ctrl-C stops",
+        flush=True,
+    )
     try:
         shown.wait()
     except KeyboardInterrupt:
@@ -563,13 +598,20 @@ def _view(args: argparse.Namespace) -> int:
 def _add_reader_options(command: argparse.ArgumentParser) -> None:
     """The model reader's options (``sdjax.io.loader.load_model``) on a command."""
     group = command.add_argument_group("model options")
-    group.add_argument("--base", choices=("floating", "planar", "fixed"), help="base mode (default: the file's; URDF: from its root)")
     group.add_argument(
-        "--inertia-check", choices=("physical", "positive_definite"),
+        "--base", choices=("floating", "planar", "fixed"), help="base mode (default: the file's; URDF: from its root)"
+    )
+    group.add_argument(
+        "--inertia-check",
+        choices=("physical", "positive_definite"),
         help="inertia tensors accepted: physical (triangle inequality) or positive_definite (SpaceDyn's rule)",
     )
-    group.add_argument("--gravity", type=_numbers, nargs="+", metavar="G", help="gravity, inertial frame, m/s^2 (3 values)")
-    group.add_argument("--end-points", nargs="+", metavar="LINK", help="URDF links whose frames are the end points, in order")
+    group.add_argument(
+        "--gravity", type=_numbers, nargs="+", metavar="G", help="gravity, inertial frame, m/s^2 (3 values)"
+    )
+    group.add_argument(
+        "--end-points", nargs="+", metavar="LINK", help="URDF links whose frames are the end points, in order"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -606,30 +648,65 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto (default): rk4, or implicit where stiff passive joints need a step below --dt",
     )
-    sim.add_argument("--controller", choices=("none", "pd", "computed-torque"), default="none",
-                     help="none (free motion), pd (joint PD, torque gains) or computed-torque (exact model, floating base)")
+    sim.add_argument(
+        "--controller",
+        choices=("none", "pd", "computed-torque"),
+        default="none",
+        help="none (free motion), pd (joint PD, torque gains) or computed-torque (exact model, floating base)",
+    )
     sim.add_argument("--target", type=_numbers, nargs="+", metavar="Q", help="joint targets, rad or m (n values)")
-    sim.add_argument("--move-time", type=_positive, metavar="T",
-                     help="reach the target along a quintic rest-to-rest path of T s (default: a step)")
-    sim.add_argument("--bandwidth", type=_positive, default=1.0, metavar="W",
-                     help="natural frequency of the default gains, rad/s (critical damping; default 1)")
-    sim.add_argument("--kp", type=_numbers, nargs="+", help="pd stiffness, N m/rad or N/m (1 or n values; default from --bandwidth)")
+    sim.add_argument(
+        "--move-time",
+        type=_positive,
+        metavar="T",
+        help="reach the target along a quintic rest-to-rest path of T s (default: a step)",
+    )
+    sim.add_argument(
+        "--bandwidth",
+        type=_positive,
+        default=1.0,
+        metavar="W",
+        help="natural frequency of the default gains, rad/s (critical damping; default 1)",
+    )
+    sim.add_argument(
+        "--kp", type=_numbers, nargs="+", help="pd stiffness, N m/rad or N/m (1 or n values; default from --bandwidth)"
+    )
     sim.add_argument("--kd", type=_numbers, nargs="+", help="pd damping, N m s/rad or N s/m (1 or n values)")
-    sim.add_argument("--initial-q", type=_numbers, nargs="+", metavar="Q", help="initial joint positions (n values; default 0)")
-    sim.add_argument("--initial-qd", type=_numbers, nargs="+", metavar="QD", help="initial joint rates (n values; default 0)")
-    sim.add_argument("--base-rpy", type=_numbers, nargs="+", metavar="A", help="initial base attitude, SpaceDyn RPY angles, rad (3 values)")
-    sim.add_argument("--out", default="run.npz", help="run file to write; .npz is appended when missing (default run.npz)")
+    sim.add_argument(
+        "--initial-q", type=_numbers, nargs="+", metavar="Q", help="initial joint positions (n values; default 0)"
+    )
+    sim.add_argument(
+        "--initial-qd", type=_numbers, nargs="+", metavar="QD", help="initial joint rates (n values; default 0)"
+    )
+    sim.add_argument(
+        "--base-rpy",
+        type=_numbers,
+        nargs="+",
+        metavar="A",
+        help="initial base attitude, SpaceDyn RPY angles, rad (3 values)",
+    )
+    sim.add_argument(
+        "--out", default="run.npz", help="run file to write; .npz is appended when missing (default run.npz)"
+    )
     sim.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
-    sim.add_argument("--chunk-steps", type=_positive_int, help="steps per compiled chunk (default: equal chunks of at most 1000)")
-    sim.add_argument("--no-progress", action="store_true", help="no progress bar (shown when the run has several chunks)")
+    sim.add_argument(
+        "--chunk-steps", type=_positive_int, help="steps per compiled chunk (default: equal chunks of at most 1000)"
+    )
+    sim.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (shown when the run has several chunks)"
+    )
     sim.add_argument("--float32", action="store_true", help="single precision (default float64)")
 
     plot = commands.add_parser("plot", help="draw a run file: time histories (PNG) and an optional animation")
     plot.add_argument("run", metavar="RUN", help="run file written by 'sdjax simulate' (.npz)")
     plot.add_argument("--out", help="directory for the PNG files (default: RUN without .npz + '_plots')")
-    plot.add_argument("--animate", metavar="FILE", help="also write a 3-D stick-figure animation (.gif, or .mp4 with ffmpeg)")
+    plot.add_argument(
+        "--animate", metavar="FILE", help="also write a 3-D stick-figure animation (.gif, or .mp4 with ffmpeg)"
+    )
     plot.add_argument("--fps", type=_positive, default=20.0, help="animation frames per second (default 20)")
-    plot.add_argument("--speed", type=_positive, default=1.0, help="simulated seconds per second of animation (default 1)")
+    plot.add_argument(
+        "--speed", type=_positive, default=1.0, help="simulated seconds per second of animation (default 1)"
+    )
     plot.add_argument("--max-frames", type=_positive_int, default=200, help="most animation frames (default 200)")
     plot.add_argument("--dpi", type=_positive_int, default=100, help="PNG resolution (default 100)")
 
@@ -642,11 +719,22 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("runs", nargs="+", metavar="RUN", help="run files written by 'sdjax simulate' (.npz)")
     view.add_argument("--model", metavar="MODEL", help=f"draw with this model instead of the runs' own ({model_help})")
     _add_reader_options(view)
-    view.add_argument("--port", type=_port, default=8080, help="preferred port (the next free one is taken if busy; 0: any; default 8080)")
-    view.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 for other machines)")
+    view.add_argument(
+        "--port",
+        type=_port,
+        default=8080,
+        help="preferred port (the next free one is taken if busy; 0: any; default 8080)",
+    )
+    view.add_argument(
+        "--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 for other machines)"
+    )
     view.add_argument("--no-browser", action="store_true", help="do not open a browser (print the URL only)")
     view.add_argument("--momentum", action="store_true", help="show the momentum arrows at start")
-    view.add_argument("--no-meshes", action="store_true", help="draw a URDF/MJCF --model from its inertia (capsules), not its visual geometry")
+    view.add_argument(
+        "--no-meshes",
+        action="store_true",
+        help="draw a URDF/MJCF --model from its inertia (capsules), not its visual geometry",
+    )
     view.add_argument("--package-dir", action="append", metavar="DIR",
                       help="folder holding the packages of package:// mesh names (repeatable; searched before ROS_PACKAGE_PATH "
                            "and the URDF file's ancestors)")  # fmt: skip
@@ -675,7 +763,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # a CLI reports, it does not dump a traceback
         if os.environ.get("SDJAX_DEBUG"):
             raise
-        print(f"sdjax: error: unexpected {type(err).__name__}: {_one_line(err)} (SDJAX_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(
+            f"sdjax: error: unexpected {type(err).__name__}: {_one_line(err)} (SDJAX_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

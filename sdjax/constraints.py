@@ -118,7 +118,9 @@ class JointCoupling(eqx.Module):
         self.multiplier = jnp.asarray(multiplier, jnp.result_type(float))
         self.offset = jnp.asarray(offset, jnp.result_type(float))
         if self.multiplier.shape != () or self.offset.shape != ():
-            raise ValueError(f"JointCoupling: multiplier and offset must be scalars, got shapes {self.multiplier.shape} and {self.offset.shape}")
+            raise ValueError(
+                f"JointCoupling: multiplier and offset must be scalars, got shapes {self.multiplier.shape} and {self.offset.shape}"
+            )
 
     @property
     def num_rows(self) -> int:
@@ -156,7 +158,9 @@ def _axes(axes: Any, allowed: int, what: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def point_constraint(frame: FrameRef, other: FrameRef | None = None, *, position: Any = None, axes: Sequence[int | str] = (0, 1, 2)) -> FrameConstraint:
+def point_constraint(
+    frame: FrameRef, other: FrameRef | None = None, *, position: Any = None, axes: Sequence[int | str] = (0, 1, 2)
+) -> FrameConstraint:
     """Keep the origin of ``frame`` at ``position`` in ``other``'s frame (a spherical joint
     closing a loop, a foot on the ground).
 
@@ -168,12 +172,20 @@ def point_constraint(frame: FrameRef, other: FrameRef | None = None, *, position
             planar loop keeps its in-plane ones.
     """
     position = check_vector("point_constraint: position", position, (3,), jnp.result_type(float))
-    frame, other = _frame_ref(frame, "point_constraint"), None if other is None else _frame_ref(other, "point_constraint")
+    frame, other = (
+        _frame_ref(frame, "point_constraint"),
+        None if other is None else _frame_ref(other, "point_constraint"),
+    )
     return FrameConstraint(frame, other, _axes(axes, 3, "point_constraint"), position, jnp.eye(3, dtype=position.dtype))
 
 
 def weld_constraint(
-    frame: FrameRef, other: FrameRef | None = None, *, position: Any = None, rotation: Any = None, axes: Sequence[int | str] = tuple(range(6))
+    frame: FrameRef,
+    other: FrameRef | None = None,
+    *,
+    position: Any = None,
+    rotation: Any = None,
+    axes: Sequence[int | str] = tuple(range(6)),
 ) -> FrameConstraint:
     """Keep ``frame`` at the pose ``(position, rotation)`` relative to ``other`` (a rigid
     grasp, a weld); a subset of ``axes`` makes a prismatic, revolute or planar contact.
@@ -228,7 +240,9 @@ class _Systems(eqx.Module):
         return tuple(values) if self.multi else values[0]
 
 
-def _systems(model: Any, state: Any, constraints: Sequence[Constraint], what: str) -> tuple[_Systems, tuple[State, ...], tuple[Constraint, ...]]:
+def _systems(
+    model: Any, state: Any, constraints: Sequence[Constraint], what: str
+) -> tuple[_Systems, tuple[State, ...], tuple[Constraint, ...]]:
     """Checked systems, states and constraints."""
     if isinstance(model, Model):
         if not isinstance(state, State):
@@ -254,7 +268,9 @@ def _systems(model: Any, state: Any, constraints: Sequence[Constraint], what: st
                     raise ValueError(f"{what}: constraint {index} names system {ref[0]}; there are {k}")
                 names = systems.models[ref[0]].end_point_names
                 if ref[1] not in names:
-                    raise ValueError(f"{what}: constraint {index} names frame {ref[1]!r} of system {ref[0]}; its frames are {list(names)}")
+                    raise ValueError(
+                        f"{what}: constraint {index} names frame {ref[1]!r} of system {ref[0]}; its frames are {list(names)}"
+                    )
             if c.frame == c.other:
                 raise ValueError(f"{what}: constraint {index} holds frame {c.frame[1]!r} to itself")
         elif isinstance(c, (JointLock, JointCoupling)):
@@ -267,7 +283,9 @@ def _systems(model: Any, state: Any, constraints: Sequence[Constraint], what: st
             if isinstance(c, JointCoupling) and c.follower == c.leader:
                 raise ValueError(f"{what}: constraint {index} couples joint {c.leader} to itself")
         else:
-            raise TypeError(f"{what}: constraint {index} is a {type(c).__name__}; use point_constraint, weld_constraint, JointLock or JointCoupling")
+            raise TypeError(
+                f"{what}: constraint {index} is a {type(c).__name__}; use point_constraint, weld_constraint, JointLock or JointCoupling"
+            )
     return systems, states, constraints
 
 
@@ -282,7 +300,9 @@ def _row_mask(constraints: Sequence[Constraint], active: Any, dtype: Any, what: 
         return jnp.ones(num_rows(constraints), dtype)
     active = jnp.asarray(active)
     if active.shape != (len(constraints),):
-        raise ValueError(f"{what}: active must have one flag per constraint, shape ({len(constraints)},), got {active.shape}")
+        raise ValueError(
+            f"{what}: active must have one flag per constraint, shape ({len(constraints)},), got {active.shape}"
+        )
     counts = np.array([c.num_rows for c in constraints], dtype=np.int64)
     return jnp.repeat(active.astype(dtype), counts, total_repeat_length=int(counts.sum()))
 
@@ -324,7 +344,9 @@ def _errors(systems: _Systems, states: Sequence[State], constraints: Sequence[Co
 
 
 @eqx.filter_jit
-def position_errors(model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint]) -> Array:
+def position_errors(
+    model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint]
+) -> Array:
     """``(m,)`` constraint errors ``phi``: frame position errors (m) and small-rotation errors
     (:func:`sdjax.rotation.rotation_difference`, ``sin`` of the angle) in ``other``'s frame;
     coupling errors ``q_f - multiplier q_l - offset``; zero for joint locks (which hold
@@ -337,7 +359,14 @@ def _configuration_rate(state: State, velocity: Array) -> State:
     """Tangent of the configuration for the floating-order velocity ``[v0, w0, qd]`` ``(6 + n,)``
     (velocity fields zero)."""
     zero = jnp.zeros(3, velocity.dtype)
-    return State(velocity[:3], quat_rate(state.base_quaternion, velocity[3:6]), zero, zero, velocity[6:], jnp.zeros_like(state.qd))
+    return State(
+        velocity[:3],
+        quat_rate(state.base_quaternion, velocity[3:6]),
+        zero,
+        zero,
+        velocity[6:],
+        jnp.zeros_like(state.qd),
+    )
 
 
 class ConstraintTerms(eqx.Module):
@@ -368,13 +397,22 @@ def _terms(systems: _Systems, states: tuple[State, ...], constraints: tuple[Cons
 
     # The free directions of every system, stacked: (NV, 6 + n_s) per system.
     basis = tuple(
-        jnp.zeros((offsets[-1], 6 + m.num_joints), dtype).at[offsets[k] : offsets[k + 1]].set(floating_coordinates(m, jnp.eye(m.num_velocities, dtype=dtype)))
+        jnp.zeros((offsets[-1], 6 + m.num_joints), dtype)
+        .at[offsets[k] : offsets[k + 1]]
+        .set(floating_coordinates(m, jnp.eye(m.num_velocities, dtype=dtype)))
         for k, m in enumerate(systems.models)
     )
     tangent = lambda vs: tuple(_configuration_rate(s, v) for s, v in zip(states, vs))  # noqa: E731
     jacobian = jax.vmap(lambda vs: jax.jvp(errors, (states,), (tangent(vs),))[1])(basis).T
     motion = tuple(
-        State(s.base_linear_velocity, quat_rate(s.base_quaternion, s.base_angular_velocity), jnp.zeros(3, dtype), jnp.zeros(3, dtype), s.qd, jnp.zeros_like(s.qd))
+        State(
+            s.base_linear_velocity,
+            quat_rate(s.base_quaternion, s.base_angular_velocity),
+            jnp.zeros(3, dtype),
+            jnp.zeros(3, dtype),
+            s.qd,
+            jnp.zeros_like(s.qd),
+        )
         for s in states
     )
     phi, bias = errors(states), jax.jvp(rate, (states,), (motion,))[1]
@@ -389,19 +427,25 @@ def _terms(systems: _Systems, states: tuple[State, ...], constraints: tuple[Cons
 
 
 @eqx.filter_jit
-def constraint_terms(model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint]) -> ConstraintTerms:
+def constraint_terms(
+    model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint]
+) -> ConstraintTerms:
     """Jacobian, ``dJ/dt v``, velocity and position errors of the constraints (forward-mode
     derivatives of :func:`position_errors` along the motion; exact)."""
     systems, states, constraints = _systems(model, state, constraints, "constraint_terms")
     return _terms(systems, states, constraints)
 
 
-def _schur_solve(systems: _Systems, factors: Sequence[Array], jacobian: Array, mask: Array, regularization: Any, rhs: Array) -> tuple[Array, Array]:
+def _schur_solve(
+    systems: _Systems, factors: Sequence[Array], jacobian: Array, mask: Array, regularization: Any, rhs: Array
+) -> tuple[Array, Array]:
     """``(H^-1 J^T (nv, m), S^-1 rhs (m,))`` with ``S = J H^-1 J^T`` (``H`` block diagonal)
     restricted to the active rows (``mask``; inactive rows get zero)."""
     y = jnp.concatenate([jsl.cho_solve((f, True), j.T) for f, j in zip(factors, systems.split(jacobian))])
     m = jacobian.shape[0]
-    s = (jacobian @ y + regularization * jnp.eye(m, dtype=y.dtype)) * (mask[:, None] * mask[None, :]) + jnp.diag(1.0 - mask)
+    s = (jacobian @ y + regularization * jnp.eye(m, dtype=y.dtype)) * (mask[:, None] * mask[None, :]) + jnp.diag(
+        1.0 - mask
+    )
     return y, jsl.cho_solve(jsl.cho_factor(s, lower=True), mask * rhs)
 
 
@@ -433,7 +477,13 @@ class ConstrainedDynamics(eqx.Module):
 
 
 def _constrained_acceleration(
-    systems: _Systems, states: tuple[State, ...], controls: Sequence[Controls], constraints: tuple[Constraint, ...], mask: Array, stabilization: Any, regularization: Any
+    systems: _Systems,
+    states: tuple[State, ...],
+    controls: Sequence[Controls],
+    constraints: tuple[Constraint, ...],
+    mask: Array,
+    stabilization: Any,
+    regularization: Any,
 ) -> tuple[list[Array], Array, Array]:
     """``([acceleration (6 + n_s,)], lam (m,), J^T lam (nv,))``."""
     solved = [forward_dynamics_and_factor(m, s, c) for m, s, c in zip(systems.models, states, controls)]
@@ -444,14 +494,18 @@ def _constrained_acceleration(
     w = jnp.asarray(stabilization, dtype)
     target = -terms.acceleration_bias - 2.0 * w * terms.velocity_error - w * w * terms.position_error
     free = jnp.concatenate([free_coordinates(m, a) for m, (a, _) in zip(systems.models, solved)])
-    y, lam = _schur_solve(systems, [f for _, f in solved], terms.jacobian, mask, regularization, target - terms.jacobian @ free)
+    y, lam = _schur_solve(
+        systems, [f for _, f in solved], terms.jacobian, mask, regularization, target - terms.jacobian @ free
+    )
     accelerations = [floating_coordinates(m, a) for m, a in zip(systems.models, systems.split(free + y @ lam))]
     return accelerations, lam, terms.jacobian.T @ lam
 
 
 def _controls(systems: _Systems, dtype: Any, what: str, **loads: Any) -> list[Controls]:
     per = {name: systems.per_system(value, f"{what}: {name}") for name, value in loads.items()}
-    return [make_controls(m, dtype=dtype, **{name: per[name][k] for name in loads}) for k, m in enumerate(systems.models)]
+    return [
+        make_controls(m, dtype=dtype, **{name: per[name][k] for name in loads}) for k, m in enumerate(systems.models)
+    ]
 
 
 @eqx.filter_jit
@@ -496,10 +550,14 @@ def constrained_forward_dynamics(
         tau=tau, base_force=base_force, base_torque=base_torque, end_point_force=end_point_force, end_point_torque=end_point_torque,
     )  # fmt: skip
     mask = _row_mask(constraints, active, dtype, "constrained_forward_dynamics")
-    accelerations, lam, force = _constrained_acceleration(systems, states, controls, constraints, mask, stabilization, regularization)
+    accelerations, lam, force = _constrained_acceleration(
+        systems, states, controls, constraints, mask, stabilization, regularization
+    )
     if check:
         lam = _checked_finite(lam, accelerations, "constrained_forward_dynamics")
-    return ConstrainedDynamics(systems.pack([a[:6] for a in accelerations]), systems.pack([a[6:] for a in accelerations]), lam, force)
+    return ConstrainedDynamics(
+        systems.pack([a[:6] for a in accelerations]), systems.pack([a[6:] for a in accelerations]), lam, force
+    )
 
 
 def _checked_finite(lam: Array, accelerations: Sequence[Array], what: str) -> Array:
@@ -512,7 +570,9 @@ def _checked_finite(lam: Array, accelerations: Sequence[Array], what: str) -> Ar
     )
 
 
-def _latched(systems: _Systems, states: Sequence[State], constraints: tuple[Constraint, ...], switched_on: Array) -> tuple[Constraint, ...]:
+def _latched(
+    systems: _Systems, states: Sequence[State], constraints: tuple[Constraint, ...], switched_on: Array
+) -> tuple[Constraint, ...]:
     """Frame constraints that switch on now (``switched_on`` ``(k,)``) hold the relative pose
     they find (position in ``other``'s frame, rotation relative to it)."""
     kins, dtype = _kinematics(systems, states), states[0].q.dtype
@@ -530,7 +590,9 @@ def _latched(systems: _Systems, states: Sequence[State], constraints: tuple[Cons
 
 
 @eqx.filter_jit
-def constraint_loads(model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint], multipliers: Any) -> Any:
+def constraint_loads(
+    model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint], multipliers: Any
+) -> Any:
     """The frame constraints' multipliers as end-point loads ``(end_point_force (ne, 3),
     end_point_torque (ne, 3))`` on the robot (inertial frame; a tuple of them per system), for
     :func:`sdjax.joint_reaction_loads` and :func:`sdjax.forward_dynamics`: ``frame`` receives
@@ -550,7 +612,10 @@ def constraint_loads(model: Model | Sequence[Model], state: State | Sequence[Sta
     for c in constraints:
         if isinstance(c, FrameConstraint):
             wrench = jnp.zeros(6, dtype).at[jnp.asarray(c.axes)].set(lam[row : row + c.num_rows])
-            (position, _), (other_position, rotation) = _pose(systems, kins, c.frame, dtype), _pose(systems, kins, c.other, dtype)
+            (position, _), (other_position, rotation) = (
+                _pose(systems, kins, c.frame, dtype),
+                _pose(systems, kins, c.other, dtype),
+            )
             f, t = rotation @ wrench[:3], rotation @ wrench[3:]
             s, i = c.frame[0], systems.models[c.frame[0]].end_point_index(c.frame[1])
             force[s] = force[s].at[i].add(f)
@@ -574,18 +639,30 @@ def _with_velocities(systems: _Systems, states: Sequence[State], velocity: Array
 
 
 def _velocity_projection(
-    systems: _Systems, states: tuple[State, ...], constraints: tuple[Constraint, ...], mask: Array, regularization: Any = 0.0
+    systems: _Systems,
+    states: tuple[State, ...],
+    constraints: tuple[Constraint, ...],
+    mask: Array,
+    regularization: Any = 0.0,
 ) -> tuple[tuple[State, ...], Array]:
     """Plastic impact onto ``J v = 0`` (active rows): ``(states after, impulse p (m,))`` with
     ``v+ = v- + H^-1 J^T p``."""
     terms = _terms(systems, states, constraints)
-    y, impulse = _schur_solve(systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.velocity_error)
+    y, impulse = _schur_solve(
+        systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.velocity_error
+    )
     velocity = jnp.concatenate([free_coordinates(m, s.generalized_velocity) for m, s in zip(systems.models, states)])
     return _with_velocities(systems, states, velocity + y @ impulse), impulse
 
 
 @eqx.filter_jit
-def constraint_impulse(model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint], *, active: Any = None) -> tuple[Any, Array]:
+def constraint_impulse(
+    model: Model | Sequence[Model],
+    state: State | Sequence[State],
+    constraints: Sequence[Constraint],
+    *,
+    active: Any = None,
+) -> tuple[Any, Array]:
     """Velocity jump when constraints switch on (capture, a brake engaging; SpaceDyn C++
     ``ch_conf``): the perfectly plastic impact ``v+ = v- - H^-1 J^T S^-1 J v-``.
 
@@ -608,24 +685,38 @@ def _move(systems: _Systems, states: Sequence[State], step: Array) -> tuple[Stat
     for m, s, d in zip(systems.models, states, systems.split(step)):
         d = floating_coordinates(m, d)
         quat = quat_normalize(quat_multiply(rotation_vector_to_quat(d[3:6]), s.base_quaternion))
-        out.append(State(s.base_position + d[:3], quat, s.base_linear_velocity, s.base_angular_velocity, s.q + d[6:], s.qd))
+        out.append(
+            State(s.base_position + d[:3], quat, s.base_linear_velocity, s.base_angular_velocity, s.q + d[6:], s.qd)
+        )
     return tuple(out)
 
 
 def _projected(
-    systems: _Systems, states: tuple[State, ...], constraints: tuple[Constraint, ...], mask: Array, iterations: int = 2, regularization: Any = 0.0
+    systems: _Systems,
+    states: tuple[State, ...],
+    constraints: tuple[Constraint, ...],
+    mask: Array,
+    iterations: int = 2,
+    regularization: Any = 0.0,
 ) -> tuple[State, ...]:
     """:func:`project_to_constraints` on checked inputs."""
     for _ in range(iterations):
         terms = _terms(systems, states, constraints)
-        y, correction = _schur_solve(systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.position_error)
+        y, correction = _schur_solve(
+            systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.position_error
+        )
         states = _move(systems, states, y @ correction)
     return _velocity_projection(systems, states, constraints, mask, regularization)[0]
 
 
 @eqx.filter_jit
 def project_to_constraints(
-    model: Model | Sequence[Model], state: State | Sequence[State], constraints: Sequence[Constraint], *, active: Any = None, iterations: int = 2
+    model: Model | Sequence[Model],
+    state: State | Sequence[State],
+    constraints: Sequence[Constraint],
+    *,
+    active: Any = None,
+    iterations: int = 2,
 ) -> Any:
     """The nearest consistent state: Newton steps on ``phi(x) = 0`` in the kinetic-energy
     metric (``dx = -H^-1 J^T S^-1 phi``), then the velocity projection of
@@ -724,9 +815,14 @@ def constrained_rollout(
         :class:`ConstrainedTrajectory`.
     """
     systems, initial_states, constraints = _systems(model, initial_state, constraints, "constrained_rollout")
-    initial_states = tuple(with_base_motion_checked(m, s, "constrained_rollout: initial_state") for m, s in zip(systems.models, initial_states))
+    initial_states = tuple(
+        with_base_motion_checked(m, s, "constrained_rollout: initial_state")
+        for m, s in zip(systems.models, initial_states)
+    )
     dtype = initial_states[0].q.dtype
-    law, _, dt_array = control_schedule(systems.models[0], control if callable(control) else None, num_steps, dt, dtype, "constrained_rollout")
+    law, _, dt_array = control_schedule(
+        systems.models[0], control if callable(control) else None, num_steps, dt, dtype, "constrained_rollout"
+    )
     if law is None:
         sequences = tuple(
             control_schedule(m, c, num_steps, dt, dtype, "constrained_rollout")[1]
@@ -758,14 +854,25 @@ def constrained_rollout(
         # projected) velocities.
         switched = _row_mask(constraints, on & ~previous, dtype, "constrained_rollout")
         states, impulse = _velocity_projection(systems, states, constraints, switched, regularization)
-        accelerations, lam, _ = _constrained_acceleration(systems, states, controls, constraints, mask, stabilization, regularization)
+        accelerations, lam, _ = _constrained_acceleration(
+            systems, states, controls, constraints, mask, stabilization, regularization
+        )
         if check:
             lam = _checked_finite(lam, accelerations, "constrained_rollout")
 
         def rate(stages: tuple[State, ...], offset: Array) -> tuple[State, ...]:
-            accelerations = _constrained_acceleration(systems, stages, controls, constraints, mask, stabilization, regularization)[0]
+            accelerations = _constrained_acceleration(
+                systems, stages, controls, constraints, mask, stabilization, regularization
+            )[0]
             return tuple(
-                State(s.base_linear_velocity, quat_rate(s.base_quaternion, s.base_angular_velocity), a[:3], a[3:6], s.qd, a[6:])
+                State(
+                    s.base_linear_velocity,
+                    quat_rate(s.base_quaternion, s.base_angular_velocity),
+                    a[:3],
+                    a[3:6],
+                    s.qd,
+                    a[6:],
+                )
                 for s, a in zip(stages, accelerations)
             )
 
@@ -780,12 +887,22 @@ def constrained_rollout(
         step = jax.checkpoint(step)
     constraints = jax.tree.map(lambda x: jnp.asarray(x, dtype), constraints)  # one dtype through the scan
     start = (initial_states, jnp.asarray(0, jnp.int32), jnp.zeros(k, bool), constraints)
-    (_, _, _, final_constraints), (states, controls, lam, impulses, errors) = lax.scan(step, start, (sequences, flags), length=num_steps)
+    (_, _, _, final_constraints), (states, controls, lam, impulses, errors) = lax.scan(
+        step, start, (sequences, flags), length=num_steps
+    )
     history = jax.tree.map(lambda x0, x: jnp.concatenate([x0[None], x]), initial_states, states)
-    first_error = _row_mask(constraints, flags[0] if num_steps else None, dtype, "constrained_rollout") * _errors(systems, initial_states, constraints)
+    first_error = _row_mask(constraints, flags[0] if num_steps else None, dtype, "constrained_rollout") * _errors(
+        systems, initial_states, constraints
+    )
     time = t0 + jnp.arange(num_steps + 1, dtype=dtype) * dt_array
     return ConstrainedTrajectory(
-        time, systems.pack(history), systems.pack(controls), lam, impulses, jnp.concatenate([first_error[None], errors]), tuple(final_constraints)
+        time,
+        systems.pack(history),
+        systems.pack(controls),
+        lam,
+        impulses,
+        jnp.concatenate([first_error[None], errors]),
+        tuple(final_constraints),
     )
 
 
@@ -843,11 +960,25 @@ def constrained_inverse_dynamics(
     needed_rows, drive_rows = [], []
     for k, (m, s) in enumerate(zip(systems.models, states)):
         wrench, tau_tree = inverse_dynamics(
-            m, s, per["base_acceleration"][k], per["qdd"][k], end_point_force=per["end_point_force"][k], end_point_torque=per["end_point_torque"][k]
+            m,
+            s,
+            per["base_acceleration"][k],
+            per["qdd"][k],
+            end_point_force=per["end_point_force"][k],
+            end_point_torque=per["end_point_torque"][k],
         )
-        applied = jnp.concatenate([check_vector("base_force", per["base_force"][k], (3,), dtype), check_vector("base_torque", per["base_torque"][k], (3,), dtype)])
+        applied = jnp.concatenate(
+            [
+                check_vector("base_force", per["base_force"][k], (3,), dtype),
+                check_vector("base_torque", per["base_torque"][k], (3,), dtype),
+            ]
+        )
         needed_rows.append(free_coordinates(m, jnp.concatenate([wrench - applied, tau_tree])))
-        on = jnp.ones(m.num_joints, dtype) if per["actuated"][k] is None else check_vector("actuated", per["actuated"][k], (m.num_joints,), jnp.bool_).astype(dtype)
+        on = (
+            jnp.ones(m.num_joints, dtype)
+            if per["actuated"][k] is None
+            else check_vector("actuated", per["actuated"][k], (m.num_joints,), jnp.bool_).astype(dtype)
+        )
         drive_rows.append(free_coordinates(m, jnp.concatenate([jnp.zeros(6, dtype), on])))  # 1 on actuated rows
     needed, drive = jnp.concatenate(needed_rows), jnp.concatenate(drive_rows)
     jt = _terms(systems, states, constraints).jacobian.T * mask[None, :]  # (nv, m)

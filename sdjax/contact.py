@@ -103,16 +103,28 @@ class ContactSpheres(eqx.Module):
         """``radii=None`` makes every entry a point (radius 0); given radii must be positive."""
         bodies_arr = np.asarray(bodies)
         if bodies_arr.ndim != 1 or bodies_arr.size == 0 or not np.issubdtype(bodies_arr.dtype, np.integer):
-            raise ValueError(f"ContactSpheres.bodies: expected a non-empty flat sequence of integer body indices, got {bodies!r}")
+            raise ValueError(
+                f"ContactSpheres.bodies: expected a non-empty flat sequence of integer body indices, got {bodies!r}"
+            )
         if np.any(bodies_arr < 0):
-            raise ValueError(f"ContactSpheres.bodies: body index out of range, got {bodies_arr.tolist()} (0 = base, 1..n = links)")
+            raise ValueError(
+                f"ContactSpheres.bodies: body index out of range, got {bodies_arr.tolist()} (0 = base, 1..n = links)"
+            )
         self.bodies = tuple(int(b) for b in bodies_arr)
         m = len(self.bodies)
         self.offsets = float_array("ContactSpheres.offsets", offsets, shape=(m, 3), hint=f"{m} contacts")
         if radii is None:
             self.radii = jnp.zeros((m,), self.offsets.dtype)
         else:
-            self.radii = float_array("ContactSpheres.radii", radii, shape=(m,), dtype=self.offsets.dtype, scalar="broadcast", sign="positive", hint="sphere radii")
+            self.radii = float_array(
+                "ContactSpheres.radii",
+                radii,
+                shape=(m,),
+                dtype=self.offsets.dtype,
+                scalar="broadcast",
+                sign="positive",
+                hint="sphere radii",
+            )
 
     @classmethod
     def at_end_points(cls, model: Model, radius: Any = None) -> ContactSpheres:
@@ -223,13 +235,19 @@ class HeightField(eqx.Module):
     spacing: Array
     interpolation: str = eqx.field(static=True)
 
-    def __init__(self, heights: Any, origin: Any = (0.0, 0.0), spacing: Any = (1.0, 1.0), interpolation: str = "bicubic"):
+    def __init__(
+        self, heights: Any, origin: Any = (0.0, 0.0), spacing: Any = (1.0, 1.0), interpolation: str = "bicubic"
+    ):
         self.heights = float_array("HeightField.heights", heights)
         if self.heights.ndim != 2 or min(self.heights.shape) < 2:
-            raise ValueError(f"HeightField.heights: expected a (nx, ny) grid with nx, ny >= 2, got shape {self.heights.shape}")
+            raise ValueError(
+                f"HeightField.heights: expected a (nx, ny) grid with nx, ny >= 2, got shape {self.heights.shape}"
+            )
         dtype = self.heights.dtype
         self.origin = float_array("HeightField.origin", origin, shape=(2,), dtype=dtype)
-        self.spacing = float_array("HeightField.spacing", spacing, shape=(2,), dtype=dtype, scalar="broadcast", sign="positive")
+        self.spacing = float_array(
+            "HeightField.spacing", spacing, shape=(2,), dtype=dtype, scalar="broadcast", sign="positive"
+        )
         self.interpolation = check_choice("HeightField.interpolation", interpolation, INTERPOLATIONS)
 
     def height(self, xy: Array) -> tuple[Array, Array]:
@@ -296,15 +314,29 @@ class ContactParameters(eqx.Module):
     slip_velocity: Array
     smoothing: Array
 
-    def __init__(self, stiffness: Any, damping: Any = 0.0, friction: Any = 0.0, slip_velocity: Any = 1e-3, smoothing: Any = 1e-5):
+    def __init__(
+        self, stiffness: Any, damping: Any = 0.0, friction: Any = 0.0, slip_velocity: Any = 1e-3, smoothing: Any = 1e-5
+    ):
         # Each a scalar or one value per contact (m,); in the stiffness's floating dtype.
         per_contact: dict[str, Any] = dict(shape=(None,), scalar="keep", hint="one per contact")
         self.stiffness = float_array("ContactParameters.stiffness", stiffness, sign="positive", **per_contact)
         dtype = self.stiffness.dtype
-        self.damping = float_array("ContactParameters.damping", damping, dtype=dtype, sign="non-negative", **per_contact)
-        self.friction = float_array("ContactParameters.friction (friction coefficient)", friction, dtype=dtype, sign="non-negative", **per_contact)
-        self.slip_velocity = float_array("ContactParameters.slip_velocity", slip_velocity, dtype=dtype, sign="positive", **per_contact)
-        self.smoothing = float_array("ContactParameters.smoothing", smoothing, dtype=dtype, sign="positive", **per_contact)
+        self.damping = float_array(
+            "ContactParameters.damping", damping, dtype=dtype, sign="non-negative", **per_contact
+        )
+        self.friction = float_array(
+            "ContactParameters.friction (friction coefficient)",
+            friction,
+            dtype=dtype,
+            sign="non-negative",
+            **per_contact,
+        )
+        self.slip_velocity = float_array(
+            "ContactParameters.slip_velocity", slip_velocity, dtype=dtype, sign="positive", **per_contact
+        )
+        self.smoothing = float_array(
+            "ContactParameters.smoothing", smoothing, dtype=dtype, sign="positive", **per_contact
+        )
 
     def per_contact(self, m: int, dtype: Any) -> tuple[Array, Array, Array, Array, Array]:
         """The five parameters broadcast to ``(m,)`` in ``dtype``."""
@@ -312,7 +344,9 @@ class ContactParameters(eqx.Module):
         for name in ("stiffness", "damping", "friction", "slip_velocity", "smoothing"):
             value = getattr(self, name)
             if value.ndim == 1 and value.shape != (m,):
-                raise ValueError(f"ContactParameters.{name}: expected a scalar or shape ({m},) for {m} contacts, got {value.shape}")
+                raise ValueError(
+                    f"ContactParameters.{name}: expected a scalar or shape ({m},) for {m} contacts, got {value.shape}"
+                )
             out.append(jnp.broadcast_to(value.astype(dtype), (m,)))
         stiffness, damping, friction, slip_velocity, smoothing = out
         return stiffness, damping, friction, slip_velocity, smoothing
@@ -342,7 +376,9 @@ class ContactDiagnostics(eqx.Module):
     normal: Array
 
 
-def penalty_normal_force(penetration: Array, penetration_rate: Array, stiffness: Array, damping: Array, smoothing: Array) -> Array:
+def penalty_normal_force(
+    penetration: Array, penetration_rate: Array, stiffness: Array, damping: Array, smoothing: Array
+) -> Array:
     """The normal contact law of this module (the module docstring has its properties):
     ``f_n = sigmoid(delta / w) w_f softplus((k delta + c delta_dot) / w_f)``, ``w_f = k w``.
 
@@ -362,7 +398,9 @@ def penalty_normal_force(penetration: Array, penetration_rate: Array, stiffness:
     return jax.nn.sigmoid(penetration / smoothing) * force_width * jax.nn.softplus(raw / force_width)
 
 
-def _contact_state(model: Model, state: State, spheres: ContactSpheres, terrain: Terrain, parameters: ContactParameters) -> ContactDiagnostics:
+def _contact_state(
+    model: Model, state: State, spheres: ContactSpheres, terrain: Terrain, parameters: ContactParameters
+) -> ContactDiagnostics:
     dtype = state.q.dtype
     m = spheres.num_contacts
     stiffness, damping, friction, eps, width = parameters.per_contact(m, dtype)
@@ -440,7 +478,9 @@ class ContactEnvironment(eqx.Module):
         return point_loads(self.model, state, self.spheres.bodies, contacts.point, contacts.force)
 
 
-def contact_environment(model: Model, spheres: ContactSpheres, terrain: Terrain, parameters: ContactParameters) -> ContactEnvironment:
+def contact_environment(
+    model: Model, spheres: ContactSpheres, terrain: Terrain, parameters: ContactParameters
+) -> ContactEnvironment:
     """Contact with the terrain as ``environment=`` for :func:`sdjax.rollout`.
 
     Arguments:
@@ -569,8 +609,12 @@ def stable_time_step(
     stiffness, damping, friction, eps, _ = (np.asarray(x, np.float64) for x in parameters.per_contact(m, dtype))
     frames = relative_frames(model, state.base_rotation, state.q)
     axes = joint_motion_axes(model, frames)
-    linear = jacobians_at_points(model, axes, np.asarray(spheres.bodies), contacts.point - state.base_position)[:, :3, :]
-    jac = np.asarray(free_coordinates(model, linear, -1), np.float64).reshape(3 * m, -1)  # free coordinates of the base mode
+    linear = jacobians_at_points(model, axes, np.asarray(spheres.bodies), contacts.point - state.base_position)[
+        :, :3, :
+    ]
+    jac = np.asarray(free_coordinates(model, linear, -1), np.float64).reshape(
+        3 * m, -1
+    )  # free coordinates of the base mode
     h = np.asarray(inertia_matrix(model, state), np.float64)
     g = jac @ np.linalg.solve(h, jac.T)
     normal = np.asarray(contacts.normal, np.float64)

@@ -182,7 +182,9 @@ def _evaluate_reference(reference: Reference, t: Array, n: int, dtype: Any, name
     if not 1 <= len(value) <= 3:
         raise ValueError(f"{name}: the reference must return (q_d, qd_d[, qdd_d]), got {len(value)} entries")
     value = tuple(value) + (None,) * (3 - len(value))
-    q_d, qd_d, qdd_d = (check_vector(f"{name}: reference {label}", v, (n,), dtype) for label, v in zip(("q_d", "qd_d", "qdd_d"), value))
+    q_d, qd_d, qdd_d = (
+        check_vector(f"{name}: reference {label}", v, (n,), dtype) for label, v in zip(("q_d", "qd_d", "qdd_d"), value)
+    )
     return q_d, qd_d, qdd_d
 
 
@@ -190,7 +192,9 @@ def _evaluate_reference(reference: Reference, t: Array, n: int, dtype: Any, name
 # Gains (eqs 113-114) and joint PD.
 
 
-def torque_limited_gains(tau_max: Any, max_error: Any, *, inertia: Any = None, damping_ratio: Any = 1.0) -> tuple[Array, Array]:
+def torque_limited_gains(
+    tau_max: Any, max_error: Any, *, inertia: Any = None, damping_ratio: Any = 1.0
+) -> tuple[Array, Array]:
     """PD gains sized from motor torque limits (seed 003 eqs 113-114).
 
     Eq 113 sets the stiffness so that the largest expected position error saturates the
@@ -217,7 +221,12 @@ def torque_limited_gains(tau_max: Any, max_error: Any, *, inertia: Any = None, d
     Returns:
         ``(kp, kd)``, broadcast shape of the inputs.
     """
-    for name, value in (("tau_max", tau_max), ("max_error", max_error), ("inertia", inertia), ("damping_ratio", damping_ratio)):
+    for name, value in (
+        ("tau_max", tau_max),
+        ("max_error", max_error),
+        ("inertia", inertia),
+        ("damping_ratio", damping_ratio),
+    ):
         if value is not None and not is_traced(value) and not np.all(np.asarray(value, np.float64) > 0):
             raise ValueError(f"torque_limited_gains: {name} must be positive, got {np.asarray(value).tolist()}")
     kp = jnp.asarray(tau_max) / jnp.asarray(max_error)
@@ -244,8 +253,12 @@ class JointPD(eqx.Module):
     reference: Reference
 
     def __init__(self, kp: Any, kd: Any, reference: Any):
-        self.kp = float_array("JointPD: kp", kp, shape=(None,), scalar="keep", sign="non-negative", hint="one per joint")
-        self.kd = float_array("JointPD: kd", kd, shape=(None,), scalar="keep", sign="non-negative", hint="one per joint")
+        self.kp = float_array(
+            "JointPD: kp", kp, shape=(None,), scalar="keep", sign="non-negative", hint="one per joint"
+        )
+        self.kd = float_array(
+            "JointPD: kd", kd, shape=(None,), scalar="keep", sign="non-negative", hint="one per joint"
+        )
         self.reference = _as_reference(reference, "JointPD")
 
     def __call__(self, t: Array, state: State) -> Array:
@@ -289,7 +302,9 @@ def _at_rest(state: State) -> State:
 
 
 @eqx.filter_jit
-def computed_torque_terms(model: Model, state: State, *, mode: str = "floating", momentum: Any = None) -> tuple[Array, Array]:
+def computed_torque_terms(
+    model: Model, state: State, *, mode: str = "floating", momentum: Any = None
+) -> tuple[Array, Array]:
     """``(H~, C~)`` of the joint-space equation ``H~ qdd + C~ = tau`` used by computed torque.
 
     With the estimated model as ``model`` these are the ``H~``, ``C~`` of seed 003 eq 115.
@@ -327,7 +342,9 @@ def computed_torque_terms(model: Model, state: State, *, mode: str = "floating",
 
 
 @eqx.filter_jit
-def computed_torque(model: Model, state: State, qdd_command: Any, *, mode: str = "floating", momentum: Any = None) -> Array:
+def computed_torque(
+    model: Model, state: State, qdd_command: Any, *, mode: str = "floating", momentum: Any = None
+) -> Array:
     """Joint torques ``tau = H~ u + C~`` that produce the joint acceleration ``u`` under
     ``model`` (seed 003 eq 115); see :func:`computed_torque_terms` for ``mode`` and
     ``momentum``. In fixed mode this is one Newton-Euler pass (SpaceDyn ``r_ne`` with the
@@ -379,15 +396,25 @@ class ComputedTorque(eqx.Module):
     mode: str = eqx.field(static=True)
     measured_twist: bool = eqx.field(static=True)
 
-    def __init__(self, estimated_model: Model, kp: Any, kd: Any, reference: Any, *, mode: str = "floating", momentum: Any = None):
+    def __init__(
+        self, estimated_model: Model, kp: Any, kd: Any, reference: Any, *, mode: str = "floating", momentum: Any = None
+    ):
         n = estimated_model.num_joints
         self.estimated_model = estimated_model
-        self.kp = float_array("ComputedTorque: kp", kp, shape=(n,), scalar="keep", sign="non-negative", hint="one per joint")
-        self.kd = float_array("ComputedTorque: kd", kd, shape=(n,), scalar="keep", sign="non-negative", hint="one per joint")
+        self.kp = float_array(
+            "ComputedTorque: kp", kp, shape=(n,), scalar="keep", sign="non-negative", hint="one per joint"
+        )
+        self.kd = float_array(
+            "ComputedTorque: kd", kd, shape=(n,), scalar="keep", sign="non-negative", hint="one per joint"
+        )
         self.reference = _as_reference(reference, "ComputedTorque")
         self.mode = check_choice("ComputedTorque: mode", mode, CONTROL_BASES)
         self.measured_twist, momentum = _momentum_spec(momentum)
-        self.momentum = None if momentum is None else check_vector("ComputedTorque: momentum", momentum, (6,), estimated_model.dtype)
+        self.momentum = (
+            None
+            if momentum is None
+            else check_vector("ComputedTorque: momentum", momentum, (6,), estimated_model.dtype)
+        )
 
     def acceleration_command(self, t: Array, state: State) -> Array:
         """``u`` of eq 112 (plus the reference acceleration), ``(n,)``."""
@@ -398,7 +425,9 @@ class ComputedTorque(eqx.Module):
 
     def __call__(self, t: Array, state: State) -> Array:
         momentum = "measured" if self.measured_twist else self.momentum
-        return computed_torque(self.estimated_model, state, self.acceleration_command(t, state), mode=self.mode, momentum=momentum)
+        return computed_torque(
+            self.estimated_model, state, self.acceleration_command(t, state), mode=self.mode, momentum=momentum
+        )
 
 
 class RateServo(eqx.Module):
@@ -445,10 +474,19 @@ class RateServo(eqx.Module):
             raise ValueError("RateServo: rate_command must be a callable (t, state) -> (n,) joint rates")
         self.estimated_model = estimated_model
         self.rate_command = rate_command
-        self.gain = float_array("RateServo: gain", gain, shape=(estimated_model.num_joints,), scalar="keep", sign="non-negative", hint="one per joint")
+        self.gain = float_array(
+            "RateServo: gain",
+            gain,
+            shape=(estimated_model.num_joints,),
+            scalar="keep",
+            sign="non-negative",
+            hint="one per joint",
+        )
         self.mode = check_choice("RateServo: mode", mode, CONTROL_BASES)
         self.measured_twist, momentum = _momentum_spec(momentum)
-        self.momentum = None if momentum is None else check_vector("RateServo: momentum", momentum, (6,), estimated_model.dtype)
+        self.momentum = (
+            None if momentum is None else check_vector("RateServo: momentum", momentum, (6,), estimated_model.dtype)
+        )
         self.feedforward = bool(feedforward)
 
     def command(self, t: Array, state: State) -> tuple[Array, Array]:
@@ -554,7 +592,9 @@ def _check_damping(name: str, singular_threshold: Any, max_damping: Any) -> None
 
 
 @eqx.filter_jit
-def solve_damped_least_squares(jac: Array, b: Array, singular_threshold: Any, max_damping: Any, weights: Array | None) -> DampedLeastSquares:
+def solve_damped_least_squares(
+    jac: Array, b: Array, singular_threshold: Any, max_damping: Any, weights: Array | None
+) -> DampedLeastSquares:
     m, n = jac.shape
     if weights is not None:
         root = jnp.sqrt(weights)
@@ -599,7 +639,11 @@ def _task_point(model: Model, end_point: Any, link: Any, point: Any, dtype: Any)
             f"(indices 0..{ne - 1}, on links {model.end_point_link}); or pass link=... and point=..."
         )
     k = int(end_point)
-    return model.end_point_link[k], model.centroid_to_end_point[k].astype(dtype), rpy_to_matrix(model.end_point_rpy[k]).astype(dtype)
+    return (
+        model.end_point_link[k],
+        model.centroid_to_end_point[k].astype(dtype),
+        rpy_to_matrix(model.end_point_rpy[k]).astype(dtype),
+    )
 
 
 class _Task(eqx.Module):
@@ -627,7 +671,9 @@ def _task_kinematics(model: Model, state: State, spec: tuple[Any, Any, Any], bas
     return _Task(state.base_position + x, rotation @ offset_rotation, jacobian, offset)
 
 
-def task_error(task: str, position: Array, rotation: Array, target_position: Array | None, target_rotation: Array | None) -> Array:
+def task_error(
+    task: str, position: Array, rotation: Array, target_position: Array | None, target_rotation: Array | None
+) -> Array:
     """Task error ``[x_d - x; phi]`` (rows of ``task``), ``phi`` the inertial rotation vector
     of ``R_d R^T`` (the rotation that takes the current frame onto the target)."""
     parts = []
@@ -679,7 +725,9 @@ def task_jacobian(
 
 
 @eqx.filter_jit
-def task_pose(model: Model, state: State, *, end_point: int = 0, link: int | None = None, point: Any = None) -> tuple[Array, Array]:
+def task_pose(
+    model: Model, state: State, *, end_point: int = 0, link: int | None = None, point: Any = None
+) -> tuple[Array, Array]:
     """Position ``(3,)`` (inertial, m) and frame rotation ``(3, 3)`` (task frame to inertial)
     of a task point (see the module docstring)."""
     check_state(model, state)
@@ -762,11 +810,15 @@ def resolved_motion_rates(
         if not is_traced(weights) and not np.all(np.asarray(weights, np.float64) > 0):
             raise ValueError(f"resolved_motion_rates: weights must be positive, got {np.asarray(weights).tolist()}")
     spec = (end_point, link, point)
-    return _resolved_motion_rates(model, state, velocity, spec, task, base, momentum, weights, singular_threshold, max_damping)
+    return _resolved_motion_rates(
+        model, state, velocity, spec, task, base, momentum, weights, singular_threshold, max_damping
+    )
 
 
 @eqx.filter_jit
-def _resolved_motion_rates(model, state, velocity, spec, task, base, momentum, weights, singular_threshold, max_damping) -> ResolvedRates:
+def _resolved_motion_rates(
+    model, state, velocity, spec, task, base, momentum, weights, singular_threshold, max_damping
+) -> ResolvedRates:
     rows = TASKS[task]
     kin = _task_kinematics(model, state, spec, base, momentum)
     jac, offset = kin.jacobian[rows], kin.offset[rows]
@@ -801,7 +853,9 @@ class LinePath(eqx.Module):
     def __init__(self, start: Any, goal: Any, duration: Any, start_time: Any = 0.0, rotation: Any = None):
         self.start, self.goal = jnp.asarray(start), jnp.asarray(goal)
         if self.start.shape != (3,) or self.goal.shape != (3,):
-            raise ValueError(f"LinePath: start and goal expected shape (3,), got {self.start.shape} and {self.goal.shape}")
+            raise ValueError(
+                f"LinePath: start and goal expected shape (3,), got {self.start.shape} and {self.goal.shape}"
+            )
         if not is_traced(duration) and not float(np.asarray(duration)) > 0:
             raise ValueError(f"LinePath: duration must be positive, got {duration!r}")
         self.duration, self.start_time = jnp.asarray(duration), jnp.asarray(start_time)
@@ -908,8 +962,22 @@ class ResolvedRateLaw(eqx.Module):
         _task_point(estimated_model, end_point, link, point, dtype)  # validates the task point
         self.estimated_model = estimated_model
         self.path = path
-        self.position_gain = float_array("ResolvedRateLaw: position_gain", position_gain, shape=(m,), scalar="keep", sign="non-negative", hint="one per task row")
-        self.rate_gain = float_array("ResolvedRateLaw: rate_gain", rate_gain, shape=(estimated_model.num_joints,), scalar="keep", sign="non-negative", hint="one per joint")
+        self.position_gain = float_array(
+            "ResolvedRateLaw: position_gain",
+            position_gain,
+            shape=(m,),
+            scalar="keep",
+            sign="non-negative",
+            hint="one per task row",
+        )
+        self.rate_gain = float_array(
+            "ResolvedRateLaw: rate_gain",
+            rate_gain,
+            shape=(estimated_model.num_joints,),
+            scalar="keep",
+            sign="non-negative",
+            hint="one per joint",
+        )
         self.end_point, self.link = end_point, link
         self.point = None if point is None else check_vector("ResolvedRateLaw: point", point, (3,), dtype)
         self.momentum = None if momentum is None else check_vector("ResolvedRateLaw: momentum", momentum, (6,), dtype)
@@ -932,12 +1000,19 @@ class ResolvedRateLaw(eqx.Module):
         error = task_error(self.task, kin.position, kin.rotation, target_position, target_rotation)
         command = velocity + self.position_gain.astype(dtype) * error
         weights = None if self.weights is None else self.weights.astype(dtype)
-        dls = solve_damped_least_squares(kin.jacobian[rows], command - kin.offset[rows], self.singular_threshold, self.max_damping, weights)
+        dls = solve_damped_least_squares(
+            kin.jacobian[rows], command - kin.offset[rows], self.singular_threshold, self.max_damping, weights
+        )
         return dls.solution
 
     def __call__(self, t: Array, state: State) -> Array:
         servo = RateServo(
-            self.estimated_model, self.rate_command, self.rate_gain, mode=self.base, momentum=self.momentum, feedforward=self.feedforward
+            self.estimated_model,
+            self.rate_command,
+            self.rate_gain,
+            mode=self.base,
+            momentum=self.momentum,
+            feedforward=self.feedforward,
         )
         return servo(t, state)
 
@@ -1092,7 +1167,11 @@ def inverse_kinematics(
         task = "position"
     else:
         task = "orientation" if target_position is None else "pose"
-    target_position = None if target_position is None else check_vector("inverse_kinematics: target_position", target_position, (3,), dtype)
+    target_position = (
+        None
+        if target_position is None
+        else check_vector("inverse_kinematics: target_position", target_position, (3,), dtype)
+    )
     if target_rotation is not None:
         target_rotation = check_vector("inverse_kinematics: target_rotation", target_rotation, (3, 3), dtype)
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
@@ -1120,18 +1199,47 @@ def inverse_kinematics(
         lower = upper = None
     _check_damping("inverse_kinematics", singular_threshold, max_damping)
     ptol, otol, step, threshold, damping = (
-        jnp.asarray(v).astype(dtype) for v in (position_tolerance, orientation_tolerance, max_step, singular_threshold, max_damping)
+        jnp.asarray(v).astype(dtype)
+        for v in (position_tolerance, orientation_tolerance, max_step, singular_threshold, max_damping)
     )
     return _inverse_kinematics(
-        model, state, target_position, target_rotation, spec, task, base, lower, upper, ptol, otol, step, threshold, damping,
-        int(max_iterations), int(substeps),
+        model,
+        state,
+        target_position,
+        target_rotation,
+        spec,
+        task,
+        base,
+        lower,
+        upper,
+        ptol,
+        otol,
+        step,
+        threshold,
+        damping,
+        int(max_iterations),
+        int(substeps),
     )
 
 
 @eqx.filter_jit
 def _inverse_kinematics(
-    model, state, target_position, target_rotation, spec, task, base, lower, upper, position_tolerance,
-    orientation_tolerance, max_step, singular_threshold, max_damping, max_iterations, substeps,
+    model,
+    state,
+    target_position,
+    target_rotation,
+    spec,
+    task,
+    base,
+    lower,
+    upper,
+    position_tolerance,
+    orientation_tolerance,
+    max_step,
+    singular_threshold,
+    max_damping,
+    max_iterations,
+    substeps,
 ) -> InverseKinematicsResult:
     dtype = state.q.dtype
     n = model.num_joints

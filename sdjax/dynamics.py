@@ -122,7 +122,9 @@ def point_loads(
     check_state(model, state)
     indices = np.asarray(bodies, dtype=np.int64).reshape(-1)
     if not np.all((indices >= 0) & (indices <= model.num_joints)):
-        raise ValueError(f"point_loads: bodies must be static indices 0..{model.num_joints} (0 = base), got {indices.tolist()}")
+        raise ValueError(
+            f"point_loads: bodies must be static indices 0..{model.num_joints} (0 = base), got {indices.tolist()}"
+        )
     m, dtype = len(indices), state.q.dtype
     points = check_vector("points", points, (m, 3), dtype)
     forces = check_vector("forces", forces, (m, 3), dtype)
@@ -151,9 +153,15 @@ def generalized_loads(model: Model, state: State, controls: Controls) -> Array:
     state-dependent loads implicitly."""
     frames = relative_frames(model, state.base_rotation, state.q)
     axes = joint_motion_axes(model, frames)
-    subtree = accumulate_up(model.tree, _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque))
+    subtree = accumulate_up(
+        model.tree, _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
+    )
     return jnp.concatenate(
-        [controls.base_force + subtree[0, 3:], controls.base_torque + subtree[0, :3], controls.tau + dot(axes, subtree[1:])]
+        [
+            controls.base_force + subtree[0, 3:],
+            controls.base_torque + subtree[0, :3],
+            controls.tau + dot(axes, subtree[1:]),
+        ]
     )
 
 
@@ -181,7 +189,9 @@ def _end_point_wrenches(model: Model, frames: Frames, force: Array, torque: Arra
     return jnp.zeros((model.num_bodies, 6), wrench.dtype).at[links].add(wrench)
 
 
-def _subtree_wrenches(model: Model, frames: Frames, twists: Array, accelerations: Array, external_wrench: Array) -> Array:
+def _subtree_wrenches(
+    model: Model, frames: Frames, twists: Array, accelerations: Array, external_wrench: Array
+) -> Array:
     """``(n + 1, 6)`` wrench (moment about r0, force; inertial frame) each subtree needs for
     the given motion: row ``i >= 1`` is the load joint ``i`` transmits from the parent (eqs
     3.32-3.35), row 0 the whole system's (eqs 3.38-3.39 plus the base's own inertia).
@@ -267,7 +277,9 @@ def inverse_dynamics(
         ``(base_wrench, tau)``: ``(6,)`` ``[F0, N0]`` (force at, and torque about, the base
         centroid, inertial frame) and ``(n,)`` actuator torques/forces.
     """
-    frames, axes, twists, accelerations, external = _checked_motion("inverse_dynamics", model, state, base_acceleration, qdd, end_point_force, end_point_torque)
+    frames, axes, twists, accelerations, external = _checked_motion(
+        "inverse_dynamics", model, state, base_acceleration, qdd, end_point_force, end_point_torque
+    )
     force = _newton_euler(model, frames, axes, twists, accelerations, external)
     return force[:6], force[6:] - passive_joint_torques(model, state)
 
@@ -384,7 +396,9 @@ def floating_inverse_dynamics(
     applied = jnp.concatenate(
         [check_vector("base_force", base_force, (3,), dtype), check_vector("base_torque", base_torque, (3,), dtype)]
     )
-    wrench, tau = inverse_dynamics(model, state, None, qdd, end_point_force=end_point_force, end_point_torque=end_point_torque)
+    wrench, tau = inverse_dynamics(
+        model, state, None, qdd, end_point_force=end_point_force, end_point_torque=end_point_torque
+    )
     nb = model.num_base_velocities
     if nb == 0:
         return jnp.zeros((6,), dtype), tau
@@ -560,7 +574,9 @@ def _dynamics_residual(model: Model, state: State, controls: Controls, accelerat
     frames, axes, twists, accelerations = _motion(model, state, acceleration[:6], acceleration[6:])
     external = _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
     force = _newton_euler(model, frames, axes, twists, accelerations, external)
-    applied = jnp.concatenate([controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)])
+    applied = jnp.concatenate(
+        [controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)]
+    )
     return free_coordinates(model, force - applied)
 
 
@@ -573,7 +589,9 @@ def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> t
     h = inertia_matrix_from_frames(model, frames, axes)
     external = _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
     bias = _newton_euler(model, frames, axes, twists, accelerations, external)
-    applied = jnp.concatenate([controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)])
+    applied = jnp.concatenate(
+        [controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)]
+    )
     h = free_coordinates(model, free_coordinates(model, h, 0), 1)
     factor, _ = jsl.cho_factor(h, lower=True)
     return floating_coordinates(model, jsl.cho_solve((factor, True), free_coordinates(model, applied - bias))), factor
@@ -635,12 +653,16 @@ def _batched_solve(axis_size: int, in_batched: Any, model: Model, state: State, 
     batched = jax.tree.leaves(in_batched)
     mapped = [x for x, b in zip(leaves, batched) if b]
     if mapped and axis_size >= batch_kernel.MIN_BATCH and batch_kernel.available():
-        acceleration, factor = batch_kernel.solve_forward_dynamics(axis_size, model, state, controls, in_batched, with_factor=with_factor)
+        acceleration, factor = batch_kernel.solve_forward_dynamics(
+            axis_size, model, state, controls, in_batched, with_factor=with_factor
+        )
         return ((acceleration, factor), (True, True)) if with_factor else (acceleration, True)
 
     def one(batched_leaves):
         it = iter(batched_leaves)
-        solved = _solve_forward_dynamics(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)]))
+        solved = _solve_forward_dynamics(
+            *jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)])
+        )
         return solved if with_factor else solved[0]
 
     chunk = batch_chunk_size(model.num_velocities)

@@ -177,7 +177,11 @@ class Beam(eqx.Module):
                 both damping arguments, a missing section inertia with torsion, or an unknown
                 lumping.
         """
-        if isinstance(num_segments, (bool, np.bool_)) or not isinstance(num_segments, (int, np.integer)) or num_segments < 1:
+        if (
+            isinstance(num_segments, (bool, np.bool_))
+            or not isinstance(num_segments, (int, np.integer))
+            or num_segments < 1
+        ):
             raise ValueError(f"Beam: num_segments must be an integer >= 1, got {num_segments!r}")
         check_choice("Beam", lumping, LUMPINGS, "lumping")
         if damping_ratio is not None and damping_time is not None:
@@ -193,7 +197,15 @@ class Beam(eqx.Module):
         self.planar = bool(planar)
         self.torsion = torsion
         self.lumping = lumping
-        concrete = not is_traced(length, mass_per_length, bending_stiffness, torsional_stiffness, section_inertia_per_length, damping_ratio, damping_time)
+        concrete = not is_traced(
+            length,
+            mass_per_length,
+            bending_stiffness,
+            torsional_stiffness,
+            section_inertia_per_length,
+            damping_ratio,
+            damping_time,
+        )
         if concrete:
             float_array("Beam: length", length, shape=(), sign="positive")
             float_array("Beam: mass_per_length", mass_per_length, shape=(), sign="positive")
@@ -201,7 +213,13 @@ class Beam(eqx.Module):
             if torsion:
                 float_array("Beam: torsional_stiffness", torsional_stiffness, shape=(), sign="positive")
             if section_inertia_per_length is not None:
-                float_array("Beam: section_inertia_per_length", section_inertia_per_length, shape=(2,), scalar="keep", sign="positive")
+                float_array(
+                    "Beam: section_inertia_per_length",
+                    section_inertia_per_length,
+                    shape=(2,),
+                    scalar="keep",
+                    sign="positive",
+                )
             for name, value in (("damping_ratio", damping_ratio), ("damping_time", damping_time)):
                 if value is not None:
                     arr = np.asarray(value, np.float64)

@@ -131,7 +131,9 @@ def base_twist_from_joint_rates(model: Model, state: State, qd: Any = None, mome
     qd = state.qd if qd is None else check_vector("qd", qd, (model.num_joints,), state.q.dtype)
     h = inertia_matrix(model, state)
     nb = model.num_base_velocities
-    free = solve_base_block(model, h, free_base_components(model, momentum_about_base(model, state, momentum)) - h[:nb, nb:] @ qd)
+    free = solve_base_block(
+        model, h, free_base_components(model, momentum_about_base(model, state, momentum)) - h[:nb, nb:] @ qd
+    )
     return base_twist_from_free(model, free)
 
 
@@ -242,7 +244,9 @@ def generalized_columns(model: Model, h: Array, jacobian: Array) -> Array:
 def momentum_offset(model: Model, state: State, h: Array, jacobian: Array, momentum: Any) -> Array:
     """``J_b H_b^-1 M_r0`` for Jacobians ``(..., 6, nv)``: the velocity due to momentum."""
     nb = model.num_base_velocities
-    return jacobian[..., :nb] @ solve_base_block(model, h, free_base_components(model, momentum_about_base(model, state, momentum)))
+    return jacobian[..., :nb] @ solve_base_block(
+        model, h, free_base_components(model, momentum_about_base(model, state, momentum))
+    )
 
 
 @eqx.filter_jit
@@ -264,7 +268,9 @@ def generalized_jacobian(model: Model, state: State, link: int, point: Any = Non
 
 
 @eqx.filter_jit
-def generalized_velocity_offset(model: Model, state: State, link: int, point: Any = None, momentum: Any = None) -> Array:
+def generalized_velocity_offset(
+    model: Model, state: State, link: int, point: Any = None, momentum: Any = None
+) -> Array:
     """Velocity of a point on a link due to the system momentum (the non-zero-momentum term of
     eq 110): the point moves as ``J* qd + offset`` with ``offset = J_b H_b^-1 M_r0``.
 

@@ -148,7 +148,9 @@ class InertialParameters(eqx.Module):
 
     def __add__(self, other: InertialParameters) -> InertialParameters:
         """Parameters of the rigid union of two bodies (same reference points and frames)."""
-        return InertialParameters(self.mass + other.mass, self.first_moment + other.first_moment, self.inertia + other.inertia)
+        return InertialParameters(
+            self.mass + other.mass, self.first_moment + other.first_moment, self.inertia + other.inertia
+        )
 
 
 def _shift_matrix(c: Array) -> Array:
@@ -270,7 +272,9 @@ def link_parameters(model: Model, links: Any = None) -> InertialParameters:
     """Parameters of links (1-based; default all) about their own centroids, link frames."""
     idx = np.arange(model.num_joints) if links is None else np.asarray(links, dtype=np.int64) - 1
     mass = model.link_mass[idx]
-    return InertialParameters(mass=mass, first_moment=jnp.zeros((idx.size, 3), mass.dtype), inertia=model.link_inertia[idx])
+    return InertialParameters(
+        mass=mass, first_moment=jnp.zeros((idx.size, 3), mass.dtype), inertia=model.link_inertia[idx]
+    )
 
 
 def apply_parameters(model: Model, links: Any, params: InertialParameters) -> Model:
@@ -305,7 +309,13 @@ def apply_parameters(model: Model, links: Any, params: InertialParameters) -> Mo
         if ends.size:
             end_point = end_point.at[ends].add(-shift[row])
     return eqx.tree_at(
-        lambda m: (m.link_mass, m.link_inertia, m.centroid_to_joint, m.parent_centroid_to_joint, m.centroid_to_end_point),
+        lambda m: (
+            m.link_mass,
+            m.link_inertia,
+            m.centroid_to_joint,
+            m.parent_centroid_to_joint,
+            m.centroid_to_end_point,
+        ),
         model,
         (
             model.link_mass.at[idx].set(params.mass),
@@ -380,10 +390,14 @@ class Dataset(eqx.Module):
         ):
             shape = jnp.shape(getattr(self.states, field))
             if shape != (num, size):
-                raise ValueError(f"Dataset.states.{field}: expected shape ({num}, {size}) for N={num} samples, got {shape}")
+                raise ValueError(
+                    f"Dataset.states.{field}: expected shape ({num}, {size}) for N={num} samples, got {shape}"
+                )
         qs, qds = jnp.shape(self.states.q), jnp.shape(self.states.qd)
         if len(qs) != 2 or qs[0] != num or qds != qs:
-            raise ValueError(f"Dataset.states.q/qd: expected two ({num}, n) arrays for N={num} samples, got {qs} and {qds}")
+            raise ValueError(
+                f"Dataset.states.q/qd: expected two ({num}, n) arrays for N={num} samples, got {qs} and {qds}"
+            )
         if self.torques is not None:
             ts = jnp.shape(self.torques)
             if ts != (num - 1, qs[1]):
@@ -586,7 +600,9 @@ class Identifiability:
         return "\n".join(lines)
 
 
-def regressor(model: Model, data: Dataset, unknowns: Unknowns, params: InertialParameters | None = None, **kwargs: Any) -> Array:
+def regressor(
+    model: Model, data: Dataset, unknowns: Unknowns, params: InertialParameters | None = None, **kwargs: Any
+) -> Array:
     """``(R, 10 k)`` Jacobian of :func:`residuals` with respect to the stacked parameter vectors
     (exact regressor: the residuals are linear in the parameters), at ``params`` (default the
     nominal model's). ``kwargs``: residual options of :func:`residuals`."""
@@ -754,7 +770,9 @@ def identify(
     if initial is None:
         initial = _least_squares_start(np.asarray(y, np.float64), np.asarray(offset, np.float64), nominal)
     if initial.mass.shape != (k,):
-        raise ValueError(f"identify: initial has {initial.mass.shape[0] if initial.mass.ndim else 0} bodies, expected {k} ({unknowns.labels(model)})")
+        raise ValueError(
+            f"identify: initial has {initial.mass.shape[0] if initial.mass.ndim else 0} bodies, expected {k} ({unknowns.labels(model)})"
+        )
     if truth is not None and truth.mass.shape != (k,):
         raise ValueError(f"identify: truth has {truth.mass.shape} masses, expected ({k},)")
     theta0 = to_log_cholesky(initial).ravel()
@@ -784,7 +802,9 @@ def identify(
             history.append(float(_loss(problem, theta)))
     theta = theta.reshape(k, 10)
     params = from_log_cholesky(theta)
-    report = _identifiability(np.asarray(y, np.float64), unknowns.parameter_names(model), tolerance)  # Y is the same at every pi
+    report = _identifiability(
+        np.asarray(y, np.float64), unknowns.parameter_names(model), tolerance
+    )  # Y is the same at every pi
     errors = parameter_errors(params, truth) if truth is not None else None
     return IdentificationResult(
         body_names=unknowns.labels(model),

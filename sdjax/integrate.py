@@ -30,7 +30,14 @@ from jax import Array, lax
 from jax.custom_batching import custom_vmap
 
 from sdjax import batch_kernel
-from sdjax.dynamics import Controls, floating_acceleration, forward_dynamics_and_factor, generalized_loads, inertia_matrix, make_controls
+from sdjax.dynamics import (
+    Controls,
+    floating_acceleration,
+    forward_dynamics_and_factor,
+    generalized_loads,
+    inertia_matrix,
+    make_controls,
+)
 from sdjax.model import Model, floating_coordinates, free_coordinates
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
 from sdjax._checks import check_choice, is_traced
@@ -206,10 +213,14 @@ def euler_step(
     v0 = state.base_linear_velocity + dt * acceleration[:3]
     w0 = state.base_angular_velocity + dt * acceleration[3:6]
     qd = state.qd + dt * acceleration[6:]
-    move_v0, move_w0, move_qd = (v0, w0, qd) if semi_implicit else (
-        state.base_linear_velocity,
-        state.base_angular_velocity,
-        state.qd,
+    move_v0, move_w0, move_qd = (
+        (v0, w0, qd)
+        if semi_implicit
+        else (
+            state.base_linear_velocity,
+            state.base_angular_velocity,
+            state.qd,
+        )
     )
     quat = quat_multiply(rotation_vector_to_quat(move_w0 * dt), state.base_quaternion)
     return State(
@@ -228,10 +239,14 @@ def _displaced(model: Model, state: State, position_increment: Array, velocity: 
     turned by the inertial rotation vector ``dphi`` (eq 3.4), ``q + dq``; ``[v0, w0, qd]``."""
     increment, velocity = floating_coordinates(model, position_increment), floating_coordinates(model, velocity)
     quat = quat_multiply(rotation_vector_to_quat(increment[3:6]), state.base_quaternion)
-    return State(state.base_position + increment[:3], quat, velocity[:3], velocity[3:6], state.q + increment[6:], velocity[6:])
+    return State(
+        state.base_position + increment[:3], quat, velocity[:3], velocity[3:6], state.q + increment[6:], velocity[6:]
+    )
 
 
-def environment_load_derivatives(model: Model, state: State, environment: EnvironmentLoads, t: Any) -> tuple[Array, Array, Array]:
+def environment_load_derivatives(
+    model: Model, state: State, environment: EnvironmentLoads, t: Any
+) -> tuple[Array, Array, Array]:
     """Generalized force of the environment loads and its derivatives at ``(t, state)``.
 
     ``Q(x, v)`` is :func:`sdjax.dynamics.generalized_loads` of ``environment(t, state)``, in
@@ -250,7 +265,9 @@ def environment_load_derivatives(model: Model, state: State, environment: Enviro
 
     def force(increment: Array, v: Array) -> Array:
         moved = _displaced(model, state, increment, v)
-        return free_coordinates(model, generalized_loads(model, moved, as_controls(model, environment(t, moved), dtype)))
+        return free_coordinates(
+            model, generalized_loads(model, moved, as_controls(model, environment(t, moved), dtype))
+        )
 
     zero = jnp.zeros_like(velocity)
     value = force(zero, velocity)
@@ -318,7 +335,9 @@ def implicit_euler_step(
     h = factor @ factor.T
     nb = model.num_base_velocities
     joints = jnp.arange(nb, model.num_velocities)
-    lhs = h.at[joints, joints].add(dt * model.joint_damping.astype(dtype) + dt * dt * model.joint_stiffness.astype(dtype))
+    lhs = h.at[joints, joints].add(
+        dt * model.joint_damping.astype(dtype) + dt * dt * model.joint_stiffness.astype(dtype)
+    )
     rhs = (h @ explicit).at[nb:].add(-dt * model.joint_stiffness.astype(dtype) * state.qd)
     if environment is not None and linearize_environment:
         _, by_position, by_velocity = environment_load_derivatives(model, state, environment, t)
@@ -348,7 +367,9 @@ def _newmark_state(state: State, dt: Array, a0: Array, a1: Array, beta: float, g
     increment = dt * v + dt * dt * ((0.5 - beta) * a0 + beta * a1)
     velocity = v + dt * ((1.0 - gamma) * a0 + gamma * a1)
     quat = quat_normalize(quat_multiply(rotation_vector_to_quat(increment[3:6]), state.base_quaternion))
-    return State(state.base_position + increment[:3], quat, velocity[:3], velocity[3:6], state.q + increment[6:], velocity[6:])
+    return State(
+        state.base_position + increment[:3], quat, velocity[:3], velocity[3:6], state.q + increment[6:], velocity[6:]
+    )
 
 
 @eqx.filter_jit
@@ -394,7 +415,9 @@ def newmark_step(
     def residual(a1_free: Array) -> Array:
         a1 = floating_coordinates(model, a1_free)
         end = _newmark_state(state, dt, a0, a1, beta, gamma)
-        return a1_free - free_coordinates(model, floating_acceleration(model, end, _with_environment(model, controls, environment, t + dt, end)))
+        return a1_free - free_coordinates(
+            model, floating_acceleration(model, end, _with_environment(model, controls, environment, t + dt, end))
+        )
 
     def newton(a1_free: Array, _: Any) -> tuple[Array, None]:
         value, jacobian = residual(a1_free), jax.jacfwd(residual)(a1_free)
@@ -508,8 +531,14 @@ def adaptive_step(
 
     method = {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "dopri8": diffrax.Dopri8}[solver]()
     solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(vector_field), method, t0=t, t1=t + dt, dt0=None, y0=state,
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol), max_steps=max_steps,
+        diffrax.ODETerm(vector_field),
+        method,
+        t0=t,
+        t1=t + dt,
+        dt0=None,
+        y0=state,
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        max_steps=max_steps,
         saveat=diffrax.SaveAt(t1=True),
     )
     new = jax.tree.map(lambda x: x[-1], solution.ys)
@@ -531,8 +560,14 @@ class Integrator(eqx.Module):
 
     @abc.abstractmethod
     def step(
-        self, model: Model, state: State, dt: Any, controls: Controls | None = None, *,
-        environment: EnvironmentLoads | None = None, t: Any = 0.0,
+        self,
+        model: Model,
+        state: State,
+        dt: Any,
+        controls: Controls | None = None,
+        *,
+        environment: EnvironmentLoads | None = None,
+        t: Any = 0.0,
     ) -> State:
         """The state at ``t + dt`` from ``state`` at ``t``, ``controls`` held over the step,
         ``environment`` loads ``(t, state) -> Controls`` evaluated where the scheme needs them."""
@@ -567,7 +602,9 @@ class ImplicitEuler(Integrator):
     order: ClassVar[int] = 1
 
     def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
-        return implicit_euler_step(model, state, dt, controls, environment=environment, t=t, linearize_environment=self.linearize_environment)
+        return implicit_euler_step(
+            model, state, dt, controls, environment=environment, t=t, linearize_environment=self.linearize_environment
+        )
 
 
 class Newmark(Integrator):
@@ -580,7 +617,9 @@ class Newmark(Integrator):
 
     def __check_init__(self):
         if not (0.0 <= self.beta <= 0.5 and 0.0 <= self.gamma <= 1.0):
-            raise ValueError(f"Newmark: need 0 <= beta <= 1/2 and 0 <= gamma <= 1, got beta={self.beta}, gamma={self.gamma}")
+            raise ValueError(
+                f"Newmark: need 0 <= beta <= 1/2 and 0 <= gamma <= 1, got beta={self.beta}, gamma={self.gamma}"
+            )
 
     def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
         return newmark_step(model, state, dt, controls, environment=environment, t=t, beta=self.beta, gamma=self.gamma)
@@ -609,13 +648,24 @@ class Adaptive(Integrator):
         if self.solver not in ADAPTIVE_SOLVERS:
             raise ValueError(f"Adaptive: solver must be one of {list(ADAPTIVE_SOLVERS)}, got {self.solver!r}")
         if not (self.rtol > 0 and self.atol > 0 and math.isfinite(self.rtol) and math.isfinite(self.atol)):
-            raise ValueError(f"Adaptive: rtol and atol must be positive and finite, got rtol={self.rtol}, atol={self.atol}")
+            raise ValueError(
+                f"Adaptive: rtol and atol must be positive and finite, got rtol={self.rtol}, atol={self.atol}"
+            )
         if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
             raise ValueError(f"Adaptive: max_steps must be a positive int, got {self.max_steps!r}")
 
     def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
         return adaptive_step(
-            model, state, dt, controls, environment=environment, t=t, rtol=self.rtol, atol=self.atol, solver=self.solver, max_steps=self.max_steps
+            model,
+            state,
+            dt,
+            controls,
+            environment=environment,
+            t=t,
+            rtol=self.rtol,
+            atol=self.atol,
+            solver=self.solver,
+            max_steps=self.max_steps,
         )
 
 
@@ -636,7 +686,9 @@ def as_integrator(integrator: str | Integrator, what: str = "integrator") -> Int
         return integrator
     if isinstance(integrator, str) and integrator in INTEGRATORS:
         return INTEGRATORS[integrator]
-    raise ValueError(f"{what}: unknown integrator {integrator!r}; give an sdjax.Integrator or one of {sorted(INTEGRATORS)}")
+    raise ValueError(
+        f"{what}: unknown integrator {integrator!r}; give an sdjax.Integrator or one of {sorted(INTEGRATORS)}"
+    )
 
 
 def _rk4_step_limit(mu: complex) -> float:
@@ -717,7 +769,9 @@ def as_controls(model: Model, value: Any, dtype: Any) -> Controls:
     return make_controls(model, tau=value, dtype=dtype)
 
 
-def control_schedule(model: Model, control: Any, num_steps: Any, dt: Any, dtype: Any, what: str) -> tuple[Any, Any, Array]:
+def control_schedule(
+    model: Model, control: Any, num_steps: Any, dt: Any, dtype: Any, what: str
+) -> tuple[Any, Any, Array]:
     """Checked ``num_steps``, ``dt`` and control of a rollout: ``(law, sequence, dt)``, one of
     ``law`` (a function ``(t, state) -> tau | Controls``) and ``sequence`` (leading axis
     ``num_steps``) is ``None``. Shared by :func:`rollout` and the constrained rollout."""
@@ -744,7 +798,9 @@ def control_schedule(model: Model, control: Any, num_steps: Any, dt: Any, dtype:
         raise ValueError(f"{what}: dt must be positive and finite, got {dt!r}")
     dt_array = jnp.asarray(dt, dtype)
     if is_traced(dt):  # an array argument (traced by the jit): checked when the program runs
-        dt_array = eqx.error_if(dt_array, ~(jnp.isfinite(dt_array) & (dt_array > 0)), f"{what}: dt must be positive and finite")
+        dt_array = eqx.error_if(
+            dt_array, ~(jnp.isfinite(dt_array) & (dt_array > 0)), f"{what}: dt must be positive and finite"
+        )
     return law, sequence, dt_array
 
 
@@ -757,8 +813,17 @@ def _checked_finite(states: State) -> State:
 
 
 def _scan_steps(
-    model: Model, initial_state: State, dt: Array, num_steps: int, law: Any, sequence: Any,
-    step_fn: Callable[..., State], environment: EnvironmentLoads | None, t0: Array, checkpoint: bool, check: bool,
+    model: Model,
+    initial_state: State,
+    dt: Array,
+    num_steps: int,
+    law: Any,
+    sequence: Any,
+    step_fn: Callable[..., State],
+    environment: EnvironmentLoads | None,
+    t0: Array,
+    checkpoint: bool,
+    check: bool,
 ) -> tuple[State, Controls]:
     """``num_steps`` steps of ``step_fn`` as one ``lax.scan``: the states after each step and
     the controls held over it (leading axis ``num_steps``). Controls from ``law(t, state)`` at
@@ -795,7 +860,19 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
     higher derivatives are unchanged."""
 
     def scan(model: Model, state: State, dt: Array, controls: Controls) -> State:
-        return _scan_steps(model, state, dt, controls.tau.shape[0], None, controls, rk4_step, None, jnp.zeros((), dt.dtype), checkpoint, False)[0]
+        return _scan_steps(
+            model,
+            state,
+            dt,
+            controls.tau.shape[0],
+            None,
+            controls,
+            rk4_step,
+            None,
+            jnp.zeros((), dt.dtype),
+            checkpoint,
+            False,
+        )[0]
 
     @custom_vmap
     def batchable(model: Model, state: State, dt: Array, controls: Controls) -> State:
@@ -881,7 +958,9 @@ def rollout(
     if law is None and environment is None and isinstance(scheme, RK4) and num_steps > 0:
         # Open loop: batches of it run in the compiled kernel on the CPU (_open_loop_rk4).
         if sequence is None:
-            controls = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_steps,) + x.shape), make_controls(model, dtype=dtype))
+            controls = jax.tree.map(
+                lambda x: jnp.broadcast_to(x, (num_steps,) + x.shape), make_controls(model, dtype=dtype)
+            )
         else:
             controls = jax.vmap(lambda applied: as_controls(model, applied, dtype))(sequence)
         states = _open_loop_rk4(checkpoint)(model, initial_state, dt_array, controls)

@@ -75,9 +75,7 @@ def jacobians_at_points(model: Model, axes: Array, bodies: np.ndarray, points: A
     return jnp.concatenate([base, joints], axis=-1)
 
 
-def _jacobian_derivatives_at(
-    model: Model, axes: Array, twists: Array, bodies: np.ndarray, points: Array
-) -> Array:
+def _jacobian_derivatives_at(model: Model, axes: Array, twists: Array, bodies: np.ndarray, points: Array) -> Array:
     """``(k, 6, 6 + n)`` time derivatives of :func:`jacobians_at_points`."""
     k = len(bodies)
     body_index = jnp.asarray(bodies, dtype=jnp.int32)
@@ -166,7 +164,9 @@ def link_jacobian_derivatives(model: Model, state: State) -> Array:
     """Time derivatives of :func:`link_jacobians`; ``(n + 1, 6, nv)``."""
     frames, axes = _kinematic_inputs(model, state)
     twists = body_twists(model, axes, base_twist(state), state.qd)
-    return free_coordinates(model, _jacobian_derivatives_at(model, axes, twists, np.arange(model.num_bodies), frames.centroid), -1)
+    return free_coordinates(
+        model, _jacobian_derivatives_at(model, axes, twists, np.arange(model.num_bodies), frames.centroid), -1
+    )
 
 
 @eqx.filter_jit
@@ -174,7 +174,9 @@ def end_point_jacobians(model: Model, state: State) -> Array:
     """Jacobians of every end point (eq 3.16: ``[J_b | J_m]``); ``(ne, 6, nv)``."""
     frames, axes = _kinematic_inputs(model, state)
     position, _ = end_point_frames(model, frames)
-    return free_coordinates(model, jacobians_at_points(model, axes, np.asarray(model.end_point_link, dtype=np.int64), position), -1)
+    return free_coordinates(
+        model, jacobians_at_points(model, axes, np.asarray(model.end_point_link, dtype=np.int64), position), -1
+    )
 
 
 @eqx.filter_jit
@@ -183,5 +185,7 @@ def end_point_jacobian_derivatives(model: Model, state: State) -> Array:
     frames, axes = _kinematic_inputs(model, state)
     twists = body_twists(model, axes, base_twist(state), state.qd)
     position, _ = end_point_frames(model, frames)
-    derivatives = _jacobian_derivatives_at(model, axes, twists, np.asarray(model.end_point_link, dtype=np.int64), position)
+    derivatives = _jacobian_derivatives_at(
+        model, axes, twists, np.asarray(model.end_point_link, dtype=np.int64), position
+    )
     return free_coordinates(model, derivatives, -1)

@@ -193,9 +193,7 @@ def base_spatial_acceleration(state: State, base_acceleration: Array) -> Array:
     ``(dw0/dt, dv0/dt - w0 x v0)``, from the classical ``base_acceleration = [dv0/dt, dw0/dt]``.
     """
     linear, angular = base_acceleration[:3], base_acceleration[3:]
-    return jnp.concatenate(
-        [angular, linear - cross3(state.base_angular_velocity, state.base_linear_velocity)]
-    )
+    return jnp.concatenate([angular, linear - cross3(state.base_angular_velocity, state.base_linear_velocity)])
 
 
 def point_velocity(twist: Array, point: Array) -> Array:
@@ -300,4 +298,3 @@ def subtree_mass_moments(model: Model, frames: Frames) -> tuple[Array, Array, Ar
     eye = jnp.eye(3, dtype=r.dtype)
     parallel_axis = masses[:, None, None] * (dot(r, r)[:, None, None] * eye - r[:, :, None] * r[:, None, :])
     return accumulate_up(model.tree, (masses, masses[:, None] * r, rotated + parallel_axis))
-

@@ -239,7 +239,9 @@ def coriolis_matrix(model: Model, state: State, *, fixed_base: bool = False) -> 
     mass_matrix = lambda y: _mass_matrix(model, _velocity_jacobians(model, state, fixed_base, y))  # noqa: E731
     inertia, d_inertia = mass_matrix(x), jax.jacfwd(mass_matrix)(x)  # d_inertia[i, j, k] = dM_ij/dx_k
     christoffel = 0.5 * (
-        jnp.einsum("ijk,k->ij", d_inertia, xd) + jnp.einsum("ikj,k->ij", d_inertia, xd) - jnp.einsum("jki,k->ij", d_inertia, xd)
+        jnp.einsum("ijk,k->ij", d_inertia, xd)
+        + jnp.einsum("ikj,k->ij", d_inertia, xd)
+        - jnp.einsum("jki,k->ij", d_inertia, xd)
     )
     if _held(model, fixed_base) or model.base == "planar":  # T' = 0: a planar base turns about one fixed axis
         return christoffel

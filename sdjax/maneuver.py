@@ -96,7 +96,9 @@ def _per_wheel(name: str, value: Any, k: int, dtype: Any) -> Array:
     if arr.ndim == 0:
         arr = jnp.broadcast_to(arr, (k,))
     if arr.shape != (k,):
-        raise ValueError(f"add_reaction_wheels: {name} expected a scalar or shape ({k},) for {k} wheels, got {arr.shape}")
+        raise ValueError(
+            f"add_reaction_wheels: {name} expected a scalar or shape ({k},) for {k} wheels, got {arr.shape}"
+        )
     return arr.astype(dtype)
 
 
@@ -164,9 +166,15 @@ def add_reaction_wheels(
         pos = pos.astype(dtype)
     if not is_traced(axes, spin_inertia, transverse_inertia, mass, positions):
         axes64 = np.asarray(axes, np.float64)
-        spin64, transverse64, masses64 = (np.broadcast_to(np.asarray(x, np.float64), (k,)) for x in (spin_inertia, transverse_inertia, mass))
+        spin64, transverse64, masses64 = (
+            np.broadcast_to(np.asarray(x, np.float64), (k,)) for x in (spin_inertia, transverse_inertia, mass)
+        )
         _check_wheel_values(
-            axes64, spin64, transverse64, masses64, np.zeros((k, 3)) if positions is None else np.asarray(positions, np.float64)
+            axes64,
+            spin64,
+            transverse64,
+            masses64,
+            np.zeros((k, 3)) if positions is None else np.asarray(positions, np.float64),
         )
     norms = jnp.sqrt(jnp.sum(axes_arr.astype(dtype) ** 2, axis=-1, keepdims=True))
     unit = axes_arr.astype(dtype) / norms
@@ -372,7 +380,9 @@ class Thrusters(eqx.Module):
 
 
 @eqx.filter_jit
-def realised_base_wrench(thrusters: Thrusters, base_rotation: Array, force: Array, torque: Array) -> tuple[Array, Array]:
+def realised_base_wrench(
+    thrusters: Thrusters, base_rotation: Array, force: Array, torque: Array
+) -> tuple[Array, Array]:
     """The base force and torque the thrusters actually produce for a command.
 
     ``F = A0 sat(A0^T F_cmd)``, ``N = A0 sat(A0^T N_cmd)``, saturating per base axis.
@@ -479,9 +489,9 @@ class TranslationPD(eqx.Module):
 
     def __call__(self, t: Array, state: State) -> Array:
         dtype = state.base_position.dtype
-        return self.kp.astype(dtype) * (self.target_position.astype(dtype) - state.base_position) + self.kd.astype(dtype) * (
-            self.target_velocity.astype(dtype) - state.base_linear_velocity
-        )
+        return self.kp.astype(dtype) * (self.target_position.astype(dtype) - state.base_position) + self.kd.astype(
+            dtype
+        ) * (self.target_velocity.astype(dtype) - state.base_linear_velocity)
 
 
 # ------------------------------------------------------------------------------------------
@@ -556,7 +566,9 @@ class ManeuverLaw(eqx.Module):
         rot = state.base_rotation
         zero3 = jnp.zeros((3,), dtype)
         force, torque = zero3, zero3
-        desired_torque = None if self.attitude_law is None else self._vector(self.attitude_law, t, state, "attitude_law")
+        desired_torque = (
+            None if self.attitude_law is None else self._vector(self.attitude_law, t, state, "attitude_law")
+        )
         if self.wheels_control_attitude:
             assert desired_torque is not None  # (wheels_control_attitude: attitude_law is set)
             # Base receives -A0 U tau_w; choose tau_w = -pinv(U) A0^T N (least squares).
@@ -565,14 +577,20 @@ class ManeuverLaw(eqx.Module):
         if self.thrusters_force or self.thrusters_torque:
             # (maneuver_law checks these; a ManeuverLaw built directly may lack them.)
             if self.thrusters is None:
-                raise ValueError(f"ManeuverLaw: mode {self.mode!r} applies external loads and needs thrusters (see maneuver_law)")
+                raise ValueError(
+                    f"ManeuverLaw: mode {self.mode!r} applies external loads and needs thrusters (see maneuver_law)"
+                )
             if self.thrusters_force:
                 if self.translation_law is None:
-                    raise ValueError(f"ManeuverLaw: mode {self.mode!r} controls the base translation and needs translation_law (see maneuver_law)")
+                    raise ValueError(
+                        f"ManeuverLaw: mode {self.mode!r} controls the base translation and needs translation_law (see maneuver_law)"
+                    )
                 force = self._vector(self.translation_law, t, state, "translation_law")
             if self.thrusters_torque:
                 if desired_torque is None:
-                    raise ValueError(f"ManeuverLaw: mode {self.mode!r} controls the base attitude and needs attitude_law (see maneuver_law)")
+                    raise ValueError(
+                        f"ManeuverLaw: mode {self.mode!r} controls the base attitude and needs attitude_law (see maneuver_law)"
+                    )
                 torque = desired_torque
             force, torque = realised_base_wrench(self.thrusters, rot, force, torque)
             # A thruster set used for one kind of load only gives exact zeros for the other.
@@ -653,7 +671,9 @@ def maneuver_law(
     if uses_translation and translation_law is None:
         raise ValueError(f"maneuver_law: mode {mode!r} controls the base translation and needs translation_law")
     if not uses_translation and translation_law is not None:
-        raise ValueError(f"maneuver_law: mode {mode!r} does not control the base translation; translation_law is not allowed")
+        raise ValueError(
+            f"maneuver_law: mode {mode!r} does not control the base translation; translation_law is not allowed"
+        )
     if uses_thrusters and thrusters is None:
         raise ValueError(f"maneuver_law: mode {mode!r} applies external loads and needs thrusters (a Thrusters)")
     if not uses_thrusters and thrusters is not None:

@@ -284,7 +284,9 @@ class Model(eqx.Module):
         try:
             return self.end_point_names.index(name)
         except ValueError:
-            raise KeyError(f"model {self.name!r} has no end point {name!r}; its end points are {list(self.end_point_names)}") from None
+            raise KeyError(
+                f"model {self.name!r} has no end point {name!r}; its end points are {list(self.end_point_names)}"
+            ) from None
 
     @property
     def spacedyn_end_points(self) -> bool:
@@ -369,7 +371,11 @@ def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
 
 def _check_link_index(model: Model, link: int, *, allow_base: bool = False) -> None:
     low = 0 if allow_base else 1
-    if isinstance(link, (bool, np.bool_)) or not isinstance(link, (int, np.integer)) or not low <= link <= model.num_joints:
+    if (
+        isinstance(link, (bool, np.bool_))
+        or not isinstance(link, (int, np.integer))
+        or not low <= link <= model.num_joints
+    ):
         raise ValueError(f"link index {link!r} out of range: expected {low}..{model.num_joints}")
 
 
@@ -430,7 +436,9 @@ def validate(model: Model) -> None:
         raise ValueError(f"Model.joint_type: expected {n} joint types (one per link), got {len(model.joint_type)}")
     for k, t in enumerate(model.joint_type):
         if t not in JOINT_TYPES:
-            raise ValueError(f"Model.joint_type[{k}]: unknown joint type {t!r} for {_link_label(model, k)}; expected 'R' or 'P'")
+            raise ValueError(
+                f"Model.joint_type[{k}]: unknown joint type {t!r} for {_link_label(model, k)}; expected 'R' or 'P'"
+            )
     if len(model.link_names) != n:
         raise ValueError(f"Model.link_names: expected {n} names, got {len(model.link_names)}")
     if len(set(model.link_names)) != n:
@@ -438,9 +446,13 @@ def validate(model: Model) -> None:
         raise ValueError(f"Model.link_names: names must be unique, repeated: {dup}")
     for k, link in enumerate(model.end_point_link):
         if not 0 <= link <= n:
-            raise ValueError(f"Model.end_point_link[{k}]: body {link} does not exist (bodies are 0 = base, 1..{n} = links)")
+            raise ValueError(
+                f"Model.end_point_link[{k}]: body {link} does not exist (bodies are 0 = base, 1..{n} = links)"
+            )
     if len(model.end_point_names) != ne:
-        raise ValueError(f"Model.end_point_names: expected {ne} names (one per end point), got {len(model.end_point_names)}")
+        raise ValueError(
+            f"Model.end_point_names: expected {ne} names (one per end point), got {len(model.end_point_names)}"
+        )
     if not all(isinstance(s, str) and s for s in model.end_point_names):
         raise ValueError(f"Model.end_point_names: names must be non-empty strings, got {list(model.end_point_names)}")
     if len(set(model.end_point_names)) != ne:
@@ -469,7 +481,15 @@ def validate(model: Model) -> None:
     if any(isinstance(x, jax.core.Tracer) for x in leaves):
         return
     # Values.
-    per_link = ("link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "joint_stiffness", "joint_damping")
+    per_link = (
+        "link_mass",
+        "link_inertia",
+        "parent_centroid_to_joint",
+        "centroid_to_joint",
+        "joint_rpy",
+        "joint_stiffness",
+        "joint_damping",
+    )
     per_end_point = ("centroid_to_end_point", "end_point_rpy")
     for field in shapes:
         value = np.asarray(getattr(model, field), dtype=np.float64)
@@ -491,7 +511,12 @@ def validate(model: Model) -> None:
         if not float(model.base_mass) >= 0:
             raise ValueError(f"Model.base_mass: mass must be non-negative, got {float(model.base_mass)}")
         check_inertia(
-            "base_inertia", "the base", np.asarray(model.base_inertia, np.float64), physical=physical, semidefinite=True, model_scale=model_scale
+            "base_inertia",
+            "the base",
+            np.asarray(model.base_inertia, np.float64),
+            physical=physical,
+            semidefinite=True,
+            model_scale=model_scale,
         )
     else:
         if not float(model.base_mass) > 0:
@@ -504,9 +529,16 @@ def validate(model: Model) -> None:
     inertias = np.asarray(model.link_inertia, np.float64)
     for k in range(n):
         if not masses[k] >= 0:
-            raise ValueError(f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be non-negative, got {masses[k]}")
+            raise ValueError(
+                f"Model.link_mass[{k}]: {_link_label(model, k)} mass must be non-negative, got {masses[k]}"
+            )
         check_inertia(
-            f"link_inertia[{k}]", _link_label(model, k), inertias[k], physical=physical, semidefinite=True, model_scale=model_scale
+            f"link_inertia[{k}]",
+            _link_label(model, k),
+            inertias[k],
+            physical=physical,
+            semidefinite=True,
+            model_scale=model_scale,
         )
     degenerate = [k for k in range(n) if masses[k] == 0 or np.linalg.eigvalsh(inertias[k])[0] <= 0]
     if degenerate:
@@ -514,11 +546,19 @@ def validate(model: Model) -> None:
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)
         for negative in np.flatnonzero(values < 0):
-            raise ValueError(f"Model.{field}[{negative}]: {_link_label(model, int(negative))} must be non-negative, got {values[negative]}")
+            raise ValueError(
+                f"Model.{field}[{negative}]: {_link_label(model, int(negative))} must be non-negative, got {values[negative]}"
+            )
 
 
 def check_inertia(
-    field: str, body: str, inertia: np.ndarray, *, physical: bool = True, semidefinite: bool = False, model_scale: float = 0.0
+    field: str,
+    body: str,
+    inertia: np.ndarray,
+    *,
+    physical: bool = True,
+    semidefinite: bool = False,
+    model_scale: float = 0.0,
 ) -> None:
     """Symmetric, positive definite (``semidefinite``: positive semidefinite, zero allowed: a
     massless frame link, a thin rod) and (``physical``) satisfying the triangle inequality.
@@ -534,11 +574,12 @@ def check_inertia(
     moments = np.linalg.eigvalsh(0.5 * (inertia + inertia.T))
     if semidefinite:
         if not moments[0] >= -INERTIA_RTOL * max(scale, model_scale):
-            raise ValueError(f"Model.{field}: inertia tensor of {body} is not positive semidefinite (principal moments {moments.tolist()})")
+            raise ValueError(
+                f"Model.{field}: inertia tensor of {body} is not positive semidefinite (principal moments {moments.tolist()})"
+            )
     elif not moments[0] > 1e-12 * max(scale, np.finfo(np.float64).tiny):
         raise ValueError(
-            f"Model.{field}: inertia tensor of {body} is not positive definite "
-            f"(principal moments {moments.tolist()})"
+            f"Model.{field}: inertia tensor of {body} is not positive definite (principal moments {moments.tolist()})"
         )
     if physical and violates_triangle_inequality(inertia, model_scale):
         raise ValueError(
@@ -602,7 +643,9 @@ def check_well_posed(model: Model) -> None:
 def _inertia_scale(model: Model) -> float:
     """Largest inertia entry of the model (kg m^2): the size against which round-off of a
     single tensor's principal moments is judged."""
-    return float(max(np.max(np.abs(np.asarray(model.base_inertia))), np.max(np.abs(np.asarray(model.link_inertia)), initial=0.0)))
+    return float(
+        max(np.max(np.abs(np.asarray(model.base_inertia))), np.max(np.abs(np.asarray(model.link_inertia)), initial=0.0))
+    )
 
 
 def violates_triangle_inequality(inertia: np.ndarray, model_scale: float = 0.0) -> bool:
@@ -622,7 +665,9 @@ def warn_unphysical_inertia(model: Model, source: str) -> None:
     scale = _inertia_scale(model)  # the tolerance validation uses
     bodies = ["the base"] if violates_triangle_inequality(np.asarray(model.base_inertia, np.float64), scale) else []
     inertias = np.asarray(model.link_inertia, np.float64)
-    bodies += [_link_label(model, k) for k in range(model.num_joints) if violates_triangle_inequality(inertias[k], scale)]
+    bodies += [
+        _link_label(model, k) for k in range(model.num_joints) if violates_triangle_inequality(inertias[k], scale)
+    ]
     if bodies:
         warnings.warn(
             f"{source}: the inertia tensors of {', '.join(bodies)} violate the triangle inequality of principal "
@@ -681,7 +726,16 @@ def stack_models(models: Sequence[Model]) -> Model:
     if not models:
         raise ValueError("stack_models: expected at least one model")
     first = models[0]
-    static = lambda m: (m.parent, m.joint_type, m.end_point_link, m.end_point_names, m.link_names, m.name, m.inertia_check, m.base)  # noqa: E731
+    static = lambda m: (
+        m.parent,
+        m.joint_type,
+        m.end_point_link,
+        m.end_point_names,
+        m.link_names,
+        m.name,
+        m.inertia_check,
+        m.base,
+    )  # noqa: E731
     for k, m in enumerate(models[1:], start=1):
         if static(m) != static(first):
             raise ValueError(

@@ -108,7 +108,9 @@ def _shape(owner: str, params: dict[str, np.ndarray], shape: Any) -> tuple[int, 
         if np.broadcast_shapes(common, shape) != shape:
             raise ValueError
     except ValueError:
-        raise ValueError(f"{owner}: parameters of shape {tuple(common)} do not broadcast to the requested shape {shape}") from None
+        raise ValueError(
+            f"{owner}: parameters of shape {tuple(common)} do not broadcast to the requested shape {shape}"
+        ) from None
     return shape
 
 
@@ -179,7 +181,9 @@ class Uniform(Distribution):
         self.high = _param("Uniform", "high", high)
         self.shape = _shape("Uniform", {"low": self.low, "high": self.high}, shape)
         if np.any(self.low > self.high):
-            raise ValueError(f"Uniform: low must not exceed high, got low={self.low.tolist()}, high={self.high.tolist()}")
+            raise ValueError(
+                f"Uniform: low must not exceed high, got low={self.low.tolist()}, high={self.high.tolist()}"
+            )
 
     def sample(self, key, dtype):
         u = jax.random.uniform(key, self.shape, dtype)
@@ -239,7 +243,9 @@ class TruncatedNormal(Distribution):
         if np.any(self.std <= 0):
             raise ValueError(f"TruncatedNormal: std must be positive, got {self.std.tolist()}")
         if np.any(self.low >= self.high):
-            raise ValueError(f"TruncatedNormal: impossible limits, low must be below high (low={self.low.tolist()}, high={self.high.tolist()})")
+            raise ValueError(
+                f"TruncatedNormal: impossible limits, low must be below high (low={self.low.tolist()}, high={self.high.tolist()})"
+            )
         params = {"mean": self.mean, "std": self.std, "low": self.low, "high": self.high}
         self.shape = _shape("TruncatedNormal", params, shape)
 
@@ -299,7 +305,9 @@ class Perturbation(eqx.Module):
         raise NotImplementedError
 
 
-def _factor_shape(owner: str, field: str, factor_shape: tuple[int, ...], field_shape: tuple[int, ...], inertia: bool) -> None:
+def _factor_shape(
+    owner: str, field: str, factor_shape: tuple[int, ...], field_shape: tuple[int, ...], inertia: bool
+) -> None:
     if inertia:
         allowed = [(), field_shape[:-2]] if field_shape[:-2] else [()]
         if factor_shape not in allowed:
@@ -373,7 +381,9 @@ class Offset(Perturbation):
 
     def __init__(self, field: str, delta: Any):
         if field in _MASS_FIELDS + _INERTIA_FIELDS:
-            raise ValueError(f"Offset({field}): an additive offset can make a mass or inertia invalid; use Scale, InertiaRotation or Payload")
+            raise ValueError(
+                f"Offset({field}): an additive offset can make a mass or inertia invalid; use Scale, InertiaRotation or Payload"
+            )
         self.field = _check_field("Offset", field, _GEOMETRY_FIELDS + _NON_NEGATIVE_FIELDS)
         self.delta = _as_distribution(f"Offset({field})", delta)
 
@@ -384,7 +394,9 @@ class Offset(Perturbation):
         except ValueError:
             ok = False
         if not ok:
-            raise ValueError(f"Offset({self.field}): delta of shape {self.delta.shape} does not broadcast to Model.{self.field} of shape {field_shape}")
+            raise ValueError(
+                f"Offset({self.field}): delta of shape {self.delta.shape} does not broadcast to Model.{self.field} of shape {field_shape}"
+            )
         if self.field in _NON_NEGATIVE_FIELDS:
             values = np.asarray(getattr(model, self.field), np.float64)
             low = self.delta.support()[0] + (float(np.min(values)) if values.size else 0.0)
@@ -420,7 +432,9 @@ class InertiaRotation(Perturbation):
         batch = tuple(getattr(model, self.field).shape[:-2])
         allowed = {(3,), batch + (3,)}
         if self.angle.shape not in allowed:
-            raise ValueError(f"InertiaRotation({self.field}): rotation vectors must have shape {' or '.join(map(str, sorted(allowed)))}, got {self.angle.shape}")
+            raise ValueError(
+                f"InertiaRotation({self.field}): rotation vectors must have shape {' or '.join(map(str, sorted(allowed)))}, got {self.angle.shape}"
+            )
 
     def draw(self, key, model, dtype):
         return {"rotation_vector": self.angle.sample(key, dtype)}
@@ -466,7 +480,9 @@ class Payload(Perturbation):
         if self.offset.shape != (3,):
             raise ValueError(f"Payload: offset must have shape (3,), got {self.offset.shape}")
         if self.radius_of_gyration.shape != ():
-            raise ValueError(f"Payload: radius_of_gyration must be a scalar distribution, got shape {self.radius_of_gyration.shape}")
+            raise ValueError(
+                f"Payload: radius_of_gyration must be a scalar distribution, got shape {self.radius_of_gyration.shape}"
+            )
         if not self.mass.support()[0] >= 0:
             raise ValueError(f"Payload: impossible limits, the payload mass can reach {self.mass.support()[0]} < 0")
         if not self.radius_of_gyration.support()[0] >= 0:
@@ -505,7 +521,13 @@ class Payload(Perturbation):
         if ends:
             ce = ce.at[jnp.asarray(ends)].add(-d)
         return eqx.tree_at(
-            lambda mm: (mm.link_mass, mm.link_inertia, mm.centroid_to_joint, mm.parent_centroid_to_joint, mm.centroid_to_end_point),
+            lambda mm: (
+                mm.link_mass,
+                mm.link_inertia,
+                mm.centroid_to_joint,
+                mm.parent_centroid_to_joint,
+                mm.centroid_to_end_point,
+            ),
             model,
             (
                 model.link_mass.at[k].set(total),
@@ -536,13 +558,21 @@ class Uncertainty(eqx.Module):
     perturbations: tuple[Perturbation, ...]
     parameters: dict[str, Distribution]
 
-    def __init__(self, model: Mapping[str, Perturbation] | Sequence[tuple[str, Perturbation]] | None = None, parameters: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        model: Mapping[str, Perturbation] | Sequence[tuple[str, Perturbation]] | None = None,
+        parameters: Mapping[str, Any] | None = None,
+    ):
         pairs = list(model.items()) if isinstance(model, Mapping) else list(model or ())
         for name, pert in pairs:
             if not isinstance(name, str) or not name or "/" in name:
-                raise ValueError(f"Uncertainty: model perturbation names must be non-empty strings without '/', got {name!r}")
+                raise ValueError(
+                    f"Uncertainty: model perturbation names must be non-empty strings without '/', got {name!r}"
+                )
             if not isinstance(pert, Perturbation):
-                raise ValueError(f"Uncertainty: model[{name!r}] must be a Perturbation (Scale, Offset, InertiaRotation, Payload), got {type(pert).__name__}")
+                raise ValueError(
+                    f"Uncertainty: model[{name!r}] must be a Perturbation (Scale, Offset, InertiaRotation, Payload), got {type(pert).__name__}"
+                )
         names = [n for n, _ in pairs]
         if len(set(names)) != len(names):
             raise ValueError(f"Uncertainty: repeated model perturbation names {names}")
@@ -619,7 +649,13 @@ class _ScenarioLaw(eqx.Module):
             k = jnp.clip(jnp.round(t / self.dt).astype(jnp.int32), 0, self.tau_noise.shape[0] - 1)
             tau = tau + self.tau_noise[k]
         zeros = jnp.zeros((self.num_end_points, 3), tau.dtype)
-        return Controls(tau=tau, base_force=self.base_force, base_torque=self.base_torque, end_point_force=zeros, end_point_torque=zeros)
+        return Controls(
+            tau=tau,
+            base_force=self.base_force,
+            base_torque=self.base_torque,
+            end_point_force=zeros,
+            end_point_torque=zeros,
+        )
 
 
 class ControlScenario(eqx.Module):
@@ -652,7 +688,19 @@ class ControlScenario(eqx.Module):
     num_steps: int = eqx.field(static=True)
     controller: str = eqx.field(static=True)
 
-    def __init__(self, model: Model, *, q_goal: Any, kp: Any, kd: Any, dt: Any, num_steps: int, initial_state: State | None = None, controller: str = "pd", torque_limit: Any = None):
+    def __init__(
+        self,
+        model: Model,
+        *,
+        q_goal: Any,
+        kp: Any,
+        kd: Any,
+        dt: Any,
+        num_steps: int,
+        initial_state: State | None = None,
+        controller: str = "pd",
+        torque_limit: Any = None,
+    ):
         n = model.num_joints
         dtype = model.dtype
         if controller not in ("pd", "computed_torque"):
@@ -672,7 +720,9 @@ class ControlScenario(eqx.Module):
         if torque_limit is None:
             self.torque_limit = None
         else:
-            self.torque_limit = float_array("ControlScenario: torque_limit", torque_limit, shape=(n,), dtype=dtype, scalar="keep", sign="positive")
+            self.torque_limit = float_array(
+                "ControlScenario: torque_limit", torque_limit, shape=(n,), dtype=dtype, scalar="keep", sign="positive"
+            )
 
     def check_parameters(self, params: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` for a parameter of the wrong shape (shapes only; traceable)."""
@@ -684,7 +734,9 @@ class ControlScenario(eqx.Module):
         }  # fmt: skip
         for name, value in params.items():
             if name in shapes and tuple(jnp.shape(value)) not in shapes[name]:
-                raise ValueError(f"ControlScenario: parameter {name!r} has shape {tuple(jnp.shape(value))}; expected {' or '.join(map(str, shapes[name]))} ({SCENARIO_PARAMETERS[name]})")
+                raise ValueError(
+                    f"ControlScenario: parameter {name!r} has shape {tuple(jnp.shape(value))}; expected {' or '.join(map(str, shapes[name]))} ({SCENARIO_PARAMETERS[name]})"
+                )
 
     def __call__(self, model: Model, params: Mapping[str, Array]) -> Trajectory:
         """Simulate one sample; ``model`` is the sampled plant. Returns a :class:`~sdjax.Trajectory`."""
@@ -778,7 +830,14 @@ class MonteCarloResults:
     ``{"format": "sdjax.montecarlo/1", "seed", "num_samples", "metric_names", "draw_names", "info"}``.
     """
 
-    def __init__(self, metrics: dict[str, np.ndarray], draws: dict[str, np.ndarray], seed: int, num_samples: int, info: dict | None = None):
+    def __init__(
+        self,
+        metrics: dict[str, np.ndarray],
+        draws: dict[str, np.ndarray],
+        seed: int,
+        num_samples: int,
+        info: dict | None = None,
+    ):
         self.metrics = {k: np.asarray(v) for k, v in metrics.items()}
         self.draws = {k: np.asarray(v) for k, v in draws.items()}
         self.seed = int(seed)
@@ -796,7 +855,12 @@ class MonteCarloResults:
             finite = values[np.isfinite(values)]
             row: dict[str, float] = {"nonfinite": float(values.size - finite.size)}
             if finite.size:
-                row.update(mean=float(np.mean(finite)), std=float(np.std(finite)), min=float(np.min(finite)), max=float(np.max(finite)))
+                row.update(
+                    mean=float(np.mean(finite)),
+                    std=float(np.std(finite)),
+                    min=float(np.min(finite)),
+                    max=float(np.max(finite)),
+                )
                 row.update({f"p{p:g}": float(np.percentile(finite, p)) for p in pcts})
             else:
                 row.update(mean=math.nan, std=math.nan, min=math.nan, max=math.nan)
@@ -836,7 +900,9 @@ class MonteCarloResults:
             out[name] = row
         return out
 
-    def probability(self, metric: str, *, below: float | None = None, above: float | None = None, confidence: float = 0.95) -> tuple[float, float, float]:
+    def probability(
+        self, metric: str, *, below: float | None = None, above: float | None = None, confidence: float = 0.95
+    ) -> tuple[float, float, float]:
         """Estimated probability that ``metric`` lies below ``below`` and/or above ``above``
         (a mission question: "how likely does the capture miss by more than 1 cm?"), with the
         Wilson score interval: ``(estimate, low, high)``. Non-finite samples count as outside
@@ -901,7 +967,13 @@ class MonteCarloResults:
 
         with NpzArchive(path, "sdjax Monte-Carlo results file") as data:
             name, meta = data.name, data.meta(FILE_FORMAT)
-            for key, kind in (("seed", int), ("num_samples", int), ("metric_names", list), ("draw_names", list), ("info", dict)):
+            for key, kind in (
+                ("seed", int),
+                ("num_samples", int),
+                ("metric_names", list),
+                ("draw_names", list),
+                ("info", dict),
+            ):
                 if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
                     raise ValueError(f"{name}: 'meta' {key} must be a {kind.__name__}, got {meta.get(key)!r}")
             samples = meta["num_samples"]
@@ -914,7 +986,9 @@ class MonteCarloResults:
             draws = {k: data.array(f"draw/{k}", kinds="biuf", leading=samples) for k in meta["draw_names"]}
         return cls(metrics, draws, meta["seed"], samples, meta["info"])
 
-    def plot(self, metrics: Sequence[str] | None = None, bins: int = 40, percentiles: Sequence[float] = DEFAULT_PERCENTILES):
+    def plot(
+        self, metrics: Sequence[str] | None = None, bins: int = 40, percentiles: Sequence[float] = DEFAULT_PERCENTILES
+    ):
         """Histograms of the metrics with percentile lines; returns the matplotlib figure."""
         import matplotlib.pyplot as plt
 
@@ -931,7 +1005,9 @@ class MonteCarloResults:
             ax.hist(values, bins=bins, color="tab:blue", alpha=0.8)
             for p, style in zip(percentiles, ("--", "-", "--", ":", ":")):
                 if values.size:
-                    ax.axvline(np.percentile(values, p), color="k", linestyle=style, linewidth=1, label=f"p{float(p):g}")
+                    ax.axvline(
+                        np.percentile(values, p), color="k", linestyle=style, linewidth=1, label=f"p{float(p):g}"
+                    )
             ax.set_title(name)
             ax.set_ylabel("samples")
         for ax in list(axes.flat)[len(names) :]:
@@ -988,7 +1064,10 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"run_monte_carlo: {name} must be an int, got {value!r}")
     if value < minimum:
-        raise ValueError(f"run_monte_carlo: {name} must be >= {minimum}, got {value}" + (" (empty batch)" if name == "num_samples" else ""))
+        raise ValueError(
+            f"run_monte_carlo: {name} must be >= {minimum}, got {value}"
+            + (" (empty batch)" if name == "num_samples" else "")
+        )
     return int(value)
 
 
@@ -1093,7 +1172,9 @@ def run_monte_carlo(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=num_samples, desc="monte carlo", unit="sample", disable=multiprocess and jax.process_index() != 0)
+        bar = tqdm(
+            total=num_samples, desc="monte carlo", unit="sample", disable=multiprocess and jax.process_index() != 0
+        )
     t1 = time.perf_counter()
     for c in range(num_chunks):
         out = compiled(indices(c))

@@ -252,7 +252,9 @@ class GravityGradient(eqx.Module):
 
     def wrenches(self, t: Any, state: State) -> tuple[Array, Array]:
         """Per-body ``(forces, torques)``, ``(n + 1, 3)`` each (switched terms zeroed)."""
-        forces, torques = gravity_gradient_wrenches(self.model, state, self.mean_motion, self.radial(t), about=self.about)
+        forces, torques = gravity_gradient_wrenches(
+            self.model, state, self.mean_motion, self.radial(t), about=self.about
+        )
         if not self.tidal_force:
             forces = jnp.zeros_like(forces)
         if not self.torque:
@@ -279,7 +281,9 @@ class GravityGradient(eqx.Module):
             energy = energy - 0.5 * n2 * jnp.einsum("b,bi,ij,bj->", masses, centroids, _tidal_tensor(radial), centroids)
         if self.torque:
             inertia = world_inertias(model, frames)
-            energy = energy + n2 * jnp.sum(1.5 * jnp.einsum("i,bij,j->b", radial, inertia, radial) - 0.5 * jnp.trace(inertia, axis1=-2, axis2=-1))
+            energy = energy + n2 * jnp.sum(
+                1.5 * jnp.einsum("i,bij,j->b", radial, inertia, radial) - 0.5 * jnp.trace(inertia, axis1=-2, axis2=-1)
+            )
         return energy
 
 

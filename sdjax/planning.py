@@ -155,7 +155,9 @@ class SplineTrajectory(eqx.Module):
             raise ValueError(f"SplineTrajectory: start expected shape (n,), got {self.start.shape}")
         n = self.start.shape[0]
         if self.coefficients.ndim != 2 or self.coefficients.shape[1] != n or self.coefficients.shape[0] < 1:
-            raise ValueError(f"SplineTrajectory: coefficients expected shape (m >= 1, {n}), got {self.coefficients.shape}")
+            raise ValueError(
+                f"SplineTrajectory: coefficients expected shape (m >= 1, {n}), got {self.coefficients.shape}"
+            )
         if degree not in DEGREES:
             raise ValueError(f"SplineTrajectory: degree must be one of {DEGREES}, got {degree!r}")
         if not is_traced(duration) and not float(np.asarray(duration)) > 0:
@@ -277,48 +279,94 @@ class PlanningProblem(eqx.Module):
         zero = jnp.zeros((3,), dtype)
         self.model = model
         self.initial_state = State(
-            initial_state.base_position, initial_state.base_quaternion, zero, zero, initial_state.q, jnp.zeros_like(initial_state.q)
+            initial_state.base_position,
+            initial_state.base_quaternion,
+            zero,
+            zero,
+            initial_state.q,
+            jnp.zeros_like(initial_state.q),
         )
         self.target_position = float_array("PlanningProblem: target_position", target_position, shape=(3,), dtype=dtype)
-        self.target_rotation = None if target_rotation is None else float_array("PlanningProblem: target_rotation", target_rotation, shape=(3, 3), dtype=dtype)
+        self.target_rotation = (
+            None
+            if target_rotation is None
+            else float_array("PlanningProblem: target_rotation", target_rotation, shape=(3, 3), dtype=dtype)
+        )
         self.duration = float_array("PlanningProblem: duration", duration, shape=(), dtype=dtype, sign="positive")
         if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
             raise ValueError(f"PlanningProblem: num_steps must be an int >= 1, got {num_steps!r}")
-        if isinstance(num_coefficients, bool) or not isinstance(num_coefficients, (int, np.integer)) or num_coefficients < 1:
+        if (
+            isinstance(num_coefficients, bool)
+            or not isinstance(num_coefficients, (int, np.integer))
+            or num_coefficients < 1
+        ):
             raise ValueError(f"PlanningProblem: num_coefficients must be an int >= 1, got {num_coefficients!r}")
         if degree not in DEGREES:
             raise ValueError(f"PlanningProblem: degree must be one of {DEGREES}, got {degree!r}")
-        if isinstance(end_point, bool) or not isinstance(end_point, (int, np.integer)) or not 0 <= end_point < model.num_end_points:
-            raise ValueError(f"PlanningProblem: end_point must be an index in [0, {model.num_end_points}), got {end_point!r}")
-        self.num_steps, self.num_coefficients, self.degree, self.end_point = int(num_steps), int(num_coefficients), int(degree), int(end_point)
+        if (
+            isinstance(end_point, bool)
+            or not isinstance(end_point, (int, np.integer))
+            or not 0 <= end_point < model.num_end_points
+        ):
+            raise ValueError(
+                f"PlanningProblem: end_point must be an index in [0, {model.num_end_points}), got {end_point!r}"
+            )
+        self.num_steps, self.num_coefficients, self.degree, self.end_point = (
+            int(num_steps),
+            int(num_coefficients),
+            int(degree),
+            int(end_point),
+        )
         if joint_limits is None:
             self.joint_lower = self.joint_upper = None
         else:
             if not isinstance(joint_limits, (tuple, list)) or len(joint_limits) != 2:
                 raise ValueError("PlanningProblem: joint_limits must be a (lower, upper) pair of (n,) arrays")
-            self.joint_lower = float_array("PlanningProblem: joint_limits lower", joint_limits[0], shape=(n,), dtype=dtype, scalar="broadcast")
-            self.joint_upper = float_array("PlanningProblem: joint_limits upper", joint_limits[1], shape=(n,), dtype=dtype, scalar="broadcast")
+            self.joint_lower = float_array(
+                "PlanningProblem: joint_limits lower", joint_limits[0], shape=(n,), dtype=dtype, scalar="broadcast"
+            )
+            self.joint_upper = float_array(
+                "PlanningProblem: joint_limits upper", joint_limits[1], shape=(n,), dtype=dtype, scalar="broadcast"
+            )
             if not is_traced(joint_limits):
                 lower, upper, q0 = (np.asarray(x) for x in (self.joint_lower, self.joint_upper, initial_state.q))
                 bad = np.nonzero(lower > upper)[0]
                 if bad.size:
-                    raise ValueError(f"PlanningProblem: joint_limits lower > upper for joint(s) {bad.tolist()} (impossible limits)")
+                    raise ValueError(
+                        f"PlanningProblem: joint_limits lower > upper for joint(s) {bad.tolist()} (impossible limits)"
+                    )
                 outside = np.nonzero((q0 < lower) | (q0 > upper))[0]
                 if outside.size:
-                    raise ValueError(f"PlanningProblem: initial_state.q outside joint_limits for joint(s) {outside.tolist()}")
+                    raise ValueError(
+                        f"PlanningProblem: initial_state.q outside joint_limits for joint(s) {outside.tolist()}"
+                    )
         if torque_limit is None:
             self.torque_limit = None
         else:
-            self.torque_limit = float_array("PlanningProblem: torque_limit", torque_limit, shape=(n,), dtype=dtype, scalar="broadcast")
+            self.torque_limit = float_array(
+                "PlanningProblem: torque_limit", torque_limit, shape=(n,), dtype=dtype, scalar="broadcast"
+            )
             if not is_traced(torque_limit) and np.any(np.asarray(self.torque_limit) <= 0):
                 bad = np.nonzero(np.asarray(self.torque_limit) <= 0)[0].tolist()
-                raise ValueError(f"PlanningProblem: torque_limit must be positive for every joint, joint(s) {bad} are not")
+                raise ValueError(
+                    f"PlanningProblem: torque_limit must be positive for every joint, joint(s) {bad} are not"
+                )
         self.project_limits = bool(project_limits)
-        self.position_weight = float_array("PlanningProblem: position_weight", position_weight, shape=(), dtype=dtype, sign="non-negative")
-        self.orientation_weight = float_array("PlanningProblem: orientation_weight", orientation_weight, shape=(), dtype=dtype, sign="non-negative")
-        self.attitude_weight = float_array("PlanningProblem: attitude_weight", attitude_weight, shape=(), dtype=dtype, sign="non-negative")
-        self.effort_weight = float_array("PlanningProblem: effort_weight", effort_weight, shape=(), dtype=dtype, sign="non-negative")
-        self.limit_weight = float_array("PlanningProblem: limit_weight", limit_weight, shape=(), dtype=dtype, sign="non-negative")
+        self.position_weight = float_array(
+            "PlanningProblem: position_weight", position_weight, shape=(), dtype=dtype, sign="non-negative"
+        )
+        self.orientation_weight = float_array(
+            "PlanningProblem: orientation_weight", orientation_weight, shape=(), dtype=dtype, sign="non-negative"
+        )
+        self.attitude_weight = float_array(
+            "PlanningProblem: attitude_weight", attitude_weight, shape=(), dtype=dtype, sign="non-negative"
+        )
+        self.effort_weight = float_array(
+            "PlanningProblem: effort_weight", effort_weight, shape=(), dtype=dtype, sign="non-negative"
+        )
+        self.limit_weight = float_array(
+            "PlanningProblem: limit_weight", limit_weight, shape=(), dtype=dtype, sign="non-negative"
+        )
         # Default gains: natural frequency min(5 rad/s, 0.25 / dt), critically damped, so that
         # the sampled (zero-order hold) PD loop stays well damped (kd dt <= 0.5).
         omega = None if is_traced(duration) else min(5.0, 0.25 * num_steps / float(np.asarray(duration)))
@@ -354,7 +402,9 @@ def _check_coefficients(problem: PlanningProblem, coefficients: Any, *, batched:
     expected = problem.coefficient_shape
     if batched:
         if arr.ndim != 3 or arr.shape[1:] != expected:
-            raise ValueError(f"initial_coefficients: expected shape (num_starts, {expected[0]}, {expected[1]}), got {arr.shape}")
+            raise ValueError(
+                f"initial_coefficients: expected shape (num_starts, {expected[0]}, {expected[1]}), got {arr.shape}"
+            )
         if arr.shape[0] == 0:
             raise ValueError("initial_coefficients: empty batch (num_starts = 0); give at least one start")
     elif arr.shape != expected:
@@ -405,7 +455,9 @@ def _safe_norm(x: Array) -> Array:
 def _base_rotation(problem: PlanningProblem, base_quaternion: Array) -> Array:
     """``(3,)`` rotation vector of a base attitude relative to the initial one, rad (smooth at
     the identity)."""
-    return quat_to_rotation_vector(quat_multiply(base_quaternion, quat_conjugate(problem.initial_state.base_quaternion)))
+    return quat_to_rotation_vector(
+        quat_multiply(base_quaternion, quat_conjugate(problem.initial_state.base_quaternion))
+    )
 
 
 def _executor(problem: PlanningProblem, reference: Any) -> ComputedTorque:
@@ -421,21 +473,29 @@ def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False
         # The tracking law as a load evaluated at every RK4 stage: a fourth-order discretisation
         # of continuous-time tracking; its torques are reported at the step times.
         trajectory = rollout(
-            problem.model, problem.initial_state, dt, problem.num_steps,
-            environment=lambda t, state: make_controls(problem.model, tau=executor(t, state), dtype=dtype), checkpoint=problem.checkpoint,
+            problem.model,
+            problem.initial_state,
+            dt,
+            problem.num_steps,
+            environment=lambda t, state: make_controls(problem.model, tau=executor(t, state), dtype=dtype),
+            checkpoint=problem.checkpoint,
         )
         steps = jax.tree.map(lambda x: x[:-1], trajectory.states)
         tau = jax.vmap(executor)(trajectory.time[:-1], steps)
         trajectory = eqx.tree_at(lambda tr: tr.controls.tau, trajectory, tau)
     else:
-        trajectory = rollout(problem.model, problem.initial_state, dt, problem.num_steps, executor, checkpoint=problem.checkpoint)
+        trajectory = rollout(
+            problem.model, problem.initial_state, dt, problem.num_steps, executor, checkpoint=problem.checkpoint
+        )
     final = jax.tree.map(lambda x: x[-1], trajectory.states)
     kin = forward_kinematics(problem.model, final)
     position = kin.end_point_position[problem.end_point]
     position_error = problem.target_position - position
     loss = problem.position_weight * jnp.sum(position_error**2)
     if problem.target_rotation is not None:
-        rotation_error = matrix_to_rotation_vector(problem.target_rotation @ kin.end_point_rotation[problem.end_point].T)
+        rotation_error = matrix_to_rotation_vector(
+            problem.target_rotation @ kin.end_point_rotation[problem.end_point].T
+        )
         loss = loss + problem.orientation_weight * jnp.sum(rotation_error**2)
         orientation_error = _safe_norm(rotation_error)
     else:
@@ -503,7 +563,9 @@ def plan_loss(problem: PlanningProblem, coefficients: Any) -> Array:
 # Initial guesses and the baseline.
 
 
-def initial_coefficients(problem: PlanningProblem, goal: Any, num_starts: int = 1, *, spread: Any = 0.1, seed: int = 0) -> Array:
+def initial_coefficients(
+    problem: PlanningProblem, goal: Any, num_starts: int = 1, *, spread: Any = 0.1, seed: int = 0
+) -> Array:
     """Multi-start guesses: the straight joint-space path from ``q0`` to ``goal`` (control
     points evenly spaced on the segment) plus, for starts ``1..num_starts-1``, Gaussian
     perturbations of the interior points (standard deviation ``spread`` rad), clipped into
@@ -556,7 +618,13 @@ def _task_residual(problem: PlanningProblem, evaluation: PlanEvaluation) -> Arra
 
 
 def _damped_gauss_newton(
-    problem: PlanningProblem, residual: Any, x: Array, max_iterations: int, tolerance: Array, damping: Array, max_step: Array
+    problem: PlanningProblem,
+    residual: Any,
+    x: Array,
+    max_iterations: int,
+    tolerance: Array,
+    damping: Array,
+    max_step: Array,
 ) -> tuple[Array, Array, Array]:
     """Damped Gauss-Newton steps on ``residual(x)`` (a plan's residual through the rollout)
     until ``max |r| <= tolerance`` or ``max_iterations`` steps (``tolerance = 0``: exactly
@@ -599,6 +667,7 @@ def _gauss_newton_on_task(
 ) -> Array:
     """``iterations`` damped Gauss-Newton steps (:func:`_damped_gauss_newton`) on the end-point
     task residual of the plan ``reference_of(x)`` executed through the rollout."""
+
     def residual(value):
         return _task_residual(problem, _evaluate(problem, reference_of(value)))
 
@@ -618,8 +687,14 @@ def _inverse_kinematics_goal(problem: PlanningProblem, base: str, iterations: in
     :func:`sdjax.inverse_kinematics` (``base`` mode, within the joint limits)."""
     limits = None if problem.joint_lower is None else (problem.joint_lower, problem.joint_upper)
     return inverse_kinematics(
-        problem.model, problem.initial_state, problem.target_position, problem.target_rotation,
-        end_point=problem.end_point, base=base, joint_limits=limits, max_iterations=iterations,
+        problem.model,
+        problem.initial_state,
+        problem.target_position,
+        problem.target_rotation,
+        end_point=problem.end_point,
+        base=base,
+        joint_limits=limits,
+        max_iterations=iterations,
     ).q
 
 
@@ -649,7 +724,11 @@ def straight_line_plan(
         :class:`StraightLinePlan`.
     """
     n = problem.model.num_joints
-    if isinstance(refine_iterations, bool) or not isinstance(refine_iterations, (int, np.integer)) or refine_iterations < 0:
+    if (
+        isinstance(refine_iterations, bool)
+        or not isinstance(refine_iterations, (int, np.integer))
+        or refine_iterations < 0
+    ):
         raise ValueError(f"straight_line_plan: refine_iterations must be an int >= 0, got {refine_iterations!r}")
     if goal is None:
         goal = _inverse_kinematics_goal(problem, ik_base, ik_iterations)
@@ -658,7 +737,9 @@ def straight_line_plan(
         raise ValueError(f"straight_line_plan: goal expected shape ({n},), got {goal.shape}")
     goal = goal.astype(problem.initial_state.q.dtype)
     if refine_iterations:
-        goal = _refine_goal(problem, goal, int(refine_iterations), jnp.asarray(damping, goal.dtype), jnp.asarray(max_step, goal.dtype))
+        goal = _refine_goal(
+            problem, goal, int(refine_iterations), jnp.asarray(damping, goal.dtype), jnp.asarray(max_step, goal.dtype)
+        )
     reference = QuinticJointReference(problem.initial_state.q, goal, problem.duration)
     return StraightLinePlan(goal=goal, reference=reference, evaluation=_evaluate(problem, reference))
 
@@ -704,7 +785,9 @@ def _project(problem: PlanningProblem, coefficients: Array) -> Array:
 
 
 @eqx.filter_jit
-def _optimize(problem: PlanningProblem, starts: Array, iterations: int, learning_rate: Array, optimizer: Any, tolerance: Array):
+def _optimize(
+    problem: PlanningProblem, starts: Array, iterations: int, learning_rate: Array, optimizer: Any, tolerance: Array
+):
     optimizer = optax.adam(learning_rate) if optimizer is None else optimizer
 
     def loss(c):
@@ -788,12 +871,19 @@ def optimize_plan(
         raise ValueError(f"optimize_plan: feasibility_tolerance must be non-negative, got {feasibility_tolerance!r}")
     dtype = starts.dtype
     return _optimize(
-        problem, starts, int(iterations), jnp.asarray(learning_rate, dtype), optimizer, jnp.asarray(feasibility_tolerance, dtype)
+        problem,
+        starts,
+        int(iterations),
+        jnp.asarray(learning_rate, dtype),
+        optimizer,
+        jnp.asarray(feasibility_tolerance, dtype),
     )
 
 
 @eqx.filter_jit
-def _refine_coefficients(problem: PlanningProblem, coefficients: Array, iterations: int, damping: Array, max_step: Array):
+def _refine_coefficients(
+    problem: PlanningProblem, coefficients: Array, iterations: int, damping: Array, max_step: Array
+):
     refined = _gauss_newton_on_task(problem, problem.trajectory, coefficients, iterations, damping, max_step)
     return refined, simulate_plan(problem, refined)
 
@@ -829,7 +919,9 @@ def refine_plan(
         if not is_traced(value) and not float(np.asarray(value)) > 0:
             raise ValueError(f"refine_plan: {name} must be positive, got {value!r}")
     dtype = coefficients.dtype
-    return _refine_coefficients(problem, coefficients, int(iterations), jnp.asarray(damping, dtype), jnp.asarray(max_step, dtype))
+    return _refine_coefficients(
+        problem, coefficients, int(iterations), jnp.asarray(damping, dtype), jnp.asarray(max_step, dtype)
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -867,12 +959,26 @@ class ReactionlessPlan(eqx.Module):
 
 
 @eqx.filter_jit
-def _reactionless(problem: PlanningProblem, coefficients: Array, max_iterations: int, tolerance: Array, damping: Array, max_step: Array):
+def _reactionless(
+    problem: PlanningProblem,
+    coefficients: Array,
+    max_iterations: int,
+    tolerance: Array,
+    damping: Array,
+    max_step: Array,
+):
     def residual(value):
         evaluation = _evaluate(problem, problem.trajectory(value), True)
-        return jnp.concatenate([_task_residual(problem, evaluation), _base_rotation(problem, evaluation.trajectory.states.base_quaternion[-1])])
+        return jnp.concatenate(
+            [
+                _task_residual(problem, evaluation),
+                _base_rotation(problem, evaluation.trajectory.states.base_quaternion[-1]),
+            ]
+        )
 
-    solved, history, iterations = _damped_gauss_newton(problem, residual, coefficients, max_iterations, tolerance, damping, max_step)
+    solved, history, iterations = _damped_gauss_newton(
+        problem, residual, coefficients, max_iterations, tolerance, damping, max_step
+    )
     evaluation = simulate_plan(problem, solved, continuous=True)
     if problem.torque_limit is None:
         torque_ratio = jnp.full((), jnp.nan, solved.dtype)
@@ -951,7 +1057,12 @@ def reactionless_plan(
             f"{problem.num_coefficients} x {problem.model.num_joints} spline coefficients (raise num_coefficients)"
         )
     return _reactionless(
-        problem, coefficients, int(max_iterations), jnp.asarray(tolerance, dtype), jnp.asarray(damping, dtype), jnp.asarray(max_step, dtype)
+        problem,
+        coefficients,
+        int(max_iterations),
+        jnp.asarray(tolerance, dtype),
+        jnp.asarray(damping, dtype),
+        jnp.asarray(max_step, dtype),
     )
 
 

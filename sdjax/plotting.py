@@ -243,7 +243,9 @@ def plot_energy(model: Model, trajectory: Trajectory, quantities: Mapping[str, A
     return fig
 
 
-def plot_time_histories(model: Model, trajectory: Trajectory, quantities: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def plot_time_histories(
+    model: Model, trajectory: Trajectory, quantities: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """All time histories: ``{"joints", "base", "momentum", "energy"}`` -> Figure."""
     values = _quantities(model, trajectory, quantities)
     return {
@@ -255,7 +257,12 @@ def plot_time_histories(model: Model, trajectory: Trajectory, quantities: Mappin
 
 
 def save_time_histories(
-    model: Model, trajectory: Trajectory, directory: str | os.PathLike, quantities: Mapping[str, Any] | None = None, *, dpi: int = 100
+    model: Model,
+    trajectory: Trajectory,
+    directory: str | os.PathLike,
+    quantities: Mapping[str, Any] | None = None,
+    *,
+    dpi: int = 100,
 ) -> list[str]:
     """Write the figures of :func:`plot_time_histories` as ``<directory>/<name>.png``
     (the directory is created) and close them; returns the paths."""
@@ -362,9 +369,11 @@ class StickFigure:
         self.axes = r0[:, None] + length * np.swapaxes(self.rotation, 1, 2)
         points = {"c": self.centroid, "j": self.joint, "e": self.end_point}
         segs = body_segments(model)
-        self.segments = np.stack(
-            [np.stack([points[ka][:, ia], points[kb][:, ib]], axis=1) for ka, ia, kb, ib in segs], axis=1
-        ) if segs else np.zeros((len(self.centroid), 0, 2, 3))
+        self.segments = (
+            np.stack([np.stack([points[ka][:, ia], points[kb][:, ib]], axis=1) for ka, ia, kb, ib in segs], axis=1)
+            if segs
+            else np.zeros((len(self.centroid), 0, 2, 3))
+        )
 
     def all_points(self) -> np.ndarray:
         """Every drawn point, ``(P, 3)``."""
@@ -400,9 +409,15 @@ class _Artists:
         self.box = ax.plot(*empty, color="0.55", linewidth=1.2)[0]
         self.axes = [ax.plot(*empty, color=c, linewidth=2.0)[0] for c in _AXIS_COLORS]
         self.centroids = ax.plot(*empty, linestyle="none", marker=".", color="tab:purple", markersize=6)[0]
-        self.joints = ax.plot(*empty, linestyle="none", marker="o", markerfacecolor="white", markeredgecolor="k", markersize=6)[0]
+        self.joints = ax.plot(
+            *empty, linestyle="none", marker="o", markerfacecolor="white", markeredgecolor="k", markersize=6
+        )[0]
         self.ends = ax.plot(*empty, linestyle="none", marker="^", color="tab:orange", markersize=8)[0]
-        self.trails = [ax.plot(*empty, color="tab:orange", linewidth=0.8, alpha=0.6)[0] for _ in range(figure.end_point.shape[1])] if trail else []
+        self.trails = (
+            [ax.plot(*empty, color="tab:orange", linewidth=0.8, alpha=0.6)[0] for _ in range(figure.end_point.shape[1])]
+            if trail
+            else []
+        )
         self.label = ax.text2D(0.02, 0.95, "", transform=ax.transAxes)
 
     def update(self, f: int, t: float | None):
@@ -442,7 +457,13 @@ def _take(states: State, index: Any) -> State:
 
 
 def plot_frame(
-    model: Model, state: State, *, figsize: tuple[float, float] = (6.0, 6.0), elev: float = 25.0, azim: float = -60.0, time: float | None = None
+    model: Model,
+    state: State,
+    *,
+    figsize: tuple[float, float] = (6.0, 6.0),
+    elev: float = 25.0,
+    azim: float = -60.0,
+    time: float | None = None,
 ):
     """Draw one configuration as a stick figure (see the module docstring).
 
@@ -521,7 +542,9 @@ def animate(
         writer = animation.PillowWriter(fps=fps)  # type: ignore[arg-type]
     elif suffix == ".mp4":
         if not animation.writers.is_available("ffmpeg"):
-            raise ValueError(f"animate: {path}: writing .mp4 needs ffmpeg on the PATH (not found); write a .gif instead")
+            raise ValueError(
+                f"animate: {path}: writing .mp4 needs ffmpeg on the PATH (not found); write a .gif instead"
+            )
         writer = animation.FFMpegWriter(fps=fps)  # type: ignore[arg-type]
     else:
         raise ValueError(f"animate: {path}: unknown animation suffix {suffix!r}; use .gif or .mp4")

@@ -253,9 +253,7 @@ def matrix_to_quat(matrix: ArrayLike) -> Array:
     m00, m11, m22 = m[..., 0, 0], m[..., 1, 1], m[..., 2, 2]
     trace = m00 + m11 + m22
     # 4*w^2, 4*x^2, 4*y^2, 4*z^2 (each >= 0 for a rotation); pick the largest as pivot.
-    pivots = jnp.stack(
-        [1 + trace, 1 + m00 - m11 - m22, 1 - m00 + m11 - m22, 1 - m00 - m11 + m22], axis=-1
-    )
+    pivots = jnp.stack([1 + trace, 1 + m00 - m11 - m22, 1 - m00 + m11 - m22, 1 - m00 - m11 + m22], axis=-1)
     best = jnp.argmax(pivots, axis=-1)
     d21, d12 = m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0]
     d10 = m[..., 1, 0] - m[..., 0, 1]

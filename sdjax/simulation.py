@@ -159,7 +159,9 @@ def simulate(
         leaves = jax.tree.leaves(sequence)
         if not leaves or leaves[0].shape[:1] != (num_steps,):
             shape = leaves[0].shape if leaves else None
-            raise ValueError(f"simulate: control sequence must have a leading axis of num_steps={num_steps}, got shape {shape}")
+            raise ValueError(
+                f"simulate: control sequence must have a leading axis of num_steps={num_steps}, got shape {shape}"
+            )
     options = dict(integrator=integrator, check=check, **rollout_options)
     t0 = jnp.asarray(t0, dtype)
     dt_array = jnp.asarray(dt, dtype)
@@ -184,7 +186,11 @@ def simulate(
             run_steps = steps if check else chunk
             # A traced start time: every chunk reuses one compiled program.
             start = t0 + jnp.asarray(done, dtype) * dt_array
-            part = control if sequence is None else jax.tree.map(lambda x: _pad(x[done : done + steps], run_steps), sequence)
+            part = (
+                control
+                if sequence is None
+                else jax.tree.map(lambda x: _pad(x[done : done + steps], run_steps), sequence)
+            )
             traj = rollout(model, state, dt, run_steps, part, t0=start, **options)
             state = jax.tree.map(lambda x: x[steps], traj.states)
             # Move the chunk to host memory: device memory stays O(chunk).
@@ -277,10 +283,20 @@ class SimulationRun:
     File layout: see the module docstring (:mod:`sdjax.simulation`).
     """
 
-    def __init__(self, model: Model, trajectory: Trajectory, quantities: Mapping[str, Any] | None = None, info: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        model: Model,
+        trajectory: Trajectory,
+        quantities: Mapping[str, Any] | None = None,
+        info: Mapping[str, Any] | None = None,
+    ):
         self.model = model
         self.trajectory = trajectory
-        self.quantities = trajectory_quantities(model, trajectory) if quantities is None else {k: np.asarray(v) for k, v in quantities.items()}
+        self.quantities = (
+            trajectory_quantities(model, trajectory)
+            if quantities is None
+            else {k: np.asarray(v) for k, v in quantities.items()}
+        )
         self.info = dict(info or {})
 
     @property
@@ -352,7 +368,9 @@ class SimulationRun:
             names = meta.get("quantity_names", [])
             if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
                 raise ValueError(f"{name}: 'meta' quantity_names must be a list of names")
-            quantities = {k: data.array(f"quantity/{k}", kinds="f", leading=steps + 1) for k in names if f"quantity/{k}" in data}
+            quantities = {
+                k: data.array(f"quantity/{k}", kinds="f", leading=steps + 1) for k in names if f"quantity/{k}" in data
+            }
             info = meta.get("info", {})
             if not isinstance(info, dict):
                 raise ValueError(f"{name}: 'meta' info must be a JSON object, got {info!r}")
@@ -362,7 +380,9 @@ class SimulationRun:
         return cls(model, trajectory, quantities or None, info)
 
     def __repr__(self) -> str:
-        return f"SimulationRun(model={self.model.name!r}, num_steps={self.num_steps}, quantities={list(self.quantities)})"
+        return (
+            f"SimulationRun(model={self.model.name!r}, num_steps={self.num_steps}, quantities={list(self.quantities)})"
+        )
 
 
 def _stacked(template: Any, fields: Mapping[str, np.ndarray]) -> Any:

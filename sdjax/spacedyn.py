@@ -154,7 +154,9 @@ def _end_point_loads(model: Model, sv: Mapping[str, Any]) -> tuple[Array, Array]
     for name, value in (("Fe", fe), ("Te", te)):
         if not isinstance(value, jax.core.Tracer) and others.size and np.any(np.asarray(value)[:, others] != 0):
             bad = int(others[np.flatnonzero(np.any(np.asarray(value)[:, others] != 0, axis=0))[0]]) + 1
-            raise ValueError(f"SV.{name}(:, {bad}): link {bad} has no end point (SE({bad}) = 0), so this load would be ignored")
+            raise ValueError(
+                f"SV.{name}(:, {bad}): link {bad} has no end point (SE({bad}) = 0), so this load would be ignored"
+            )
     links = jnp.asarray(model.end_point_link, dtype=jnp.int32) - 1
     return fe.T[links], te.T[links]
 
@@ -204,7 +206,9 @@ def tr2diff(A1: Any, A2: Any) -> Array:
     ``(3,)``; for 4 x 4 homogeneous transforms ``[p2 - p1; rotation]`` ``(6,)``."""
     A1, A2 = jnp.asarray(A1), jnp.asarray(A2)
     if A1.shape != A2.shape or A1.shape not in ((3, 3), (4, 4)):
-        raise ValueError(f"tr2diff: give two 3 x 3 attitude matrices or two 4 x 4 transforms, not {A1.shape} and {A2.shape}")
+        raise ValueError(
+            f"tr2diff: give two 3 x 3 attitude matrices or two 4 x 4 transforms, not {A1.shape} and {A2.shape}"
+        )
     rotation = rotation_difference(A1[:3, :3], A2[:3, :3])
     return rotation if A1.shape == (3, 3) else jnp.concatenate([A2[:3, 3] - A1[:3, 3], rotation])
 
@@ -415,7 +419,12 @@ def i_dyn_fix(model: Model | Mapping[str, Any], SV: Mapping[str, Any], *, gravit
     model, state = _held_fixed(model, SV, gravity)
     fe, te = _end_point_loads(model, SV)
     base, tau = inverse_dynamics(
-        model, state, None, _field(SV, "qdd", (model.num_joints,), model.dtype), end_point_force=-fe, end_point_torque=-te
+        model,
+        state,
+        None,
+        _field(SV, "qdd", (model.num_joints,), model.dtype),
+        end_point_force=-fe,
+        end_point_torque=-te,
     )
     return jnp.concatenate([base, tau + passive_joint_torques(model, state)])
 

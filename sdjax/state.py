@@ -46,7 +46,9 @@ class State(eqx.Module):
             if shape != (size,):
                 raise ValueError(f"State.{field}: expected shape ({size},), got {shape} (batch states with jax.vmap)")
         if jnp.ndim(self.q) != 1 or jnp.shape(self.q) != jnp.shape(self.qd):
-            raise ValueError(f"State.q and State.qd: expected two (n,) vectors, got shapes {jnp.shape(self.q)} and {jnp.shape(self.qd)}")
+            raise ValueError(
+                f"State.q and State.qd: expected two (n,) vectors, got shapes {jnp.shape(self.q)} and {jnp.shape(self.qd)}"
+            )
 
     @property
     def base_rotation(self) -> Array:
@@ -182,5 +184,3 @@ def check_state(model: Model, state: State) -> None:
             f"State.q/State.qd: expected shape ({n},) for model {model.name!r} with n={n} joints, "
             f"got {jnp.shape(state.q)} and {jnp.shape(state.qd)} (batch states with jax.vmap)"
         )
-
-

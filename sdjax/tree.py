@@ -143,6 +143,7 @@ def accumulate_up(tree: TreeIndex, body_values: Any) -> Any:
             return jnp.concatenate([jnp.sum(x, axis=0, keepdims=True), links])
 
         return jax.tree.map(dense, body_values)
+
     def step(buf, level):
         links, parents = level
         return jax.tree.map(lambda a: a.at[parents].add(a[links + 1]), buf), None

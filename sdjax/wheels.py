@@ -112,11 +112,19 @@ class Wheels(eqx.Module):
         if joints_arr.ndim != 1 or joints_arr.size == 0 or not np.issubdtype(joints_arr.dtype, np.integer):
             raise ValueError(f"Wheels.joints: expected a non-empty flat sequence of joint numbers, got {joints!r}")
         if np.any(joints_arr < 1) or len(set(joints_arr.tolist())) != joints_arr.size:
-            raise ValueError(f"Wheels.joints: joint numbers must be distinct and >= 1 (1..n), got {joints_arr.tolist()}")
+            raise ValueError(
+                f"Wheels.joints: joint numbers must be distinct and >= 1 (1..n), got {joints_arr.tolist()}"
+            )
         self.joints = tuple(int(j) for j in joints_arr)
         m = len(self.joints)
         for name, value in (("radii", radii), ("widths", widths)):
-            setattr(self, name, float_array(f"Wheels.{name}", value, shape=(m,), scalar="broadcast", sign="positive", hint=f"{m} wheels"))
+            setattr(
+                self,
+                name,
+                float_array(
+                    f"Wheels.{name}", value, shape=(m,), scalar="broadcast", sign="positive", hint=f"{m} wheels"
+                ),
+            )
 
     @property
     def num_wheels(self) -> int:
@@ -126,10 +134,14 @@ class Wheels(eqx.Module):
         """Raise ``ValueError`` if a wheel joint does not exist in ``model`` or is not revolute."""
         bad = [j for j in self.joints if not 1 <= j <= model.num_joints]
         if bad:
-            raise ValueError(f"Wheels.joints: joint number out of range {bad} for model {model.name!r} (1..{model.num_joints})")
+            raise ValueError(
+                f"Wheels.joints: joint number out of range {bad} for model {model.name!r} (1..{model.num_joints})"
+            )
         prismatic = [j for j in self.joints if not bool(np.asarray(model.is_revolute)[j - 1])]
         if prismatic:
-            raise ValueError(f"Wheels.joints: wheel joints must be revolute, joints {prismatic} of model {model.name!r} are prismatic")
+            raise ValueError(
+                f"Wheels.joints: wheel joints must be revolute, joints {prismatic} of model {model.name!r} are prismatic"
+            )
 
 
 class MagicFormula(eqx.Module):
@@ -157,7 +169,9 @@ class MagicFormula(eqx.Module):
         self.shape_factor = float_array("MagicFormula.shape_factor", shape_factor, dtype=dtype, sign="positive")
         self.curvature_factor = float_array("MagicFormula.curvature_factor", curvature_factor, dtype=dtype)
         if not is_traced(self.curvature_factor) and not float(np.max(np.asarray(self.curvature_factor))) < 1:
-            raise ValueError(f"MagicFormula.curvature_factor: must be below 1, got {np.asarray(self.curvature_factor).tolist()}")
+            raise ValueError(
+                f"MagicFormula.curvature_factor: must be below 1, got {np.asarray(self.curvature_factor).tolist()}"
+            )
 
     def __call__(self, slip: Any) -> Array:
         """``MF(x)`` (dimensionless, odd in ``x``) at slip ``x`` (any shape)."""
@@ -280,7 +294,9 @@ def _unit(v: Array) -> tuple[Array, Array]:
     return v / size[..., None], size
 
 
-def _wheel_state(model: Model, state: State, wheels: Wheels, terrain: Terrain, parameters: ContactParameters, formula: MagicFormula) -> WheelDiagnostics:
+def _wheel_state(
+    model: Model, state: State, wheels: Wheels, terrain: Terrain, parameters: ContactParameters, formula: MagicFormula
+) -> WheelDiagnostics:
     dtype = state.q.dtype
     stiffness, damping, friction, eps, smoothing = parameters.per_contact(wheels.num_wheels, dtype)
     frames = relative_frames(model, state.base_rotation, state.q)
@@ -296,7 +312,9 @@ def _wheel_state(model: Model, state: State, wheels: Wheels, terrain: Terrain, p
     twist = twists[np.asarray(wheels.joints)]
     velocity = point_velocity(twist, point)  # material point of the rim at p
     centre_velocity = point_velocity(twist, centre)
-    normal_force = penalty_normal_force(penetration, -jnp.sum(velocity * normal, axis=-1), stiffness, damping, smoothing)
+    normal_force = penalty_normal_force(
+        penetration, -jnp.sum(velocity * normal, axis=-1), stiffness, damping, smoothing
+    )
     forward = jnp.cross(axis, normal) / tilt[:, None]
     lateral = jnp.cross(normal, forward)
     forward_speed = jnp.sum(centre_velocity * forward, axis=-1)
@@ -340,7 +358,12 @@ def _check(model: Model, wheels: Wheels, terrain: Any, parameters: ContactParame
 
 @eqx.filter_jit
 def wheel_diagnostics(
-    model: Model, state: State, wheels: Wheels, terrain: Terrain, parameters: ContactParameters, formula: MagicFormula | None = None
+    model: Model,
+    state: State,
+    wheels: Wheels,
+    terrain: Terrain,
+    parameters: ContactParameters,
+    formula: MagicFormula | None = None,
 ) -> WheelDiagnostics:
     """Slip, slip angle, normal and traction forces of every wheel at one state.
 
@@ -419,7 +442,9 @@ def wheel_environment(
         for name in ("speed", "gain"):
             value = getattr(drive, name)
             if value.ndim > 1 or (value.ndim == 1 and value.shape != (wheels.num_wheels,)):
-                raise ValueError(f"WheelDrive.{name}: expected a scalar or shape ({wheels.num_wheels},) for {wheels.num_wheels} wheels, got {value.shape}")
+                raise ValueError(
+                    f"WheelDrive.{name}: expected a scalar or shape ({wheels.num_wheels},) for {wheels.num_wheels} wheels, got {value.shape}"
+                )
     return WheelEnvironment(model, wheels, terrain, parameters, formula, drive)
 
 

@@ -66,7 +66,9 @@ def spacedyn_end_points_only(model: sdjax.Model) -> sdjax.Model:
     )
 
 
-def with_end_points(model: sdjax.Model, links, centroid_to_end_point, end_point_rpy, names, *, name: str | None = None) -> sdjax.Model:
+def with_end_points(
+    model: sdjax.Model, links, centroid_to_end_point, end_point_rpy, names, *, name: str | None = None
+) -> sdjax.Model:
     """The model with these end points instead of its own (every other field unchanged)."""
     return sdjax.Model(
         parent=model.parent,
@@ -91,7 +93,9 @@ def with_end_points(model: sdjax.Model, links, centroid_to_end_point, end_point_
     )
 
 
-def tree_with_topology(seed: int, parent: tuple[int, ...], joint_type: tuple[str, ...], *, gravity: bool = True, name: str, **end_points) -> sdjax.Model:
+def tree_with_topology(
+    seed: int, parent: tuple[int, ...], joint_type: tuple[str, ...], *, gravity: bool = True, name: str, **end_points
+) -> sdjax.Model:
     """A random model (link data from :func:`random_model`) re-arranged on the topology
     ``parent``/``joint_type``; ``end_points`` are Model's end-point fields (none by default)."""
     base = random_model(seed, len(parent), gravity=gravity)

@@ -155,7 +155,10 @@ def model_params(model, n_pad: int | None = None) -> Params:
         parent_centroid_to_joint=pad(model.parent_centroid_to_joint, (3,)),
         centroid_to_joint=pad(model.centroid_to_joint, (3,)),
         masses=pad(np.concatenate([[float(model.base_mass)], np.asarray(model.link_mass).reshape(-1)]), ()),
-        inertias=pad(np.concatenate([np.asarray(model.base_inertia)[None], np.asarray(model.link_inertia).reshape(-1, 3, 3)]), (3, 3)),
+        inertias=pad(
+            np.concatenate([np.asarray(model.base_inertia)[None], np.asarray(model.link_inertia).reshape(-1, 3, 3)]),
+            (3, 3),
+        ),
         gravity=np.asarray(model.gravity, dtype=np.float64),
     )
 
@@ -196,7 +199,9 @@ def energies(params: Params, base_rotation: Array, x: Array, xd: Array) -> tuple
     (rot, pos), (rot_dot, pos_dot) = jax.jvp(lambda y: body_poses(params, base_rotation, y), (x,), (xd,))
     w = unskew(rot_dot @ jnp.swapaxes(rot, -1, -2))  # dA/dt A^T = skew(w), up to round-off
     inertia_world = rot @ params.inertias @ jnp.swapaxes(rot, -1, -2)  # A I A^T
-    kinetic = 0.5 * (params.masses @ jnp.sum(pos_dot * pos_dot, axis=-1) + jnp.einsum("bi,bij,bj->", w, inertia_world, w))
+    kinetic = 0.5 * (
+        params.masses @ jnp.sum(pos_dot * pos_dot, axis=-1) + jnp.einsum("bi,bij,bj->", w, inertia_world, w)
+    )
     potential = -jnp.dot(params.gravity, params.masses @ pos)
     return kinetic, potential
 
@@ -230,9 +235,7 @@ def lagrange_terms(params: Params, quaternion: Array, x: Array, xd: Array) -> Te
 #: ``lagrange_terms`` batched over models and states; XLA's backend optimisation is turned
 #: off because on a CPU it triples compile time for no gain here (the batch runs in ~0.1 s);
 #: it changes no arithmetic (no fast-math either way).
-batched_lagrange_terms = jax.jit(
-    jax.vmap(lagrange_terms), compiler_options={"xla_backend_optimization_level": 0}
-)
+batched_lagrange_terms = jax.jit(jax.vmap(lagrange_terms), compiler_options={"xla_backend_optimization_level": 0})
 
 
 def state_coordinates(state, n_pad: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -265,7 +268,9 @@ def oracle(cases, n_pad: int) -> tuple[list[Terms], float]:
             owner.append(k)
     # Stack with NumPy (eager jnp.stack would compile once per shape), then one device call.
     stacked = jax.tree.map(lambda *leaves: jnp.asarray(np.stack(leaves)), *params)
-    out = batched_lagrange_terms(stacked, jnp.asarray(np.stack(quats)), jnp.asarray(np.stack(xs)), jnp.asarray(np.stack(xds)))
+    out = batched_lagrange_terms(
+        stacked, jnp.asarray(np.stack(quats)), jnp.asarray(np.stack(xs)), jnp.asarray(np.stack(xds))
+    )
     out = jax.tree.map(np.asarray, out)
     owner = np.asarray(owner)
     results, padding = [], 0.0

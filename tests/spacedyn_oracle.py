@@ -277,7 +277,9 @@ class SpaceDynOracle:
         """dQtn of DESIGN.md for inertial w0 = (a, b, c)."""
         x, y, z, w = Q
         a, b, c = w0
-        return 0.5 * np.array([w * a + z * b - y * c, -z * a + w * b + x * c, y * a - x * b + w * c, -x * a - y * b - z * c])
+        return 0.5 * np.array(
+            [w * a + z * b - y * c, -z * a + w * b + x * c, y * a - x * b + w * c, -x * a - y * b - z * c]
+        )
 
     @staticmethod
     def dc_quaternion(C):

@@ -103,7 +103,9 @@ def test_jacobians(case):
     RR, PP = oracle.positions(R0, A0, AA, q)
     jac = sdjax.link_jacobians(model, state)
     for i in range(model.num_joints):
-        assert_close(jac[i + 1, :, 6:], oracle.point_jacobian_joints(AA, PP, i, RR[i]), RTOL, f"J_T/J_R of link {i + 1}")
+        assert_close(
+            jac[i + 1, :, 6:], oracle.point_jacobian_joints(AA, PP, i, RR[i]), RTOL, f"J_T/J_R of link {i + 1}"
+        )
     ends = oracle.end_points(AA, RR)
     jac_e = sdjax.end_point_jacobians(model, state)
     for e, link in enumerate(model.end_point_link):

@@ -43,7 +43,11 @@ def test_reduced_equations_are_the_floating_ones_restricted(base):
     tau, force, torque = rng.normal(size=model.num_joints), rng.normal(size=3), rng.normal(size=3)
     base_acc, qdd = sdjax.forward_dynamics(model, state, tau, base_force=force, base_torque=torque)
     acc = np.concatenate([np.asarray(base_acc), np.asarray(qdd)])
-    residual = h_full @ acc + c_full - np.concatenate([force, torque, tau + np.asarray(sdjax.passive_joint_torques(model, state))])
+    residual = (
+        h_full @ acc
+        + c_full
+        - np.concatenate([force, torque, tau + np.asarray(sdjax.passive_joint_torques(model, state))])
+    )
     # The constraint (bearing or mount) force lives on the fixed rows only: the free rows of the
     # residual are round-off of the solve, ~cond(H) * eps of the largest term (cond ~ 1e3).
     assert_close(residual[idx], np.zeros(len(idx)), 1e-10, "free rows of the floating residual")
@@ -71,9 +75,15 @@ def test_planar_base_keeps_its_plane_and_conserved_momenta():
     np.testing.assert_array_equal(np.asarray(states.base_angular_velocity[:, :2]), 0.0)
     # The attitude turns about z only: A0(t) A0(0)^T is a rotation about z, so its z column and
     # row are e_z (to the quaternion normalisation's round-off per step, ~1e-16 x 500).
-    turn = np.einsum("tij,kj->tik", np.asarray(jax.vmap(lambda q: sdjax.rotation.quat_to_matrix(q))(states.base_quaternion)), np.asarray(start.base_rotation))
+    turn = np.einsum(
+        "tij,kj->tik",
+        np.asarray(jax.vmap(lambda q: sdjax.rotation.quat_to_matrix(q))(states.base_quaternion)),
+        np.asarray(start.base_rotation),
+    )
     np.testing.assert_allclose(turn[:, :, 2], np.broadcast_to([0.0, 0.0, 1.0], (turn.shape[0], 3)), atol=1e-12)
-    momentum = jax.vmap(lambda s: jnp.concatenate([sdjax.linear_momentum(model, s), sdjax.angular_momentum(model, s)]))(states)
+    momentum = jax.vmap(lambda s: jnp.concatenate([sdjax.linear_momentum(model, s), sdjax.angular_momentum(model, s)]))(
+        states
+    )
     momentum = np.asarray(momentum)
     scale = np.max(np.abs(momentum))
     # RK4 at 2 ms on a ~1 s motion conserves invariants to ~dt^4 relative; 1e-8 of the scale.
@@ -118,7 +128,9 @@ def test_generalized_jacobian_per_mode(base):
     gj = np.asarray(sdjax.end_point_generalized_jacobians(model, state))
     if base == "fixed":
         np.testing.assert_array_equal(gj, jac)
-        np.testing.assert_array_equal(np.asarray(sdjax.generalized_inertia_matrix(model, state)), np.asarray(sdjax.inertia_matrix(model, state)))
+        np.testing.assert_array_equal(
+            np.asarray(sdjax.generalized_inertia_matrix(model, state)), np.asarray(sdjax.inertia_matrix(model, state))
+        )
         assert np.all(np.asarray(sdjax.base_twist_from_joint_rates(model, state)) == 0)
         return
     moving = sdjax.with_momentum(model, state)  # zero P_x, P_y, L_z
@@ -134,7 +146,9 @@ def test_generalized_jacobian_per_mode(base):
     tau = np.random.default_rng(1).normal(size=model.num_joints)
     base_acc, qdd = sdjax.reduced_forward_dynamics(model, moving, tau)
     base_ref, qdd_ref = sdjax.forward_dynamics(model, moving, tau)
-    assert_close(np.concatenate([base_acc, qdd]), np.concatenate([base_ref, qdd_ref]), 1e-10, "reduced forward dynamics")
+    assert_close(
+        np.concatenate([base_acc, qdd]), np.concatenate([base_ref, qdd_ref]), 1e-10, "reduced forward dynamics"
+    )
 
 
 @pytest.mark.parametrize("base", ["planar", "fixed"])
@@ -147,12 +161,16 @@ def test_gradients_through_the_reduced_dynamics(base):
 
     def acceleration(q, qd, link_mass, tau):
         masses = eqx.tree_at(lambda m: m.link_mass, model, link_mass)
-        s = sdjax.State(state.base_position, state.base_quaternion, state.base_linear_velocity, state.base_angular_velocity, q, qd)
+        s = sdjax.State(
+            state.base_position, state.base_quaternion, state.base_linear_velocity, state.base_angular_velocity, q, qd
+        )
         base_acc, qdd = sdjax.forward_dynamics(masses, s, tau)
         return free_coordinates(model, jnp.concatenate([base_acc, qdd]))
 
     # Finite-difference check in float64 (step ~1e-6 by check_grads' eps): second-order error.
-    check_grads(acceleration, (state.q, state.qd, model.link_mass, tau), order=1, modes=("fwd", "rev"), eps=1e-6, rtol=1e-5)
+    check_grads(
+        acceleration, (state.q, state.qd, model.link_mass, tau), order=1, modes=("fwd", "rev"), eps=1e-6, rtol=1e-5
+    )
 
 
 def test_doors():
@@ -163,12 +181,20 @@ def test_doors():
     with pytest.raises(ValueError, match="cannot move along v0_z"):
         sdjax.make_state(planar, base_linear_velocity=[1.0, 2.0, 0.5])
     sdjax.make_state(planar, base_linear_velocity=[1.0, 2.0, 0.0], base_angular_velocity=[0, 0, 1.0])  # fine
-    with pytest.raises(Exception, match=r"inverse_dynamics: the planar base cannot accelerate along dv0_z/dt, dw0_x/dt, dw0_y/dt"):
+    with pytest.raises(
+        Exception, match=r"inverse_dynamics: the planar base cannot accelerate along dv0_z/dt, dw0_x/dt, dw0_y/dt"
+    ):
         sdjax.inverse_dynamics(planar, sdjax.make_state(planar), [0, 0, 1.0, 0, 0, 0])
-    moving = sdjax.State(*(jnp.ones(3), jnp.array([0.0, 0, 0, 1]), jnp.ones(3), jnp.zeros(3), jnp.zeros(3), jnp.zeros(3)))
-    with pytest.raises(Exception, match="rollout: initial_state: the fixed base .* cannot move along v0_x, v0_y, v0_z, w0_x"):
+    moving = sdjax.State(
+        *(jnp.ones(3), jnp.array([0.0, 0, 0, 1]), jnp.ones(3), jnp.zeros(3), jnp.zeros(3), jnp.zeros(3))
+    )
+    with pytest.raises(
+        Exception, match="rollout: initial_state: the fixed base .* cannot move along v0_x, v0_y, v0_z, w0_x"
+    ):
         sdjax.rollout(model, moving, 0.01, 2)
-    with pytest.raises(ValueError, match=r"Model.base: unknown base mode 'hovering'; choose one of \['floating', 'planar', 'fixed'\]"):
+    with pytest.raises(
+        ValueError, match=r"Model.base: unknown base mode 'hovering'; choose one of \['floating', 'planar', 'fixed'\]"
+    ):
         sdjax.edit_model(model, base="hovering")
     with pytest.raises(ValueError, match=r"Model.base_mass: mass must be positive for a planar base.*base='fixed'"):
         sdjax.edit_model(model, base="planar", base_mass=0.0)
@@ -236,7 +262,9 @@ def test_task_jacobian_and_reaction_null_space(base):
     momentum = np.array([0.3, -0.2, 0.0, 0.0, 0.0, 0.4])  # only the conserved components count
     moving = sdjax.with_momentum(model, state, momentum)
     jac, offset = sdjax.task_jacobian(model, moving, momentum=momentum)
-    velocity = np.asarray(sdjax.end_point_jacobians(model, moving))[0] @ np.asarray(sdjax.generalized_velocity(model, moving))
+    velocity = np.asarray(sdjax.end_point_jacobians(model, moving))[0] @ np.asarray(
+        sdjax.generalized_velocity(model, moving)
+    )
     assert_close(np.asarray(jac) @ np.asarray(moving.qd) + np.asarray(offset), velocity, 1e-12, "task velocity")
     projector = np.asarray(sdjax.reaction_null_space_projector(model, state))
     n = model.num_joints
@@ -276,7 +304,9 @@ def test_lagrangian_oracle_per_mode(base):
     assert_close(terms.bias, sdjax.bias_forces(model, state), 1e-11, "C")  # second derivatives by autodiff
     # dH/dt - 2 C~ is skew-symmetric along the motion (the planar base turns about one axis).
     c_tilde = np.asarray(sdjax.coriolis_matrix(model, state))
-    h_dot = np.asarray(jax.jvp(lambda s: sdjax.inertia_matrix(model, s), (state,), (_velocity_tangent(model, state),))[1])
+    h_dot = np.asarray(
+        jax.jvp(lambda s: sdjax.inertia_matrix(model, s), (state,), (_velocity_tangent(model, state),))[1]
+    )
     assert_close(h_dot - 2 * c_tilde + (h_dot - 2 * c_tilde).T, np.zeros_like(h), 1e-11, "skew")
     table = sdjax.mass_dependence_table(model, sdjax.mass_parameter_dependence(model, state, kind="floating_base"))
     assert table.splitlines()[2].startswith("| | " + ("v0_x | v0_y | w0_z | q1" if base == "planar" else "q1"))
@@ -322,7 +352,9 @@ def test_urdf_export_round_trip_keeps_the_mode(base, tmp_path):
     assert back.base == base
     state = random_state(model, 1)
     assert_close(sdjax.inertia_matrix(back, state), sdjax.inertia_matrix(model, state), 1e-12, "H after round trip")
-    with pytest.raises(ValueError, match=f"has a {base} base; SpaceDyn's link parameters describe a free-floating base"):
+    with pytest.raises(
+        ValueError, match=f"has a {base} base; SpaceDyn's link parameters describe a free-floating base"
+    ):
         sdjax.model_to_def(model)
 
 

@@ -34,6 +34,7 @@ def _kernel_for_small_batches(monkeypatch):
     yield
     jax.clear_caches()
 
+
 # Tolerances. float64: round-off of a solve with up to 26 unknowns in another summation order
 # (observed <= 2e-12 relative to the largest acceleration, on inertia matrices with condition
 # numbers up to ~1e4). float32: epsilon 1.2e-7 times that condition number, with headroom.
@@ -43,7 +44,9 @@ RTOL = {jnp.float64: 1e-10, jnp.float32: 3e-3}
 def _batch(model, batch, seed, dtype):
     """States and controls (torques, base and end-point loads) of ``batch`` random samples."""
     rng = np.random.default_rng(seed)
-    states = jax.tree.map(lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, seed + k) for k in range(batch)])
+    states = jax.tree.map(
+        lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, seed + k) for k in range(batch)]
+    )
     n, ne = model.num_joints, model.num_end_points
     controls = dynamics.Controls(
         jnp.asarray(rng.normal(size=(batch, n)), dtype),
@@ -67,7 +70,9 @@ def _kernel(model, states, controls, batched_model=False):
         jax.tree.map(lambda _: True, controls),
     )
     batch = states.q.shape[0]
-    return jax.jit(lambda m, s, c: batch_kernel.solve_forward_dynamics(batch, m, s, c, flags, with_factor=True))(model, states, controls)
+    return jax.jit(lambda m, s, c: batch_kernel.solve_forward_dynamics(batch, m, s, c, flags, with_factor=True))(
+        model, states, controls
+    )
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
@@ -79,8 +84,11 @@ def test_kernel_equals_reference(base, dtype):
     states, controls = _batch(model, 37, 3, dtype)
     # The base moves only along the components its mode leaves free.
     free = np.isin(np.arange(6), model.base_coordinates).astype(np.dtype(dtype))
-    states = eqx.tree_at(lambda s: (s.base_linear_velocity, s.base_angular_velocity), states,
-                         (states.base_linear_velocity * free[:3], states.base_angular_velocity * free[3:]))
+    states = eqx.tree_at(
+        lambda s: (s.base_linear_velocity, s.base_angular_velocity),
+        states,
+        (states.base_linear_velocity * free[:3], states.base_angular_velocity * free[3:]),
+    )
     acceleration, factor = _kernel(model, states, controls)
     expected_acceleration, expected_factor = _reference(model, states, controls)
     assert acceleration.dtype == dtype and factor.shape == expected_factor.shape
@@ -181,7 +189,12 @@ def test_optional_dependency():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
-    imported = subprocess.run([sys.executable, "-c", "import sys, sdjax; print('numba' in sys.modules)"], capture_output=True, text=True, timeout=300)
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys, sdjax; print('numba' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert imported.stdout.strip() == "False", imported.stderr[-2000:]
 
 
@@ -191,7 +204,13 @@ def test_batch_of_leaves_the_dynamics_does_not_read():
     model = random_model(6, 5, gravity=True)
     state = random_state(model, 1)
     positions = jnp.asarray(np.random.default_rng(3).normal(size=(9, 3)))
-    ours = jax.jit(jax.vmap(lambda p: dynamics.floating_acceleration(model, eqx.tree_at(lambda s: s.base_position, state, p), dynamics.make_controls(model))))(positions)
+    ours = jax.jit(
+        jax.vmap(
+            lambda p: dynamics.floating_acceleration(
+                model, eqx.tree_at(lambda s: s.base_position, state, p), dynamics.make_controls(model)
+            )
+        )
+    )(positions)
     expected = dynamics._solve_forward_dynamics(model, state, dynamics.make_controls(model))[0]
     assert_close(ours, jnp.broadcast_to(expected, ours.shape), RTOL[jnp.float64], "batch over the base position")
 
@@ -242,17 +261,24 @@ def test_rollout_kernel_equals_scan(base, dtype, monkeypatch):
     passive joints, and per-step torques, base and end-point loads, in every base mode."""
     model = sdjax.edit_model(random_model(11, 12, gravity=True, passive=True), base=base).astype(dtype)
     batch = 5
-    states = jax.tree.map(lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, 40 + k, scale=0.5) for k in range(batch)])
+    states = jax.tree.map(
+        lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, 40 + k, scale=0.5) for k in range(batch)]
+    )
     rng = np.random.default_rng(8)
     n, ne = model.num_joints, model.num_end_points
-    loads = dynamics.Controls(*[
-        jnp.asarray(rng.normal(size=(batch, ROLLOUT_STEPS) + shape), dtype) for shape in [(n,), (3,), (3,), (ne, 3), (ne, 3)]
-    ])
+    loads = dynamics.Controls(
+        *[
+            jnp.asarray(rng.normal(size=(batch, ROLLOUT_STEPS) + shape), dtype)
+            for shape in [(n,), (3,), (3,), (ne, 3), (ne, 3)]
+        ]
+    )
     names = _counting_kernels(monkeypatch)
     ours = jax.jit(jax.vmap(lambda s, c: sdjax.rollout(model, s, ROLLOUT_DT, ROLLOUT_STEPS, c)))(states, loads)
     assert names == ["rk4_rollout"], names
     assert ours.states.q.dtype == dtype and ours.states.q.shape == (batch, ROLLOUT_STEPS + 1, n)
-    _assert_trajectories(ours, _per_sample_rollouts(model, states, loads), ROLLOUT_RTOL[dtype], f"{base} {jnp.dtype(dtype).name}")
+    _assert_trajectories(
+        ours, _per_sample_rollouts(model, states, loads), ROLLOUT_RTOL[dtype], f"{base} {jnp.dtype(dtype).name}"
+    )
 
 
 def test_rollout_kernel_shared_and_batched_inputs(monkeypatch):
@@ -267,16 +293,25 @@ def test_rollout_kernel_shared_and_batched_inputs(monkeypatch):
     _assert_trajectories(free, _per_sample_rollouts(model, states, None), ROLLOUT_RTOL[jnp.float64], "no control")
     tau = jnp.asarray(np.random.default_rng(1).normal(size=(ROLLOUT_STEPS, model.num_joints)))
     shared = jax.jit(jax.vmap(rollout, in_axes=(None, 0, None, None)))(model, states, tau, ROLLOUT_DT)
-    _assert_trajectories(shared, _per_sample_rollouts(model, states, jnp.broadcast_to(tau, (batch,) + tau.shape)), ROLLOUT_RTOL[jnp.float64], "shared torques")
+    _assert_trajectories(
+        shared,
+        _per_sample_rollouts(model, states, jnp.broadcast_to(tau, (batch,) + tau.shape)),
+        ROLLOUT_RTOL[jnp.float64],
+        "shared torques",
+    )
     steps = jnp.asarray([0.004, 0.007, 0.01, 0.013])
     by_dt = jax.jit(jax.vmap(rollout, in_axes=(None, 0, None, 0)))(model, states, None, steps)
-    _assert_trajectories(by_dt, _per_sample_rollouts(model, states, None, steps), ROLLOUT_RTOL[jnp.float64], "batched dt")
+    _assert_trajectories(
+        by_dt, _per_sample_rollouts(model, states, None, steps), ROLLOUT_RTOL[jnp.float64], "batched dt"
+    )
     rng = np.random.default_rng(2)
     models = sdjax.stack_models([jax.tree.map(lambda x: x * (1 + 0.2 * rng.uniform()), model) for _ in range(batch)])
     state = random_state(model, 5, scale=0.5)
     by_model = jax.jit(jax.vmap(rollout, in_axes=(0, None, None, None)))(models, state, None, ROLLOUT_DT)
     for k in range(batch):
-        expected = jax.jit(lambda m: sdjax.rollout(m, state, ROLLOUT_DT, ROLLOUT_STEPS))(jax.tree.map(lambda x: x[k], models))
+        expected = jax.jit(lambda m: sdjax.rollout(m, state, ROLLOUT_DT, ROLLOUT_STEPS))(
+            jax.tree.map(lambda x: x[k], models)
+        )
         assert_close(by_model.states.q[k], expected.states.q, ROLLOUT_RTOL[jnp.float64], f"batched model {k}")
     assert names == ["rk4_rollout"] * 4, names
 
@@ -308,15 +343,23 @@ def test_rollout_kernel_gradients_and_checks(monkeypatch):
         return jnp.sum(jnp.sin(trajectory.states.q[-1])) + jnp.sum(trajectory.states.base_angular_velocity[-1] ** 2)
 
     for checkpoint in (False, True):
-        ours = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, 0, None)), static_argnums=2)(states, tau, checkpoint)
+        ours = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, 0, None)), static_argnums=2)(
+            states, tau, checkpoint
+        )
         for k in range(batch):
-            expected = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(jax.tree.map(lambda x: x[k], states), tau[k], checkpoint)
+            expected = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(
+                jax.tree.map(lambda x: x[k], states), tau[k], checkpoint
+            )
             for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[k], ours)), jax.tree.leaves(expected)):
-                assert_close(a, b, 1e-9, f"gradient, sample {k}, checkpoint={checkpoint}")  # (round-off of 8 steps' solves)
+                assert_close(
+                    a, b, 1e-9, f"gradient, sample {k}, checkpoint={checkpoint}"
+                )  # (round-off of 8 steps' solves)
     names = _counting_kernels(monkeypatch)
     bad = eqx.tree_at(lambda s: s.qd, states, states.qd.at[1, 0].set(jnp.inf))
     with pytest.raises(Exception, match="non-finite"):
-        jax.block_until_ready(jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, ROLLOUT_DT, 4, check=True).states.q))(bad))
+        jax.block_until_ready(
+            jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, ROLLOUT_DT, 4, check=True).states.q))(bad)
+        )
     assert names == ["rk4_rollout"], names
 
 

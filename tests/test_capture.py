@@ -47,12 +47,21 @@ def system():
 
 
 def _cut(robot, stiffness=2.0e4, damping=200.0, rotational_stiffness=500.0, rotational_damping=5.0):
-    return cp.VirtualCut(cp.BodyFrame.end_point(robot), cp.BodyFrame(0, TARGET_HANDLE_OFFSET), stiffness, damping, rotational_stiffness, rotational_damping)
+    return cp.VirtualCut(
+        cp.BodyFrame.end_point(robot),
+        cp.BodyFrame(0, TARGET_HANDLE_OFFSET),
+        stiffness,
+        damping,
+        rotational_stiffness,
+        rotational_damping,
+    )
 
 
 def _initial(robot, target, cut, spin=(0.2, -0.1, 0.3)):
     robot_state = sdjax.make_state(robot, q=Q0, base_linear_velocity=[0.01, 0.0, -0.02])
-    target_state = cp.place_target(robot, robot_state, target, cut, angular_velocity=spin, handle_velocity=[0.02, -0.01, 0.0])
+    target_state = cp.place_target(
+        robot, robot_state, target, cut, angular_velocity=spin, handle_velocity=[0.02, -0.01, 0.0]
+    )
     return cp.PairState(robot_state, target_state)
 
 
@@ -69,7 +78,9 @@ def test_momentum_conserved_and_target_detumbled(system):
     # (momentum is not a linear invariant of the state): ~1e-12 measured, 1e-9 relative allowed.
     np.testing.assert_allclose(p, np.broadcast_to(p[0], p.shape), atol=1e-9 * np.abs(p[0]).max())
     np.testing.assert_allclose(h, np.broadcast_to(h[0], h.shape), atol=1e-9 * np.abs(h[0]).max())
-    relative = np.linalg.norm(np.asarray(traj.states.target.base_angular_velocity - traj.states.robot.base_angular_velocity), axis=1)
+    relative = np.linalg.norm(
+        np.asarray(traj.states.target.base_angular_velocity - traj.states.robot.base_angular_velocity), axis=1
+    )
     # Detumbling: the target's rotation relative to the servicer decays (6 s, time constant ~1 s).
     assert relative[-200:].max() < 0.05 * relative[0]
     error, angle = jax.vmap(lambda s: cp.cut_error(robot, target, cut, s))(traj.states)
@@ -102,7 +113,13 @@ def test_cut_violation_falls_with_stiffness(system):
     stiffness = jnp.asarray([1.0e3, 1.0e4, 1.0e5])
 
     def violation(k):
-        cut = _cut(robot, stiffness=k, damping=2 * 0.7 * jnp.sqrt(k * 20.0), rotational_stiffness=k / 40.0, rotational_damping=2 * 0.7 * jnp.sqrt(k / 40.0 * 0.2))
+        cut = _cut(
+            robot,
+            stiffness=k,
+            damping=2 * 0.7 * jnp.sqrt(k * 20.0),
+            rotational_stiffness=k / 40.0,
+            rotational_damping=2 * 0.7 * jnp.sqrt(k / 40.0 * 0.2),
+        )
         pair = _initial(robot, target, cut, spin=(0.0, 0.0, 0.0))
         traj = cp.pair_rollout(robot, target, cut, pair, 5e-4, 2000, lambda t, s: law(t, s.robot))
         error, angle = jax.vmap(lambda s: cp.cut_error(robot, target, cut, s))(traj.states)
@@ -125,7 +142,9 @@ def test_closed_chain_in_one_system_conserves_momentum():
     kin = sdjax.forward_kinematics(robot, state)
     tip_in_base = np.asarray(kin.rotation[0].T @ (kin.end_point_position[0] - kin.centroid[0]))
     tip_rotation = np.asarray(kin.rotation[0].T @ kin.end_point_rotation[0])
-    cut = cp.VirtualCut(cp.BodyFrame.end_point(robot), cp.BodyFrame(0, tip_in_base, tip_rotation), 1.0e5, 500.0, 2.0e3, 10.0)
+    cut = cp.VirtualCut(
+        cp.BodyFrame.end_point(robot), cp.BodyFrame(0, tip_in_base, tip_rotation), 1.0e5, 500.0, 2.0e3, 10.0
+    )
     env = cp.closed_chain_environment(robot, cut)
     law = sdjax.JointPD(kp=50.0, kd=5.0, reference=Q0 + 0.3)
     traj = sdjax.rollout(robot, state, 5e-4, 2000, law, environment=env)

@@ -27,14 +27,23 @@ def test_float_array_converts_and_keeps_floating_dtypes():
         (1 + 2j, {}, TypeError, r"^gain: expected real numbers, got dtype complex128"),
         (np.ones(2), {"shape": (3,)}, ValueError, r"^gain: expected shape \(3,\), got shape \(2,\)$"),
         (1.0, {"shape": (3,)}, ValueError, r"^gain: expected shape \(3,\), got shape \(\)$"),
-        (np.ones(2), {"shape": (3,), "scalar": "keep", "hint": "one per joint"}, ValueError,
-         r"^gain: expected a scalar or shape \(3,\) \(one per joint\), got shape \(2,\)$"),
+        (
+            np.ones(2),
+            {"shape": (3,), "scalar": "keep", "hint": "one per joint"},
+            ValueError,
+            r"^gain: expected a scalar or shape \(3,\) \(one per joint\), got shape \(2,\)$",
+        ),
         (np.ones((2, 2)), {"shape": ()}, ValueError, r"^gain: expected a scalar, got shape \(2, 2\)$"),
         ([1.0, np.nan], {}, ValueError, r"^gain: must be finite, got \[1.0, nan\]$"),
         ([1.0, np.inf], {}, ValueError, r"^gain: must be finite, got \[1.0, inf\]$"),
         ([1.0, 0.0], {"sign": "positive"}, ValueError, r"^gain: must be positive and finite, got \[1.0, 0.0\]$"),
         ([-1.0], {"sign": "non-negative"}, ValueError, r"^gain: must be non-negative and finite, got \[-1.0\]$"),
-        ([np.nan], {"sign": "positive", "allow_inf": True}, ValueError, r"^gain: must be positive \(or inf\), got \[nan\]$"),
+        (
+            [np.nan],
+            {"sign": "positive", "allow_inf": True},
+            ValueError,
+            r"^gain: must be positive \(or inf\), got \[nan\]$",
+        ),
         ([-np.inf], {"sign": "positive", "allow_inf": True}, ValueError, r"^gain: must be positive \(or inf\)"),
     ],
 )
@@ -44,7 +53,9 @@ def test_float_array_refusals(value, kwargs, error, message):
 
 
 def test_values_are_checked_only_when_concrete():
-    np.testing.assert_array_equal(float_array("x", [np.inf, 1.0], sign="positive", allow_inf=True), [np.inf, 1.0])  # a limit that is off
+    np.testing.assert_array_equal(
+        float_array("x", [np.inf, 1.0], sign="positive", allow_inf=True), [np.inf, 1.0]
+    )  # a limit that is off
 
     @jax.jit
     def traced(x):
@@ -58,7 +69,9 @@ def test_values_are_checked_only_when_concrete():
 
 def test_check_choice_and_vector():
     assert check_choice("mode", "fixed", ("floating", "fixed")) == "fixed"
-    with pytest.raises(ValueError, match=r"^Model.base: unknown base mode 'hover'; choose one of \['floating', 'fixed'\]$"):
+    with pytest.raises(
+        ValueError, match=r"^Model.base: unknown base mode 'hover'; choose one of \['floating', 'fixed'\]$"
+    ):
         check_choice("Model.base", "hover", ("floating", "fixed"), "base mode")
     with pytest.raises(ValueError, match=r"choose one of \['a', 'b'\]"):  # sets are listed sorted
         check_choice("x", "c", {"b", "a"})

@@ -20,7 +20,9 @@ SAMPLE_TARGET = ["0.3", "0.2", "0.1", "0.6", "0.5", "0.4"]
 
 def run(*args, cwd=None):
     env = dict(os.environ, MPLBACKEND="Agg")
-    return subprocess.run([sys.executable, "-m", "sdjax", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "sdjax", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env
+    )
 
 
 def test_demo_prints_a_summary():
@@ -117,20 +119,38 @@ BAD_INPUTS = [
     (["simulate", "spacedyn_sample", "--dt", "-0.1"], "expected a positive number"),
     (["simulate", "spacedyn_sample", "--duration", "nan"], "expected a finite number"),
     (["simulate", "spacedyn_sample", "--duration", "0.1", "--dt", "0.5"], "need dt <= duration"),
-    (["simulate", "spacedyn_sample", "--initial-q", "0.1", "0.2"], "--initial-q: expected 6 values (the model has 6 joints), got 2"),
+    (
+        ["simulate", "spacedyn_sample", "--initial-q", "0.1", "0.2"],
+        "--initial-q: expected 6 values (the model has 6 joints), got 2",
+    ),
     (["simulate", "spacedyn_sample", "--initial-q", "0.1,0.2,0.3,0.4,0.5,0.6,0.7"], "expected 6 values"),
     (["simulate", "spacedyn_sample", "--controller", "pd"], "needs --target"),
     (["simulate", "spacedyn_sample", "--controller", "pd", "--target", "1", "2"], "--target: expected 6 values"),
-    (["simulate", "spacedyn_sample", "--controller", "pd", "--target", *SAMPLE_TARGET, "--kp", "1", "2"], "--kp: expected 1 or 6 values"),
-    (["simulate", "spacedyn_sample", "--controller", "pd", "--target", *SAMPLE_TARGET, "--kd", "-1"], "must be non-negative"),
+    (
+        ["simulate", "spacedyn_sample", "--controller", "pd", "--target", *SAMPLE_TARGET, "--kp", "1", "2"],
+        "--kp: expected 1 or 6 values",
+    ),
+    (
+        ["simulate", "spacedyn_sample", "--controller", "pd", "--target", *SAMPLE_TARGET, "--kd", "-1"],
+        "must be non-negative",
+    ),
     (["simulate", "spacedyn_sample", "--target", *SAMPLE_TARGET], "need --controller pd or computed-torque"),
-    (["simulate", "spacedyn_sample", "--controller", "computed-torque", "--target", *SAMPLE_TARGET, "--kp", "3"], "torque gains of --controller pd"),
+    (
+        ["simulate", "spacedyn_sample", "--controller", "computed-torque", "--target", *SAMPLE_TARGET, "--kp", "3"],
+        "torque gains of --controller pd",
+    ),
     (["simulate", "spacedyn_sample", "--controller", "magic"], "invalid choice: 'magic'"),
     (["simulate", "spacedyn_sample", "--chunk-steps", "0"], "expected a positive integer"),
     (["simulate", "spacedyn_sample", "--base-rpy", "0.1"], "--base-rpy: expected 3 values"),
     (["simulate", "spacedyn_sample", "--out", "{tmp}/no/such/dir/run.npz"], "does not exist"),
-    (["simulate", "spacedyn_sample", "--out", "{tmp}/old"], "old.npz: exists; pass --force to overwrite it"),  # .npz appended
-    (["simulate", "spacedyn_sample", "--duration", "1e6", "--dt", "1e-3"], "1e+09 steps exceeds the limit of 10000000 steps"),
+    (
+        ["simulate", "spacedyn_sample", "--out", "{tmp}/old"],
+        "old.npz: exists; pass --force to overwrite it",
+    ),  # .npz appended
+    (
+        ["simulate", "spacedyn_sample", "--duration", "1e6", "--dt", "1e-3"],
+        "1e+09 steps exceeds the limit of 10000000 steps",
+    ),
     (["demo", "--duration", "inf"], "argument --duration: expected a finite number"),
     (["demo", "--duration", "1e6"], "1e+08 steps exceeds the limit"),
     (["demo", "--dt", "0"], "argument --dt: expected a positive number"),
@@ -141,11 +161,20 @@ BAD_INPUTS = [
     (["view", "{tmp}/missing.npz"], "missing.npz: no such file (expected a sdjax run file)"),
     (["view", "{tmp}/x.npz", "--port", "70000"], "argument --port: expected a port number in 0..65535, got '70000'"),
     (["view", "{run}", "--base", "planar"], "--base, --inertia-check, --gravity and --end-points apply to --model"),
-    (["view", "{run}", "--model", "free_flying_arm_7dof", "--no-browser"], "run.npz: the run has 6 joint coordinates, but --model free_flying_arm_7dof has 7 joints"),
+    (
+        ["view", "{run}", "--model", "free_flying_arm_7dof", "--no-browser"],
+        "run.npz: the run has 6 joint coordinates, but --model free_flying_arm_7dof has 7 joints",
+    ),
     (["info", "spacedyn_sample", "--base", "hovering"], "argument --base: invalid choice: 'hovering'"),
-    (["info", "spacedyn_sample", "--end-points", "tool"], "--end-points selects URDF links; built-in models have their end points"),
+    (
+        ["info", "spacedyn_sample", "--end-points", "tool"],
+        "--end-points selects URDF links; built-in models have their end points",
+    ),
     (["info", "spacedyn_sample", "--gravity", "0", "-9.8"], "--gravity: expected 3 values, got 2"),
-    (["info", "spacedyn_sample", "--base", "planar", "--inertia-check", "physical", "--gravity", "0", "0", "nan"], "argument --gravity: expected a finite number"),
+    (
+        ["info", "spacedyn_sample", "--base", "planar", "--inertia-check", "physical", "--gravity", "0", "0", "nan"],
+        "argument --gravity: expected a finite number",
+    ),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     ([], "required: {demo,info,simulate,plot,view}"),
 ]
@@ -199,7 +228,10 @@ def test_info_warns_of_stiff_passive_joints(capsys, tmp_path, sample_model):
     out = capsys.readouterr().out
     step = sdjax.max_stable_step(stiff)
     assert step < SIMULATE_DT
-    assert f"WARN  largest stable RK4 step of the passive joint terms at q = 0: {step:.3g} s (below simulate's default --dt" in out
+    assert (
+        f"WARN  largest stable RK4 step of the passive joint terms at q = 0: {step:.3g} s (below simulate's default --dt"
+        in out
+    )
     assert main(["info", "spacedyn_sample"]) == 0  # no passive joints: no line
     assert "largest stable" not in capsys.readouterr().out
     # simulate picks the step with implicit passive terms for that model at its default step,
@@ -209,7 +241,20 @@ def test_info_warns_of_stiff_passive_joints(capsys, tmp_path, sample_model):
     out = capsys.readouterr().out
     assert f"20 implicit steps of {SIMULATE_DT} s" in out
     assert np.all(np.isfinite(np.asarray(sdjax.load_run(out_file).trajectory.states.qd)))
-    assert main(["simulate", "spacedyn_sample", "--duration", "0.05", "--out", str(tmp_path / "sample.npz"), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "spacedyn_sample",
+                "--duration",
+                "0.05",
+                "--out",
+                str(tmp_path / "sample.npz"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "5 rk4 steps" in capsys.readouterr().out
 
 

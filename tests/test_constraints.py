@@ -121,7 +121,10 @@ def test_four_bar_against_closed_form(theta, theta_dot):
     assert_close(result.qdd[0], expected, 1e-11, "crank acceleration")
     # The other joints follow the closed form's second derivative along the motion.
     velocity = lambda t: jax.jvp(joint_positions, (t,), (jnp.asarray(theta_dot),))[1]  # noqa: E731
-    second = jax.jvp(velocity, (jnp.asarray(theta),), (jnp.asarray(theta_dot),))[1] + jax.jacfwd(joint_positions)(jnp.asarray(theta)) * expected
+    second = (
+        jax.jvp(velocity, (jnp.asarray(theta),), (jnp.asarray(theta_dot),))[1]
+        + jax.jacfwd(joint_positions)(jnp.asarray(theta)) * expected
+    )
     assert_close(result.qdd, second, 1e-11, "joint accelerations")
     # Inverse dynamics of the closed chain, crank actuated only: the crank torque that makes this
     # motion with no torque at the other joints equals Q of the closed form.
@@ -176,13 +179,22 @@ def test_weld_forces_are_the_loads_that_hold_the_frame(base):
     # A fixed base leaves the frame 5 degrees of freedom: hold 5 of the 6 components.
     axes = ("x", "y", "z", "rx", "ry") if base == "fixed" else tuple(range(6))
     held = np.array([C.FRAME_AXES.index(a) if isinstance(a, str) else a for a in axes])
-    weld = C.weld_constraint(model.end_point_names[e], None, position=kin.end_point_position[e], rotation=kin.end_point_rotation[e], axes=axes)
+    weld = C.weld_constraint(
+        model.end_point_names[e],
+        None,
+        position=kin.end_point_position[e],
+        rotation=kin.end_point_rotation[e],
+        axes=axes,
+    )
     # Move the frame at its current velocity first: a weld holds velocity zero, so make it so.
     state, impulse = C.constraint_impulse(model, state, (weld,))
     result = C.constrained_forward_dynamics(model, state, jnp.ones(model.num_joints), (weld,))
     # The frame does not accelerate: J a + dJ/dt v = 0 (sdjax's own end-point Jacobians).
     a = sdjax.model.free_coordinates(model, jnp.concatenate([result.base_acceleration, result.qdd]))
-    j, jdot = sdjax.end_point_jacobians(model, state)[e][held], sdjax.end_point_jacobian_derivatives(model, state)[e][held]
+    j, jdot = (
+        sdjax.end_point_jacobians(model, state)[e][held],
+        sdjax.end_point_jacobian_derivatives(model, state)[e][held],
+    )
     v = sdjax.model.free_coordinates(model, state.generalized_velocity)
     assert_close(j @ v, np.zeros(len(held)), 1e-12, "frame at rest after the impulse")
     assert_close(j @ a + jdot @ v, np.zeros(len(held)), 1e-10, "frame acceleration")
@@ -191,7 +203,9 @@ def test_weld_forces_are_the_loads_that_hold_the_frame(base):
     wrench = jnp.zeros(6).at[held].set(result.multipliers)
     force = jnp.zeros((model.num_end_points, 3)).at[e].set(wrench[:3])
     torque = jnp.zeros((model.num_end_points, 3)).at[e].set(wrench[3:])
-    base_acc, qdd = sdjax.forward_dynamics(model, state, jnp.ones(model.num_joints), end_point_force=force, end_point_torque=torque)
+    base_acc, qdd = sdjax.forward_dynamics(
+        model, state, jnp.ones(model.num_joints), end_point_force=force, end_point_torque=torque
+    )
     assert_close(qdd, result.qdd, 1e-10, "joint accelerations under the constraint loads")
     assert_close(base_acc, result.base_acceleration, 1e-10, "base acceleration under the constraint loads")
 
@@ -248,7 +262,11 @@ def _servicer_and_target() -> tuple[sdjax.Model, sdjax.Model]:
 
     servicer = random_model(21, 5, gravity=False)
     target = sdjax.edit_model(
-        tumbling_target(), end_point_link=(0,), centroid_to_end_point=[TARGET_HANDLE_OFFSET], end_point_rpy=[[0.3, -0.2, 0.5]], end_point_names=("handle",)
+        tumbling_target(),
+        end_point_link=(0,),
+        centroid_to_end_point=[TARGET_HANDLE_OFFSET],
+        end_point_rpy=[[0.3, -0.2, 0.5]],
+        end_point_names=("handle",),
     )
     return servicer, target
 
@@ -272,9 +290,14 @@ def test_rigid_capture_matches_the_rigid_body_closed_form():
     assert_close(L1, L0, 1e-12, "angular momentum")
     gripper = sdjax.end_point_jacobians(servicer, after[0])[-1] @ after[0].generalized_velocity
     handle = sdjax.end_point_jacobians(target, after[1])[0] @ after[1].generalized_velocity
-    lever = sdjax.forward_kinematics(target, after[1]).end_point_position[0] - sdjax.forward_kinematics(servicer, after[0]).end_point_position[-1]
+    lever = (
+        sdjax.forward_kinematics(target, after[1]).end_point_position[0]
+        - sdjax.forward_kinematics(servicer, after[0]).end_point_position[-1]
+    )
     assert_close(handle[3:], gripper[3:], 1e-12, "handle turns with the gripper")
-    assert_close(handle[:3], gripper[:3] + jnp.cross(gripper[3:], lever), 1e-12, "handle moves rigidly with the gripper")
+    assert_close(
+        handle[:3], gripper[:3] + jnp.cross(gripper[3:], lever), 1e-12, "handle moves rigidly with the gripper"
+    )
     energy = lambda ss: sum(float(sdjax.kinetic_energy(m, s)) for m, s in zip(models, ss))  # noqa: E731
     assert energy(after) < energy(states)
     # Capture with the arm's brakes on: servicer and target become one rigid body, whose motion
@@ -293,12 +316,20 @@ def test_rigid_capture_matches_the_rigid_body_closed_form():
         masses += [float(m.base_mass)] + list(np.asarray(m.link_mass))
     masses, centroids = np.array(masses), np.array(centroids)
     com = masses @ centroids / masses.sum()
-    inertia = sum(i + mass * ((r - com) @ (r - com) * np.eye(3) - np.outer(r - com, r - com)) for i, mass, r in zip(inertias, masses, centroids))
+    inertia = sum(
+        i + mass * ((r - com) @ (r - com) * np.eye(3) - np.outer(r - com, r - com))
+        for i, mass, r in zip(inertias, masses, centroids)
+    )
     L_com = np.asarray(L0) - np.cross(com, np.asarray(p0))
     omega = np.linalg.solve(inertia, L_com)
     for b in range(len(masses)):
         # Condition of the impact solve (S ~ 1e3) times round-off.
-        assert_close(velocities[b], np.asarray(p0) / masses.sum() + np.cross(omega, centroids[b] - com), 1e-10, f"velocity of body {b}")
+        assert_close(
+            velocities[b],
+            np.asarray(p0) / masses.sum() + np.cross(omega, centroids[b] - com),
+            1e-10,
+            f"velocity of body {b}",
+        )
         assert_close(omegas[b], omega, 1e-10, f"angular velocity of body {b}")
 
 
@@ -360,7 +391,12 @@ def test_penalty_springs_converge_to_the_constrained_motion():
     exact = C.constrained_rollout(model, state, dt, steps, None, LOOP).states.q
     errors = []
     for stiffness in (1e4, 1e5, 1e6):
-        cut = capture.VirtualCut(capture.BodyFrame.end_point(model, 0), capture.BodyFrame.end_point(model, 1), stiffness, 2 * np.sqrt(stiffness))
+        cut = capture.VirtualCut(
+            capture.BodyFrame.end_point(model, 0),
+            capture.BodyFrame.end_point(model, 1),
+            stiffness,
+            2 * np.sqrt(stiffness),
+        )
         q = sdjax.rollout(model, state, dt, steps, environment=capture.closed_chain_environment(model, cut)).states.q
         errors.append(float(jnp.max(jnp.abs(q - exact))))
     assert errors[1] < errors[0] / 5 and errors[2] < errors[1] / 5, f"no 1/K convergence: {errors}"
@@ -386,13 +422,20 @@ def test_penalty_gradients_converge_to_the_exact_gradients():
     @jax.jit  # one compilation: the stiffness travels inside the environment pytree
     def penalty_tangent(environment):
         def penalty(qd):
-            return sdjax.rollout(model, eqx.tree_at(lambda s: s.qd, state, qd), dt, steps, environment=environment).states.q[-1]
+            return sdjax.rollout(
+                model, eqx.tree_at(lambda s: s.qd, state, qd), dt, steps, environment=environment
+            ).states.q[-1]
 
         return jax.jvp(penalty, (state.qd,), (direction.qd,))[1]
 
     errors = []
     for stiffness in (1e4, 1e5, 1e6):
-        cut = capture.VirtualCut(capture.BodyFrame.end_point(model, 0), capture.BodyFrame.end_point(model, 1), stiffness, 2 * np.sqrt(stiffness))
+        cut = capture.VirtualCut(
+            capture.BodyFrame.end_point(model, 0),
+            capture.BodyFrame.end_point(model, 1),
+            stiffness,
+            2 * np.sqrt(stiffness),
+        )
         tangent = penalty_tangent(capture.closed_chain_environment(model, cut))
         errors.append(float(jnp.max(jnp.abs(tangent - reference)) / jnp.max(jnp.abs(reference))))
     # 1/K convergence: each tenfold stiffer spring cuts the error at least fivefold (measured

@@ -84,7 +84,9 @@ def test_energy_elastic_bounce_conserved_and_damping_dissipates(probe, point):
 
     def energies(damping):
         params = sc.ContactParameters(STIFFNESS, damping, smoothing=1e-5)
-        states = _drop(probe, point, sc.Plane(), params, state, 0.0025 / OMEGA, 1600).states  # as above: shares its compiled rollout
+        states = _drop(
+            probe, point, sc.Plane(), params, state, 0.0025 / OMEGA, 1600
+        ).states  # as above: shares its compiled rollout
         penetration = jnp.maximum(-states.base_position[:, 2], 0.0)
         return _energy(probe, states) + 0.5 * STIFFNESS * penetration**2  # + spring energy
 
@@ -107,7 +109,12 @@ def test_impulse_equals_change_of_momentum():
     spheres = sc.ContactSpheres([0, 0], [[0.1, 0.0, 0.0], [-0.1, 0.05, 0.0]], 0.05)
     plane = sc.Plane([0.2, -0.1, 1.0], -0.05)
     params = sc.ContactParameters(2.0e4, 40.0, friction=0.4, slip_velocity=0.01, smoothing=1e-6)
-    state = sdjax.make_state(model, base_position=[0.0, 0.0, 0.02], base_linear_velocity=[0.4, 0.1, -0.6], base_angular_velocity=[1.0, -2.0, 3.0])
+    state = sdjax.make_state(
+        model,
+        base_position=[0.0, 0.0, 0.02],
+        base_linear_velocity=[0.4, 0.1, -0.6],
+        base_angular_velocity=[1.0, -2.0, 3.0],
+    )
     dt, num_steps = 2e-5, 4000
     traj = _drop(model, spheres, plane, params, state, dt, num_steps)
     forces = jax.vmap(lambda s: sc.contact_diagnostics(model, s, spheres, plane, params).force.sum(0))(traj.states)
@@ -131,7 +138,9 @@ def _touchdown_loss():
     def loss(height, speed, stiffness):
         """Height + 0.1 s * vertical velocity after 0.3 s of a drop (contact or not)."""
         params = sc.ContactParameters(stiffness, 20.0, smoothing=1e-4)
-        state = sdjax.make_state(model, base_position=jnp.stack([0.0, 0.0, height]), base_linear_velocity=jnp.stack([0.0, 0.0, -speed]))
+        state = sdjax.make_state(
+            model, base_position=jnp.stack([0.0, 0.0, height]), base_linear_velocity=jnp.stack([0.0, 0.0, -speed])
+        )
         traj = _drop(model, point, sc.Plane(), params, state, 2e-3, 150)
         return traj.states.base_position[-1, 2] + 0.1 * traj.states.base_linear_velocity[-1, 2]
 
@@ -157,7 +166,11 @@ def test_gradients_finite_and_match_finite_differences_across_onset():
         # Central differences: truncation ~h^2 |f'''| and round-off ~1e-16 / h: ~1e-8 relative here;
         # 1e-5 (relative to the larger of the derivative and a floor) covers the steep onset.
         assert abs(float(fd_speed) - g_speed) <= 1e-5 * max(abs(g_speed), 1e-2), (height, g_speed, fd_speed)
-        assert abs(float(fd_stiffness) - g_stiffness) <= 1e-5 * max(abs(g_stiffness), 1e-6), (height, g_stiffness, fd_stiffness)
+        assert abs(float(fd_stiffness) - g_stiffness) <= 1e-5 * max(abs(g_stiffness), 1e-6), (
+            height,
+            g_stiffness,
+            fd_stiffness,
+        )
 
 
 @pytest.mark.slow
@@ -169,7 +182,9 @@ def test_reverse_mode_gradients_across_onset():
         reverse = np.array([float(g) for g in grad(height, 0.1, 1.0e3)])
         assert np.all(np.isfinite(reverse))
         # Same derivative by two modes of autodiff: equal up to round-off.
-        np.testing.assert_allclose(reverse, np.array([float(g) for g in forward(height, 0.1, 1.0e3)]), rtol=1e-9, atol=1e-15)
+        np.testing.assert_allclose(
+            reverse, np.array([float(g) for g in forward(height, 0.1, 1.0e3)]), rtol=1e-9, atol=1e-15
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -191,7 +206,9 @@ def test_slide_acceleration_and_stick_creep_on_incline():
 
     def run(mu):
         params = sc.ContactParameters(4.0e4, 400.0, friction=mu, slip_velocity=eps, smoothing=1e-6)
-        return _drop(model, spheres, plane, params, state, dt, num_steps).states.base_linear_velocity @ jnp.asarray(downhill)
+        return _drop(model, spheres, plane, params, state, dt, num_steps).states.base_linear_velocity @ jnp.asarray(
+            downhill
+        )
 
     mus = jnp.asarray([0.1, 0.2, 0.5, 0.8])
     speed = np.asarray(jax.vmap(run)(mus))
@@ -280,7 +297,9 @@ def test_height_field_bicubic_converges_on_a_smooth_surface():
         grid = np.linspace(0.0, 1.0, cells + 1)
         field = sc.HeightField(surface(grid[:, None], grid[None, :]), spacing=1.0 / cells)
         value, gradient = field.height(jnp.asarray(xy))
-        errors.append((np.abs(value - surface(xy[:, 0], xy[:, 1])).max(), np.abs(gradient - slope(xy[:, 0], xy[:, 1])).max()))
+        errors.append(
+            (np.abs(value - surface(xy[:, 0], xy[:, 1])).max(), np.abs(gradient - slope(xy[:, 0], xy[:, 1])).max())
+        )
     (h1, g1), (h2, g2) = errors
     # Catmull-Rom: O(h^3) heights and O(h^2) slopes in the interior; halving h gains >= 6x and >= 3x.
     assert h1 / h2 > 6 and g1 / g2 > 3
@@ -295,7 +314,12 @@ def test_height_field_contact_equals_plane_contact():
     field = sc.HeightField(a * x[:, None] + 0.0 * x[None, :] - 1.5, origin=(-3.0, -3.0), spacing=0.5)
     plane = sc.Plane([-a, 0.0, 1.0], -1.5 / np.sqrt(1 + a**2))
     params = sc.ContactParameters(5.0e4, 300.0, friction=0.3, slip_velocity=0.01)
-    state = sdjax.make_state(model, base_linear_velocity=[0.05, 0.02, -0.1], base_angular_velocity=[0.01, 0.02, 0.0], q=[0.01, -0.02, 0.0, 0.03])
+    state = sdjax.make_state(
+        model,
+        base_linear_velocity=[0.05, 0.02, -0.1],
+        base_angular_velocity=[0.01, 0.02, 0.0],
+        q=[0.01, -0.02, 0.0, 0.03],
+    )
     for_field = eqx.filter_jit(sc.contact_environment(model, feet, field, params))(0.0, state)
     for_plane = eqx.filter_jit(sc.contact_environment(model, feet, plane, params))(0.0, state)
     assert float(jnp.abs(for_plane.base_force).max()) > 100  # the feet are in contact

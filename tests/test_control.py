@@ -50,7 +50,9 @@ def arm_state(arm):
 
 def perturbed(model: sdjax.Model, scale) -> sdjax.Model:
     """The model with link masses and inertias scaled by ``scale`` (an uncertain payload)."""
-    return eqx.tree_at(lambda m: (m.link_mass, m.link_inertia), model, (model.link_mass * scale, model.link_inertia * scale))
+    return eqx.tree_at(
+        lambda m: (m.link_mass, m.link_inertia), model, (model.link_mass * scale, model.link_inertia * scale)
+    )
 
 
 def attitude_angle(quat_a, quat_b) -> float:
@@ -95,7 +97,11 @@ def test_torque_limited_gains():
     np.testing.assert_allclose(kd, 2.0 * np.sqrt([80.0, 20.0]), rtol=1e-15)
     kp, kd = sdjax.torque_limited_gains(40.0, 0.5, inertia=np.array([2.0, 8.0]), damping_ratio=0.7)
     np.testing.assert_allclose(kd, 2.0 * 0.7 * np.sqrt(80.0 * np.array([2.0, 8.0])), rtol=1e-15)
-    for bad in (dict(tau_max=-1.0, max_error=0.5), dict(tau_max=1.0, max_error=0.0), dict(tau_max=1.0, max_error=1.0, inertia=-2.0)):
+    for bad in (
+        dict(tau_max=-1.0, max_error=0.5),
+        dict(tau_max=1.0, max_error=0.0),
+        dict(tau_max=1.0, max_error=1.0, inertia=-2.0),
+    ):
         with pytest.raises(ValueError, match="must be positive"):
             sdjax.torque_limited_gains(**bad)
 
@@ -119,7 +125,9 @@ def test_joint_pd_law_and_rollout(sample_model):
     start = sdjax.make_state(model)
     run = eqx.filter_jit(lambda law: sdjax.rollout(model, start, 0.01, 400, law).states.q)
     qs = run(sdjax.JointPD(10.0, 10.0, q_des))
-    reference = sdjax.rollout(model, start, 0.01, 400, lambda t, s: 10.0 * (jnp.asarray(q_des) - s.q) - 10.0 * s.qd).states.q
+    reference = sdjax.rollout(
+        model, start, 0.01, 400, lambda t, s: 10.0 * (jnp.asarray(q_des) - s.q) - 10.0 * s.qd
+    ).states.q
     np.testing.assert_allclose(qs, reference, rtol=0, atol=1e-13)  # same arithmetic, round-off only
     # The loop converges, slowly (Kd = 10 N m s/rad on joint inertias of ~10-60 kg m^2):
     # after 4 s the largest error is ~16% of the largest step (observed 0.094 of 0.6 rad).
@@ -189,7 +197,9 @@ def test_computed_torque_exact_model_gives_designed_error_dynamics(arm, arm_stat
         omega, zeta = np.sqrt(kp), kd / (2.0 * np.sqrt(kp))
         omega_d = omega * np.sqrt(1.0 - zeta**2)
         t = t[:, None]
-        return np.exp(-zeta * omega * t) * (e0 * np.cos(omega_d * t) + zeta * omega * e0 / omega_d * np.sin(omega_d * t))
+        return np.exp(-zeta * omega * t) * (
+            e0 * np.cos(omega_d * t) + zeta * omega * e0 / omega_d * np.sin(omega_d * t)
+        )
 
     errors = {}
     for dt in (0.02, 0.01):
@@ -251,7 +261,9 @@ def test_resolved_rates_produce_requested_velocity(arm, arm_state):
     momentum = jnp.array([0.5, -0.3, 0.2, 2.0, -1.0, 0.5])
     velocity = jnp.array([0.1, -0.05, 0.08, 0.05, 0.1, -0.02])
     point = jnp.array([0.1, 0.0, 0.0])  # on the elbow link, 0.1 m along its x from the centroid
-    pose, achieved, position, jac_position, offset, on_link, jac_link = _resolved_rates_quantities(arm, arm_state, velocity, momentum, point)
+    pose, achieved, position, jac_position, offset, on_link, jac_link = _resolved_rates_quantities(
+        arm, arm_state, velocity, momentum, point
+    )
     # Full pose with non-zero momentum (eqs 110-111 with the offset); exact: no damping here.
     # Tolerance: round-off of 6x6 solves with condition ~30 on velocities ~0.1.
     assert float(pose.damping) == 0.0
@@ -259,7 +271,9 @@ def test_resolved_rates_produce_requested_velocity(arm, arm_state):
     np.testing.assert_allclose(pose.task_velocity, velocity, rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.prod(pose.manipulability.singular_values), pose.manipulability.measure, rtol=1e-12)
     # Translation only (3 rows, 4-fold redundant): the minimum-norm solution J^+ v.
-    np.testing.assert_allclose(position.joint_rates, np.linalg.pinv(np.asarray(jac_position)) @ velocity[:3], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        position.joint_rates, np.linalg.pinv(np.asarray(jac_position)) @ velocity[:3], rtol=0, atol=1e-12
+    )
     np.testing.assert_array_equal(offset, 0.0)
     # A point on a link with a fixed base: J_m qd = v.
     np.testing.assert_allclose(jac_link @ on_link.joint_rates, velocity[:3], rtol=0, atol=1e-12)
@@ -289,11 +303,16 @@ def test_damped_least_squares_bounded_at_singularity(arm):
     straight = sdjax.make_state(arm)
     rates = sdjax.resolved_motion_rates(arm, straight, velocity[:3], task="position", base="fixed")
     assert np.all(np.isfinite(rates.joint_rates)) and float(rates.manipulability.min_singular_value) < 1e-12
-    assert np.linalg.norm(rates.joint_rates) <= np.linalg.norm(velocity[:3]) / (2.0 * float(rates.damping)) * (1 + 1e-12)
+    assert np.linalg.norm(rates.joint_rates) <= np.linalg.norm(velocity[:3]) / (2.0 * float(rates.damping)) * (
+        1 + 1e-12
+    )
+
     # Gradients of the damped solution stay finite at the singularity.
     def rates_norm(q):
         moved = eqx.tree_at(lambda s: s.q, straight, q)
-        return jnp.sum(sdjax.resolved_motion_rates(arm, moved, velocity[:3], task="position", base="fixed").joint_rates ** 2)
+        return jnp.sum(
+            sdjax.resolved_motion_rates(arm, moved, velocity[:3], task="position", base="fixed").joint_rates ** 2
+        )
 
     grad = jax.grad(rates_norm)(straight.q)
     assert np.all(np.isfinite(grad))
@@ -391,7 +410,9 @@ def test_inverse_kinematics_floating_base(arm, arm_state):
     reached, _ = sdjax.task_pose(arm, result.state)
     assert np.linalg.norm(reached - goal) <= 1.5e-8
     # Zero momentum: the centre of mass has not moved (exact by construction, round-off).
-    np.testing.assert_allclose(sdjax.center_of_mass(arm, result.state), sdjax.center_of_mass(arm, arm_state), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        sdjax.center_of_mass(arm, result.state), sdjax.center_of_mass(arm, arm_state), rtol=0, atol=1e-12
+    )
     turned = attitude_angle(arm_state.base_quaternion, result.state.base_quaternion)
     assert turned > np.radians(2.0), turned  # the base reacts (observed 0.126 rad, 7 deg)
     # Independent check of the path dependence: integrate eq 109 along the reported joint
@@ -451,7 +472,11 @@ def _rns_quantities(model, state, qd):
     projector = sdjax.reaction_null_space_projector(model, state)
     rates = sdjax.reaction_null_space_rates(model, state, qd)
     # Independently, eq 109's base angular velocity for the projected and the raw rates.
-    return projector, sdjax.base_twist_from_joint_rates(model, state, rates)[3:], sdjax.base_twist_from_joint_rates(model, state, qd)[3:]
+    return (
+        projector,
+        sdjax.base_twist_from_joint_rates(model, state, rates)[3:],
+        sdjax.base_twist_from_joint_rates(model, state, qd)[3:],
+    )
 
 
 def test_reaction_null_space_projector(arm, sample_model):
@@ -534,7 +559,9 @@ def test_jit_vmap_grad(arm, arm_state):
     grad = jax.grad(torque_norm)(arm.link_mass)
     step = 1e-4
     masses = arm.link_mass
-    fd = np.array([(torque_norm(masses.at[i].add(step)) - torque_norm(masses.at[i].add(-step))) / (2 * step) for i in range(7)])
+    fd = np.array(
+        [(torque_norm(masses.at[i].add(step)) - torque_norm(masses.at[i].add(-step))) / (2 * step) for i in range(7)]
+    )
     np.testing.assert_allclose(grad, fd, rtol=1e-6)
 
 

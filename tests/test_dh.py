@@ -57,7 +57,9 @@ def random_table(rng, n, types):
 def oracle(table, base_rotation, base_position, q):
     """Eqs 1-10: joint frames J_1..J_{N+1} and link frames L_1..L_N (inertial, 4x4)."""
     n = len(q)
-    t_j = [homogeneous(base_rotation, base_position) @ homogeneous(euler123(table["mount_euler"]), table["mount_position"])]  # eq 8
+    t_j = [
+        homogeneous(base_rotation, base_position) @ homogeneous(euler123(table["mount_euler"]), table["mount_position"])
+    ]  # eq 8
     t_l = []
     for i in range(n):
         prismatic = table["joint_type"][i] == "P"
@@ -85,14 +87,20 @@ def test_forward_kinematics_matches_eqs_1_to_10(seed, types):
         # order (sdjax composes RPY frames; the oracle composes 4x4 DH matrices).
         tol = 1e-12
         for i in range(n):
-            np.testing.assert_allclose(kin.joint_position[i], t_j[i][:3, 3], atol=tol, err_msg=f"joint {i + 1} position")
+            np.testing.assert_allclose(
+                kin.joint_position[i], t_j[i][:3, 3], atol=tol, err_msg=f"joint {i + 1} position"
+            )
             np.testing.assert_allclose(kin.joint_axis[i], t_j[i][:3, 2], atol=tol, err_msg=f"joint {i + 1} axis (eq 5)")
-            np.testing.assert_allclose(kin.centroid[i + 1], t_l[i][:3, 3], atol=tol, err_msg=f"link {i + 1} centroid (eq 10)")
+            np.testing.assert_allclose(
+                kin.centroid[i + 1], t_l[i][:3, 3], atol=tol, err_msg=f"link {i + 1} centroid (eq 10)"
+            )
             # L_i is oriented as J_{i+1} (eq 4) and equals the sdjax link frame turned by Rx(alpha_i).
             np.testing.assert_allclose(t_l[i][:3, :3], t_j[i + 1][:3, :3], atol=tol)
             alpha = table["alpha"][i]
             rx = np.array([[1, 0, 0], [0, np.cos(alpha), -np.sin(alpha)], [0, np.sin(alpha), np.cos(alpha)]])
-            np.testing.assert_allclose(np.asarray(kin.rotation[i + 1]) @ rx, t_l[i][:3, :3], atol=tol, err_msg=f"link {i + 1} frame")
+            np.testing.assert_allclose(
+                np.asarray(kin.rotation[i + 1]) @ rx, t_l[i][:3, :3], atol=tol, err_msg=f"link {i + 1} frame"
+            )
             # Inertia about the centroid in the inertial frame: R_L I_L R_L^T.
             world_dh = t_l[i][:3, :3] @ table["link_inertia"][i] @ t_l[i][:3, :3].T
             world_sd = np.asarray(kin.rotation[i + 1] @ model.link_inertia[i] @ kin.rotation[i + 1].T)

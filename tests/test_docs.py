@@ -177,5 +177,7 @@ def test_page_examples_run(page):
 
     blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)
     env = {k: v for k, v in __import__("os").environ.items() if k != "JAX_ENABLE_X64"}
-    result = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", "\n".join(blocks)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, f"{page.relative_to(ROOT)}:\n{result.stderr[-3000:]}"

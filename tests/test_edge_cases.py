@@ -16,8 +16,14 @@ from spacedyn_oracle import SpaceDynOracle
 
 def base_alone():
     return sdjax.Model(
-        (), "", base_mass=20.0, base_inertia=np.diag([2.0, 3.0, 4.0]), link_mass=np.zeros(0),
-        link_inertia=np.zeros((0, 3, 3)), parent_centroid_to_joint=np.zeros((0, 3)), centroid_to_joint=np.zeros((0, 3)),
+        (),
+        "",
+        base_mass=20.0,
+        base_inertia=np.diag([2.0, 3.0, 4.0]),
+        link_mass=np.zeros(0),
+        link_inertia=np.zeros((0, 3, 3)),
+        parent_centroid_to_joint=np.zeros((0, 3)),
+        centroid_to_joint=np.zeros((0, 3)),
     )
 
 
@@ -62,10 +68,18 @@ def test_base_alone_is_a_rigid_body():
 @pytest.mark.parametrize("joint_type", ["R", "P"])
 def test_one_link(joint_type):
     model = sdjax.Model(
-        (0,), joint_type, base_mass=30.0, base_inertia=np.diag([3.0, 3.5, 4.0]), link_mass=[2.0],
-        link_inertia=[np.diag([0.2, 0.2, 0.05])], parent_centroid_to_joint=[[0.5, 0.1, 0.2]],
-        centroid_to_joint=[[0.0, 0.0, -0.4]], joint_rpy=[[0.3, -0.2, 0.1]], end_point_link=(1,),
-        centroid_to_end_point=[[0.0, 0.0, 0.4]], gravity=[0.0, 0.0, -9.8],
+        (0,),
+        joint_type,
+        base_mass=30.0,
+        base_inertia=np.diag([3.0, 3.5, 4.0]),
+        link_mass=[2.0],
+        link_inertia=[np.diag([0.2, 0.2, 0.05])],
+        parent_centroid_to_joint=[[0.5, 0.1, 0.2]],
+        centroid_to_joint=[[0.0, 0.0, -0.4]],
+        joint_rpy=[[0.3, -0.2, 0.1]],
+        end_point_link=(1,),
+        centroid_to_end_point=[[0.0, 0.0, 0.4]],
+        gravity=[0.0, 0.0, -9.8],
     )
     fd, expected = check_against_oracle(model)
     assert_close(fd, expected, 1e-11, "FD")  # cond(H) ~ 1e3

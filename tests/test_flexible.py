@@ -163,19 +163,32 @@ def test_attach_to_a_link_of_another_model(sample_model):
     # Mass: exactly mu L per beam (the node bodies' mass is taken from the segments).
     assert float(model.total_mass) == pytest.approx(float(sample_model.total_mass) + 3.0 + 1.0, rel=1e-14)
     q_arm = np.array([0.2, -0.4, 0.3, 0.1, 0.5, -0.2])
-    state = sdjax.make_state(model, base_rpy=[0.1, 0.2, -0.3], base_position=[1.0, 2.0, 3.0], q=np.concatenate([q_arm, np.zeros(11)]))
-    kin_old = sdjax.forward_kinematics(sample_model, sdjax.make_state(sample_model, base_rpy=[0.1, 0.2, -0.3], base_position=[1.0, 2.0, 3.0], q=q_arm))
+    state = sdjax.make_state(
+        model, base_rpy=[0.1, 0.2, -0.3], base_position=[1.0, 2.0, 3.0], q=np.concatenate([q_arm, np.zeros(11)])
+    )
+    kin_old = sdjax.forward_kinematics(
+        sample_model, sdjax.make_state(sample_model, base_rpy=[0.1, 0.2, -0.3], base_position=[1.0, 2.0, 3.0], q=q_arm)
+    )
     layout = beam_layout(model, "a")
     assert layout.body == 2 and layout.segments[-1] == n0 + 9
     rot = np.asarray(kin_old.rotation[2]) @ np.asarray(rpy_to_matrix(rpy))
-    expected_tip = np.asarray(kin_old.centroid[2]) + np.asarray(kin_old.rotation[2]) @ offset + rot @ np.array([1.5, 0.0, 0.0])
+    expected_tip = (
+        np.asarray(kin_old.centroid[2]) + np.asarray(kin_old.rotation[2]) @ offset + rot @ np.array([1.5, 0.0, 0.0])
+    )
     np.testing.assert_allclose(beam_tip_position(model, state, layout), expected_tip, atol=1e-12)  # round-off
     np.testing.assert_allclose(beam_tip_deflection(model, state, layout), np.zeros(3), atol=1e-12)
     # Bend the first node about the beam z axis by a small angle: the tip moves along beam y by
     # ~ L theta (rigid rotation of the whole beam about its root).
     theta = 1e-6
-    bent = sdjax.make_state(model, base_rpy=[0.1, 0.2, -0.3], base_position=[1.0, 2.0, 3.0], q=np.concatenate([q_arm, [theta], np.zeros(10)]))
-    np.testing.assert_allclose(beam_tip_deflection(model, bent, layout), [0.0, 1.5 * theta, 0.0], atol=1e-11)  # O(theta^2) = 1e-12
+    bent = sdjax.make_state(
+        model,
+        base_rpy=[0.1, 0.2, -0.3],
+        base_position=[1.0, 2.0, 3.0],
+        q=np.concatenate([q_arm, [theta], np.zeros(10)]),
+    )
+    np.testing.assert_allclose(
+        beam_tip_deflection(model, bent, layout), [0.0, 1.5 * theta, 0.0], atol=1e-11
+    )  # O(theta^2) = 1e-12
     # Stiffness and tiny node bodies.
     k = np.asarray(model.joint_stiffness[n0 : n0 + 9]).reshape(3, 3)
     np.testing.assert_allclose(k[0], 2 * np.array([80.0, 50.0, 10.0]) / 0.5, rtol=1e-14)

@@ -45,20 +45,34 @@ def test_each_frame_alone_gives_the_same_results(framed):
     jac = sdjax.end_point_jacobians(framed, state)
     jac_dot = sdjax.end_point_jacobian_derivatives(framed, state)
     gjac = sdjax.end_point_generalized_jacobians(framed, state)
-    tau_all = _inverse(framed, state, jnp.zeros(6), jnp.zeros(framed.num_joints), end_point_force=force, end_point_torque=torque)
+    tau_all = _inverse(
+        framed, state, jnp.zeros(6), jnp.zeros(framed.num_joints), end_point_force=force, end_point_torque=torque
+    )
     tau_sum = 0.0
     for e in range(ne):
-        alone = with_end_points(framed, framed.end_point_link[e : e + 1], framed.centroid_to_end_point[e : e + 1], framed.end_point_rpy[e : e + 1], ("f",))
+        alone = with_end_points(
+            framed,
+            framed.end_point_link[e : e + 1],
+            framed.centroid_to_end_point[e : e + 1],
+            framed.end_point_rpy[e : e + 1],
+            ("f",),
+        )
         k = sdjax.forward_kinematics(alone, state)
         # Same operations on the same numbers: equal to round-off of a re-fused program.
         assert_close(kin.end_point_position[e], k.end_point_position[0], 1e-13, f"position of frame {e}")
         assert_close(kin.end_point_rotation[e], k.end_point_rotation[0], 1e-13, f"rotation of frame {e}")
         assert_close(jac[e], sdjax.end_point_jacobians(alone, state)[0], 1e-13, f"Jacobian of frame {e}")
-        assert_close(jac_dot[e], sdjax.end_point_jacobian_derivatives(alone, state)[0], 1e-13, f"Jacobian rate of frame {e}")
+        assert_close(
+            jac_dot[e], sdjax.end_point_jacobian_derivatives(alone, state)[0], 1e-13, f"Jacobian rate of frame {e}"
+        )
         # Through a solve with H_b (condition ~1e2 here): 10x the round-off headroom.
-        assert_close(gjac[e], sdjax.end_point_generalized_jacobians(alone, state)[0], 1e-12, f"generalized Jacobian of frame {e}")
+        assert_close(
+            gjac[e], sdjax.end_point_generalized_jacobians(alone, state)[0], 1e-12, f"generalized Jacobian of frame {e}"
+        )
         zero = jnp.zeros(framed.num_joints)
-        tau_e = _inverse(alone, state, jnp.zeros(6), zero, end_point_force=force[e : e + 1], end_point_torque=torque[e : e + 1])
+        tau_e = _inverse(
+            alone, state, jnp.zeros(6), zero, end_point_force=force[e : e + 1], end_point_torque=torque[e : e + 1]
+        )
         free = _inverse(alone, state, jnp.zeros(6), zero)
         tau_sum = tau_sum + (tau_e - free)
     # Linear in the loads: the motion-only part plus the sum of each frame's contribution
@@ -92,7 +106,10 @@ def test_json_round_trip_and_version_1(tmp_path, framed):
     sample = spacedyn_sample()
     data = sdjax.model_to_dict(sample)
     for end in data.pop("end_points"):
-        data["links"][end["body"] - 1]["end_point"] = {"centroid_to_end_point": end["centroid_to_end_point"], "rpy": end["rpy"]}
+        data["links"][end["body"] - 1]["end_point"] = {
+            "centroid_to_end_point": end["centroid_to_end_point"],
+            "rpy": end["rpy"],
+        }
     data["version"] = 1
     for link in data["links"]:
         link.setdefault("end_point", None)

@@ -141,7 +141,14 @@ def _assert_clean(read, path: pathlib.Path, seed: str) -> None:
         pytest.fail(f"seed {seed!r}: {type(err).__name__} instead of a ValueError naming the file: {err}")
 
 
-TEXT_SOURCES = ["spacedyn_sample.def", "dh_arm.dh", "spacedyn_sample_v1r2.json", "satellite_arm7.urdf", "two_arm_servicer.urdf", "mimic_gripper.urdf"]
+TEXT_SOURCES = [
+    "spacedyn_sample.def",
+    "dh_arm.dh",
+    "spacedyn_sample_v1r2.json",
+    "satellite_arm7.urdf",
+    "two_arm_servicer.urdf",
+    "mimic_gripper.urdf",
+]
 
 
 @pytest.mark.parametrize("name", TEXT_SOURCES)
@@ -199,22 +206,34 @@ def test_mat_reader_structure_checks(tmp_path):
 
     from sdjax.io import spacedyn_mat
 
-    lp = {"BB": np.array([[0.0, 1.0]]), "J_type": "RR", "cells": np.array(["R", "P"], dtype=object), "nested": {"a": np.eye(2)}}
+    lp = {
+        "BB": np.array([[0.0, 1.0]]),
+        "J_type": "RR",
+        "cells": np.array(["R", "P"], dtype=object),
+        "nested": {"a": np.eye(2)},
+    }
     for compressed in (False, True):
         scipy.io.savemat(tmp_path / "ok.mat", {"LP": lp}, do_compression=compressed)
         spacedyn_mat._check_mat5(str(tmp_path / "ok.mat"), spacedyn_mat.MAX_EXPANDED_BYTES)
     scipy.io.savemat(tmp_path / "plain.mat", {"x": np.arange(6.0)})
     data = (tmp_path / "plain.mat").read_bytes()
     (tmp_path / "short.mat").write_bytes(data[:-9])
-    with pytest.raises(ValueError, match=r"short\.mat: not a readable MATLAB \.mat file \(byte 128: element of \d+ bytes runs past its end"):
+    with pytest.raises(
+        ValueError,
+        match=r"short\.mat: not a readable MATLAB \.mat file \(byte 128: element of \d+ bytes runs past its end",
+    ):
         load_model(tmp_path / "short.mat")
     # The 6 doubles' data element (type miDOUBLE = 9, 48 bytes) declared as 40 bytes: the sizes
     # no longer agree with the 1x6 dimensions (SciPy writes a vector as a row).
     at = data.index((9).to_bytes(4, "little") + (48).to_bytes(4, "little"))
-    (tmp_path / "mismatch.mat").write_bytes(data[:at] + (9).to_bytes(4, "little") + (40).to_bytes(4, "little") + data[at + 8 :])
+    (tmp_path / "mismatch.mat").write_bytes(
+        data[:at] + (9).to_bytes(4, "little") + (40).to_bytes(4, "little") + data[at + 8 :]
+    )
     with pytest.raises(ValueError, match=r"mismatch\.mat: .*40 data bytes for a 1x6 array"):
         load_model(tmp_path / "mismatch.mat")
-    scipy.io.savemat(tmp_path / "zeros.mat", {"x": np.zeros(100_000)}, do_compression=True)  # 800 kB of zeros compress to ~1 kB
+    scipy.io.savemat(
+        tmp_path / "zeros.mat", {"x": np.zeros(100_000)}, do_compression=True
+    )  # 800 kB of zeros compress to ~1 kB
     with pytest.raises(ValueError, match=r"zeros\.mat: .*expands beyond the size limit"):
         spacedyn_mat._check_mat5(str(tmp_path / "zeros.mat"), 100_000)
 

@@ -36,7 +36,9 @@ RTOL = 1e-10
 #: by the single-model tests below. (Each model costs a compile per function.)
 MODELS = {
     "sample": spacedyn_sample,
-    "random_tree_6": lambda: with_frames(random_model(4, 6, gravity=True, passive=True)),  # several frames per body, base frames
+    "random_tree_6": lambda: with_frames(
+        random_model(4, 6, gravity=True, passive=True)
+    ),  # several frames per body, base frames
     "random_chain_4": lambda: random_model(7, 4, chain_probability=1.0, prismatic_probability=0.5),
 }
 
@@ -116,7 +118,12 @@ def closed_form_generalized_inertia_rate(model, state) -> tuple[np.ndarray, np.n
         h_sq += inertia @ jr + m * tilde(r0i) @ jt  # eq 34
         h_sq_dot += inertia_dot @ jr + inertia @ jr_dot + m * (tilde(r0i_dot) @ jt + tilde(r0i) @ jt_dot)  # eq 79
         h_m += jr.T @ inertia @ jr + m * jt.T @ jt  # eq 36
-        h_m_dot += jr_dot.T @ inertia @ jr + jr.T @ inertia_dot @ jr + jr.T @ inertia @ jr_dot + m * (jt_dot.T @ jt + jt.T @ jt_dot)  # eq 66
+        h_m_dot += (
+            jr_dot.T @ inertia @ jr
+            + jr.T @ inertia_dot @ jr
+            + jr.T @ inertia @ jr_dot
+            + m * (jt_dot.T @ jt + jt.T @ jt_dot)
+        )  # eq 66
     h_0 = np.block([[mass * np.eye(3), -tilde(first)], [tilde(first), h_s]])  # eq 28
     h_0_dot = np.block([[np.zeros((3, 3)), -tilde(first_dot)], [tilde(first_dot), h_s_dot]])  # eq 74
     h_0m, h_0m_dot = np.vstack([j_ts, h_sq]), np.vstack([j_ts_dot, h_sq_dot])  # eqs 31, 77
@@ -148,8 +155,17 @@ def test_generalized_inertia_derivatives_match_closed_forms(model):
 def test_generalized_inertia_ignores_base_pose(arm7_model):
     """``H*`` is the zero-momentum kinetic-energy metric: invariant under moving the base."""
     state = random_state(arm7_model, 0)
-    moved = eqx.tree_at(lambda s: (s.base_position, s.base_quaternion), state, (state.base_position + 3.0, jnp.array([0.3, -0.5, 0.1, 0.8]) / np.sqrt(0.99)))
-    assert_close(sdjax.generalized_inertia_matrix(arm7_model, moved), sdjax.generalized_inertia_matrix(arm7_model, state), RTOL, "H*")
+    moved = eqx.tree_at(
+        lambda s: (s.base_position, s.base_quaternion),
+        state,
+        (state.base_position + 3.0, jnp.array([0.3, -0.5, 0.1, 0.8]) / np.sqrt(0.99)),
+    )
+    assert_close(
+        sdjax.generalized_inertia_matrix(arm7_model, moved),
+        sdjax.generalized_inertia_matrix(arm7_model, state),
+        RTOL,
+        "H*",
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -168,7 +184,9 @@ def test_base_twist_from_joint_rates_carries_the_momentum(model):
     for momentum in (None, random_momentum(0)):
         twist = sdjax.base_twist_from_joint_rates(model, state, state.qd, momentum)
         consistent = sdjax.with_momentum(model, state, momentum)
-        assert_close(jnp.concatenate([consistent.base_linear_velocity, consistent.base_angular_velocity]), twist, RTOL, "twist")
+        assert_close(
+            jnp.concatenate([consistent.base_linear_velocity, consistent.base_angular_velocity]), twist, RTOL, "twist"
+        )
         expected = np.zeros(6) if momentum is None else momentum
         assert_close(sdjax.system_momentum(model, consistent), expected, RTOL, "momentum of the eq 109 state")
 
@@ -215,10 +233,14 @@ def _reduced_terms(model, state, momentum):
     qd = state.qd
     _, rate = jax.jvp(reduced, (state.q,), (qd,))
     velocity_term = rate @ qd - 0.5 * jax.grad(lambda q: qd @ reduced(q) @ qd)(state.q)
-    quaternion_rate = 0.5 * quat_multiply(jnp.concatenate([state.base_angular_velocity, jnp.zeros(1)]), state.base_quaternion)
+    quaternion_rate = 0.5 * quat_multiply(
+        jnp.concatenate([state.base_angular_velocity, jnp.zeros(1)]), state.base_quaternion
+    )
     positions = (state.base_position, state.base_quaternion, state.q)
     _, (coupling_rate, _) = jax.jvp(momentum_terms, positions, (state.base_linear_velocity, quaternion_rate, qd))
-    coupling_gradient = jax.grad(lambda q: qd @ momentum_terms(state.base_position, state.base_quaternion, q)[0])(state.q)
+    coupling_gradient = jax.grad(lambda q: qd @ momentum_terms(state.base_position, state.base_quaternion, q)[0])(
+        state.q
+    )
     amended_gradient = jax.grad(lambda q: momentum_terms(state.base_position, state.base_quaternion, q)[1])(state.q)
     return velocity_term, coupling_rate, coupling_gradient, amended_gradient
 
@@ -284,10 +306,17 @@ def test_generalized_jacobian_with_momentum_predicts_point_velocity(model):
         v, w, rotation = velocities[link], angular[link], frames.rotation[link]
         expected = np.concatenate([v + np.cross(w, rotation @ point), w])
         assert_close(jac @ state.qd + offset, expected, RTOL, f"point on body {link}")
-    ends = sdjax.end_point_generalized_jacobians(model, state) @ state.qd + sdjax.end_point_velocity_offsets(model, state, momentum)
+    ends = sdjax.end_point_generalized_jacobians(model, state) @ state.qd + sdjax.end_point_velocity_offsets(
+        model, state, momentum
+    )
     twist = np.concatenate([state.base_linear_velocity, state.base_angular_velocity, state.qd])
     assert_close(ends, sdjax.end_point_jacobians(model, state) @ twist, RTOL, "end points")
-    assert_close(sdjax.end_point_velocity_offsets(model, state), np.zeros((model.num_end_points, 6)), 0.0, "zero momentum, zero offset")
+    assert_close(
+        sdjax.end_point_velocity_offsets(model, state),
+        np.zeros((model.num_end_points, 6)),
+        0.0,
+        "zero momentum, zero offset",
+    )
 
 
 def test_manipulability_matches_numpy(arm7_model):

@@ -47,7 +47,14 @@ def simulate(model, q0, duration, dt, seed=0, base_twist=(0.02, -0.01, 0.01, 0.0
     # Gains from the joint-space inertia at q0: 5 rad/s bandwidth, damping ratio 0.7 (stable
     # for RK4 at the steps used, whatever the link sizes).
     joint_inertia = jnp.diag(sdjax.generalized_inertia_matrix(model, state))
-    law = sinusoid_law(jnp.asarray(q0), jnp.asarray(amplitude), jnp.asarray(frequency), jnp.asarray(phase), 25.0 * joint_inertia, 7.0 * joint_inertia)
+    law = sinusoid_law(
+        jnp.asarray(q0),
+        jnp.asarray(amplitude),
+        jnp.asarray(frequency),
+        jnp.asarray(phase),
+        25.0 * joint_inertia,
+        7.0 * joint_inertia,
+    )
     traj = sdjax.rollout(model, state, dt, int(round(duration / dt)), law)
     return ident.Dataset.from_trajectory(traj)
 
@@ -110,7 +117,9 @@ def test_apply_parameters_keeps_joints_and_end_points(arm):
     """A centroid shift moves the centroid only: joints and end points stay where they were."""
     state = sdjax.make_state(arm, q=free_flying_arm_initial_q())
     shift = np.array([[0.05, -0.02, 0.01], [0.1, 0.03, -0.02]])
-    params = ident.InertialParameters.from_centroidal(np.array([6.0, 9.0]), shift, np.asarray(arm.link_inertia[np.array([5, 6])]))
+    params = ident.InertialParameters.from_centroidal(
+        np.array([6.0, 9.0]), shift, np.asarray(arm.link_inertia[np.array([5, 6])])
+    )
     moved = ident.apply_parameters(arm, (6, 7), params)
     before, after = sdjax.forward_kinematics(arm, state), sdjax.forward_kinematics(moved, state)
     np.testing.assert_allclose(after.joint_position, before.joint_position, atol=1e-12)
@@ -128,7 +137,9 @@ def test_payload_merge_matches_composite_body(arm):
     total = m_link + 30.0
     np.testing.assert_allclose(loaded.link_mass[PAYLOAD_LINK - 1], total)
     shift = 30.0 * np.asarray(payload.centroid[0]) / total
-    np.testing.assert_allclose(loaded.centroid_to_joint[PAYLOAD_LINK - 1], arm.centroid_to_joint[PAYLOAD_LINK - 1] - shift, atol=1e-14)
+    np.testing.assert_allclose(
+        loaded.centroid_to_joint[PAYLOAD_LINK - 1], arm.centroid_to_joint[PAYLOAD_LINK - 1] - shift, atol=1e-14
+    )
     validate(loaded)
 
 
@@ -187,7 +198,9 @@ def test_residual_zero_at_truth(arm, payload_data):
 def test_payload_recovery_momentum_noise_free(arm, payload_data):
     """Captured payload from momentum conservation only (no torques): all 10 parameters."""
     data = payload_data.subsample(4)  # 20 ms sampling, 101 samples
-    result = ident.identify(arm, data, ident.Unknowns(payload_link=PAYLOAD_LINK), residual="momentum", truth=true_payload())
+    result = ident.identify(
+        arm, data, ident.Unknowns(payload_link=PAYLOAD_LINK), residual="momentum", truth=true_payload()
+    )
     # Limited by RK4's momentum drift (~1e-11): recovery to better than 1e-6.
     assert result.errors["mass"][0] < 1e-7
     assert result.errors["com"][0] < 1e-7
@@ -201,7 +214,9 @@ def test_payload_recovery_momentum_noise_free(arm, payload_data):
 def test_payload_recovery_dynamics_noise_free(arm, payload_data):
     """Inverse-dynamics residual with difference-quotient accelerations (O(dt^2) bias)."""
     data = payload_data.subsample(2)
-    result = ident.identify(arm, data, ident.Unknowns(payload_link=PAYLOAD_LINK), residual="dynamics", truth=true_payload())
+    result = ident.identify(
+        arm, data, ident.Unknowns(payload_link=PAYLOAD_LINK), residual="dynamics", truth=true_payload()
+    )
     # dt = 10 ms: the mid-point acceleration error ~ (dt w)^2 / 24 with w ~ 3 rad/s -> 1e-4.
     assert result.errors["mass"][0] < 2e-3
     assert result.errors["com"][0] < 2e-3
@@ -237,7 +252,15 @@ def test_optax_optimizers_reduce_loss(arm, payload_data):
     unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
     for optimizer in (optax.adam(0.05), optax.lbfgs()):
         # Started from the nominal guess (a payload equal to the wrist link), not the LS solution.
-        result = ident.identify(arm, data, unknowns, initial=ident.link_parameters(arm, (PAYLOAD_LINK,)), optimizer=optimizer, num_steps=30, truth=true_payload())
+        result = ident.identify(
+            arm,
+            data,
+            unknowns,
+            initial=ident.link_parameters(arm, (PAYLOAD_LINK,)),
+            optimizer=optimizer,
+            num_steps=30,
+            truth=true_payload(),
+        )
         history = np.asarray(result.loss_history)
         assert history[-1] < 0.1 * history[0], (optimizer, history[[0, -1]])
 
@@ -266,7 +289,9 @@ def test_identifiability_planar_motion():
 
 
 def test_identifiability_full_payload(arm, payload_data):
-    report = ident.identifiability(arm, payload_data.subsample(10), ident.Unknowns(payload_link=PAYLOAD_LINK), true_payload())
+    report = ident.identifiability(
+        arm, payload_data.subsample(10), ident.Unknowns(payload_link=PAYLOAD_LINK), true_payload()
+    )
     assert report.rank == 10
     assert report.unobservable.shape == (10, 0)
 
@@ -329,7 +354,9 @@ def test_problem_errors(arm, payload_data):
     with pytest.raises(ValueError, match="initial has"):
         ident.identify(arm, data, ident.Unknowns(links=(2,)), initial=ident.link_parameters(arm, (2, 3)))
     with pytest.raises(ValueError, match="not physically consistent"):
-        ident.to_log_cholesky(ident.InertialParameters.from_vector(jnp.asarray([[1.0, 0, 0, 0, 1.0, 1.0, 3.0, 0, 0, 0]])))
+        ident.to_log_cholesky(
+            ident.InertialParameters.from_vector(jnp.asarray([[1.0, 0, 0, 0, 1.0, 1.0, 3.0, 0, 0, 0]]))
+        )
     with pytest.raises(ValueError, match="expected shape"):
         ident.InertialParameters.from_vector(jnp.zeros((2, 9)))
 

@@ -19,7 +19,9 @@ MODELS = {
     "sample": spacedyn_sample,
     "arm7": free_flying_arm_7dof,
     "three_arm": lambda: three_arm_tree(1),
-    "random12": lambda: with_frames(random_model(21, 12, gravity=True, passive=True)),  # several frames per body, base frames
+    "random12": lambda: with_frames(
+        random_model(21, 12, gravity=True, passive=True)
+    ),  # several frames per body, base frames
     "random20": lambda: random_model(22, 20, gravity=True, chain_probability=0.5),
 }
 
@@ -97,7 +99,9 @@ def test_passive_joints(model):
     passive = -model.joint_stiffness * state.q - model.joint_damping * state.qd
     import equinox as eqx
 
-    rigid = eqx.tree_at(lambda m: (m.joint_stiffness, m.joint_damping), model, (jnp.zeros_like(passive), jnp.zeros_like(passive)))
+    rigid = eqx.tree_at(
+        lambda m: (m.joint_stiffness, m.joint_damping), model, (jnp.zeros_like(passive), jnp.zeros_like(passive))
+    )
     base_acc2, qdd2 = sdjax.forward_dynamics(rigid, state, tau + passive)
     assert_close(jnp.concatenate([base_acc, qdd]), jnp.concatenate([base_acc2, qdd2]), RTOL, "passive joints")
 
@@ -137,14 +141,19 @@ def test_velocities_are_time_derivatives_of_positions(model):
     """Centroid velocities and J nu equal d/dt of the positions (autodiff), angular velocities
     equal unskew(dA/dt A^T)."""
     state = random_state(model, 8)
-    (centroid, end_pos, rot, end_rot), (d_centroid, d_end, d_rot, d_end_rot) = _time_derivative(model, state, _positions)
+    (centroid, end_pos, rot, end_rot), (d_centroid, d_end, d_rot, d_end_rot) = _time_derivative(
+        model, state, _positions
+    )
     linear, angular = sdjax.link_velocities(model, state)
     assert_close(linear, d_centroid, RTOL, "centroid velocities")
-    omega = 0.5 * jnp.stack([
-        jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 2, 1] - jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 1, 2],
-        jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 0, 2] - jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 2, 0],
-        jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 1, 0] - jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 0, 1],
-    ], axis=-1)
+    omega = 0.5 * jnp.stack(
+        [
+            jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 2, 1] - jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 1, 2],
+            jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 0, 2] - jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 2, 0],
+            jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 1, 0] - jnp.einsum("bij,bkj->bik", d_rot, rot)[:, 0, 1],
+        ],
+        axis=-1,
+    )
     assert_close(angular, omega, RTOL, "angular velocities")
     nu = state.generalized_velocity
     jac = sdjax.link_jacobians(model, state)
@@ -161,12 +170,21 @@ def test_jacobian_derivatives_match_autodiff(model):
 
     def jacobians(m, r0, quat, q):
         s = sdjax.State(r0, quat, state.base_linear_velocity, state.base_angular_velocity, q, state.qd)
-        return sdjax.link_jacobians(m, s), sdjax.end_point_jacobians(m, s), sdjax.point_jacobian(m, s, m.num_joints, jnp.array([0.1, -0.2, 0.3]))
+        return (
+            sdjax.link_jacobians(m, s),
+            sdjax.end_point_jacobians(m, s),
+            sdjax.point_jacobian(m, s, m.num_joints, jnp.array([0.1, -0.2, 0.3])),
+        )
 
     _, (d_links, d_ends, d_point) = _time_derivative(model, state, jacobians)
     assert_close(sdjax.link_jacobian_derivatives(model, state), d_links, RTOL, "link dJ/dt")
     assert_close(sdjax.end_point_jacobian_derivatives(model, state), d_ends, RTOL, "end-point dJ/dt")
-    assert_close(sdjax.point_jacobian_derivative(model, state, model.num_joints, jnp.array([0.1, -0.2, 0.3])), d_point, RTOL, "point dJ/dt")
+    assert_close(
+        sdjax.point_jacobian_derivative(model, state, model.num_joints, jnp.array([0.1, -0.2, 0.3])),
+        d_point,
+        RTOL,
+        "point dJ/dt",
+    )
     acc = jnp.asarray(np.random.default_rng(9).normal(size=model.num_velocities))
     linear, angular = sdjax.link_accelerations(model, state, acc[:6], acc[6:])
     jac, djac = sdjax.link_jacobians(model, state), sdjax.link_jacobian_derivatives(model, state)
@@ -199,7 +217,12 @@ def test_generalized_jacobian_predicts_zero_momentum_motion(model):
     jac = sdjax.end_point_jacobians(model, state)
     gj = sdjax.end_point_generalized_jacobians(model, state)
     assert_close(gj @ state.qd, jac @ state.generalized_velocity, RTOL, "J* qd")
-    assert_close(sdjax.generalized_jacobian(model, state, model.end_point_link[0], model.centroid_to_end_point[0]), gj[0], RTOL, "GJ of a point")
+    assert_close(
+        sdjax.generalized_jacobian(model, state, model.end_point_link[0], model.centroid_to_end_point[0]),
+        gj[0],
+        RTOL,
+        "GJ of a point",
+    )
     h_star = np.asarray(sdjax.generalized_inertia_matrix(model, state))
     assert_close(h_star, h_star.T, RTOL, "H* symmetric")
     assert np.linalg.eigvalsh(h_star).min() > 0

@@ -25,7 +25,9 @@ from helpers import assert_close, random_state
 
 
 def _state_vector(states: sdjax.State) -> jax.Array:
-    return jnp.concatenate([x.reshape(x.shape[0], -1) if x.ndim > 1 else x[:, None] for x in jax.tree.leaves(states)], axis=-1)
+    return jnp.concatenate(
+        [x.reshape(x.shape[0], -1) if x.ndim > 1 else x[:, None] for x in jax.tree.leaves(states)], axis=-1
+    )
 
 
 def test_names_and_objects_are_the_same_schemes():
@@ -101,7 +103,9 @@ def test_adaptive_integration_over_long_output_steps():
     expected = jax.grad(loss)(state.qd, "rk4", 1e-3, 1000)
     assert_close(ours, expected, 1e-6, "adaptive gradient")  # (two discretisations of one flow, each ~1e-9)
     with pytest.raises(Exception, match="max_steps|maximum number of solver steps"):
-        jax.block_until_ready(sdjax.rollout(model, state, 1.0, 1, integrator=sdjax.Adaptive(rtol=1e-12, atol=1e-14, max_steps=4)).states.q)
+        jax.block_until_ready(
+            sdjax.rollout(model, state, 1.0, 1, integrator=sdjax.Adaptive(rtol=1e-12, atol=1e-14, max_steps=4)).states.q
+        )
 
 
 @pytest.mark.parametrize("base", ["floating", "planar", "fixed"])
@@ -113,7 +117,14 @@ def test_generalized_loads_by_virtual_power(base):
     state = random_state(model, 4)
     rng = np.random.default_rng(5)
     n, ne = model.num_joints, model.num_end_points
-    controls = sdjax.make_controls(model, rng.normal(size=n), rng.normal(size=3), rng.normal(size=3), rng.normal(size=(ne, 3)), rng.normal(size=(ne, 3)))
+    controls = sdjax.make_controls(
+        model,
+        rng.normal(size=n),
+        rng.normal(size=3),
+        rng.normal(size=3),
+        rng.normal(size=(ne, 3)),
+        rng.normal(size=(ne, 3)),
+    )
     loads = sdjax.generalized_loads(model, state, controls)
     velocity = rng.normal(size=model.num_velocities)
     moving = _displaced(model, state, jnp.zeros(model.num_velocities), velocity)
@@ -125,11 +136,16 @@ def test_generalized_loads_by_virtual_power(base):
     _, angular = sdjax.link_velocities(model, moving)
     end_point_angular = angular[np.asarray(model.end_point_link)]
     power = (
-        jnp.sum(controls.end_point_force * end_point_velocity) + jnp.sum(controls.end_point_torque * end_point_angular)
-        + controls.base_force @ moving.base_linear_velocity + controls.base_torque @ moving.base_angular_velocity + controls.tau @ moving.qd
+        jnp.sum(controls.end_point_force * end_point_velocity)
+        + jnp.sum(controls.end_point_torque * end_point_angular)
+        + controls.base_force @ moving.base_linear_velocity
+        + controls.base_torque @ moving.base_angular_velocity
+        + controls.tau @ moving.qd
     )
     generalized = sdjax.model.free_coordinates(model, loads) @ velocity
-    assert abs(float(generalized - power)) < 1e-12 * float(jnp.sum(jnp.abs(loads)) * np.abs(velocity).sum())  # round-off
+    assert abs(float(generalized - power)) < 1e-12 * float(
+        jnp.sum(jnp.abs(loads)) * np.abs(velocity).sum()
+    )  # round-off
 
 
 def _rover_on_slope(friction, slip_velocity=1e-4, gap=1e-3):
@@ -138,7 +154,9 @@ def _rover_on_slope(friction, slip_velocity=1e-4, gap=1e-3):
     angle = 0.3
     slope = sc.inclined_plane(angle)
     rotation = np.asarray(sdjax.rpy_to_matrix(jnp.array([0.0, angle, 0.0])))
-    state = sdjax.make_state(rov, base_position=(0.1 + 0.35 + 0.03 + gap) * np.asarray(slope.normal), base_rotation=rotation)
+    state = sdjax.make_state(
+        rov, base_position=(0.1 + 0.35 + 0.03 + gap) * np.asarray(slope.normal), base_rotation=rotation
+    )
     params = sc.ContactParameters(2.0e4, 300.0, friction=friction, slip_velocity=slip_velocity, smoothing=1e-5)
     return rov, state, sc.contact_environment(rov, feet, slope, params), angle
 
@@ -147,8 +165,11 @@ def test_environment_derivatives_match_finite_differences():
     """dQ/dx and dQ/dv of contact loads (rover feet on a slope, in contact and sliding) equal
     central differences of Q along each generalized coordinate."""
     rov, state, env, _ = _rover_on_slope(0.3, slip_velocity=0.05, gap=-2e-3)  # feet 2 mm into the slope
-    state = eqx.tree_at(lambda s: (s.base_linear_velocity, s.base_angular_velocity, s.qd), state,
-                        (jnp.asarray([0.02, 0.01, -0.01]), jnp.asarray([0.01, -0.02, 0.01]), jnp.asarray([0.1, -0.2, 0.05, 0.0])))
+    state = eqx.tree_at(
+        lambda s: (s.base_linear_velocity, s.base_angular_velocity, s.qd),
+        state,
+        (jnp.asarray([0.02, 0.01, -0.01]), jnp.asarray([0.01, -0.02, 0.01]), jnp.asarray([0.1, -0.2, 0.05, 0.0])),
+    )
     value, by_position, by_velocity = sdjax.environment_load_derivatives(rov, state, env, 0.0)
     assert float(jnp.abs(value).max()) > 10.0  # the feet carry the rover
     velocity = sdjax.generalized_velocity(rov, state)
@@ -160,7 +181,13 @@ def test_environment_derivatives_match_finite_differences():
 
     h = 1e-6
     numeric_x = jnp.stack([(force(h * e, velocity) - force(-h * e, velocity)) / (2 * h) for e in jnp.eye(nv)], axis=1)
-    numeric_v = jnp.stack([(force(jnp.zeros(nv), velocity + h * e) - force(jnp.zeros(nv), velocity - h * e)) / (2 * h) for e in jnp.eye(nv)], axis=1)
+    numeric_v = jnp.stack(
+        [
+            (force(jnp.zeros(nv), velocity + h * e) - force(jnp.zeros(nv), velocity - h * e)) / (2 * h)
+            for e in jnp.eye(nv)
+        ],
+        axis=1,
+    )
     # Central differences: truncation ~h^2 |Q'''| and round-off ~1e-16 |Q| / h, here < 1e-6 of the largest entry.
     assert_close(by_position, numeric_x, 1e-6, "dQ/dx")
     assert_close(by_velocity, numeric_v, 1e-6, "dQ/dv")
@@ -182,8 +209,12 @@ def test_environment_spring_equals_implicit_passive_joint():
     dt, steps = 0.01, 30
     ours = sdjax.rollout(base, state, dt, steps, environment=spring, integrator="implicit")
     expected = sdjax.rollout(passive, state, dt, steps, integrator="implicit")
-    assert_close(_state_vector(ours.states), _state_vector(expected.states), 1e-10, "implicit environment spring")  # round-off of LU vs Cholesky
-    explicit = sdjax.rollout(base, state, dt, steps, environment=spring, integrator=sdjax.ImplicitEuler(linearize_environment=False))
+    assert_close(
+        _state_vector(ours.states), _state_vector(expected.states), 1e-10, "implicit environment spring"
+    )  # round-off of LU vs Cholesky
+    explicit = sdjax.rollout(
+        base, state, dt, steps, environment=spring, integrator=sdjax.ImplicitEuler(linearize_environment=False)
+    )
     # Explicit: omega dt >> 2 for these stiffnesses (max_stable_step far below dt): it diverges.
     assert sdjax.max_stable_step(passive, state) < 0.2 * dt
     assert not bool(jnp.all(jnp.abs(_state_vector(explicit.states)) < 1e3))
@@ -195,7 +226,9 @@ def test_implicit_contact_rests_on_stiff_ground_at_large_steps():
     to rest at the static penetration m g / k; RK4 and the step with explicit loads do not."""
     mass, g, k, c = 2.0, 9.81, 1.0e6, 2.0e4
     body = point_mass_probe(mass=mass, inertia=0.01, gravity=g)
-    env = sc.contact_environment(body, sc.ContactSpheres([0], [[0.0, 0.0, 0.0]]), sc.Plane(), sc.ContactParameters(k, c, smoothing=1e-7))
+    env = sc.contact_environment(
+        body, sc.ContactSpheres([0], [[0.0, 0.0, 0.0]]), sc.Plane(), sc.ContactParameters(k, c, smoothing=1e-7)
+    )
     state = sdjax.make_state(body, base_position=[0.0, 0.0, 1e-3], base_linear_velocity=[0.0, 0.0, -0.2])
     dt, steps = 5e-3, 200
 

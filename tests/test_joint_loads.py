@@ -56,7 +56,9 @@ def test_every_subtree_balances(base):
     acc = np.asarray(sdjax.model.floating_coordinates(model, jnp.asarray(rng.normal(size=model.num_velocities))))
     ne = model.num_end_points
     force_e, torque_e = rng.normal(size=(ne, 3)), rng.normal(size=(ne, 3))
-    loads = sdjax.joint_reaction_loads(model, state, acc[:6], acc[6:], end_point_force=force_e, end_point_torque=torque_e)
+    loads = sdjax.joint_reaction_loads(
+        model, state, acc[:6], acc[6:], end_point_force=force_e, end_point_torque=torque_e
+    )
     kin = sdjax.forward_kinematics(model, state)
     linear, angular = _body_accelerations(model, state, jnp.asarray(acc[:6]), jnp.asarray(acc[6:]))
     _, omega = (np.asarray(x) for x in sdjax.link_velocities(model, state))
@@ -71,7 +73,9 @@ def test_every_subtree_balances(base):
             inertia = rotation[b] @ inertia_body[b] @ rotation[b].T
             newton = masses[b] * (linear[b] - gravity)
             force_needed += newton
-            moment_needed += np.cross(centroid[b] - p, newton) + inertia @ angular[b] + np.cross(omega[b], inertia @ omega[b])
+            moment_needed += (
+                np.cross(centroid[b] - p, newton) + inertia @ angular[b] + np.cross(omega[b], inertia @ omega[b])
+            )
         for e, link in enumerate(model.end_point_link):
             if link in _subtree(model, i):  # loads applied to the robot help
                 force_needed -= force_e[e]
@@ -81,13 +85,20 @@ def test_every_subtree_balances(base):
         assert_close(loads.moment[i - 1], moment_needed, 1e-12, f"moment balance of subtree {i}")
     # Eqs 3.38-3.39: the base wrench (about the centroid) gathers the loads of the joints on the
     # base, plus the base's own Newton-Euler terms.
-    wrench, _ = sdjax.inverse_dynamics(model, state, acc[:6], acc[6:], end_point_force=force_e, end_point_torque=torque_e)
+    wrench, _ = sdjax.inverse_dynamics(
+        model, state, acc[:6], acc[6:], end_point_force=force_e, end_point_torque=torque_e
+    )
     on_base = [i for i in range(1, model.num_bodies) if model.parent[i - 1] == 0]
     r0 = np.asarray(state.base_position)
     inertia0 = rotation[0] @ inertia_body[0] @ rotation[0].T
     f0 = masses[0] * (linear[0] - gravity) + sum(loads.force[i - 1] for i in on_base)
-    n0 = inertia0 @ angular[0] + np.cross(omega[0], inertia0 @ omega[0]) + sum(
-        loads.moment[i - 1] + np.cross(np.asarray(kin.joint_position[i - 1]) - r0, loads.force[i - 1]) for i in on_base
+    n0 = (
+        inertia0 @ angular[0]
+        + np.cross(omega[0], inertia0 @ omega[0])
+        + sum(
+            loads.moment[i - 1] + np.cross(np.asarray(kin.joint_position[i - 1]) - r0, loads.force[i - 1])
+            for i in on_base
+        )
     )
     for e, link in enumerate(model.end_point_link):
         if link == 0:

@@ -76,7 +76,9 @@ def _with_velocity(state: sdjax.State, nu) -> sdjax.State:
     """``state`` (or a stacked batch of states) with the generalized velocity ``nu``."""
     nu = jnp.asarray(nu, state.q.dtype)
     return eqx.tree_at(
-        lambda s: (s.base_linear_velocity, s.base_angular_velocity, s.qd), state, (nu[..., :3], nu[..., 3:6], nu[..., 6:])
+        lambda s: (s.base_linear_velocity, s.base_angular_velocity, s.qd),
+        state,
+        (nu[..., :3], nu[..., 3:6], nu[..., 6:]),
     )
 
 
@@ -181,12 +183,16 @@ def _check(name: str, case: dict, rtol: float = RTOL) -> dict:
         errors["H fixed"] = _relative(fixed.inertia - h_m, h_m)
         errors["C fixed"] = _relative(fixed.bias - c_m, c_m)
         errors["g fixed"] = _relative(fixed.gravity - o["c_rest"][:, 6:], o["c_rest"][:, 6:])
-        errors["C~ qd + g fixed"] = _relative(np.einsum("bij,bj->bi", o["coriolis_fixed"], nu[:, 6:]) + fixed.gravity - c_m, c_m)
+        errors["C~ qd + g fixed"] = _relative(
+            np.einsum("bij,bj->bi", o["coriolis_fixed"], nu[:, 6:]) + fixed.gravity - c_m, c_m
+        )
         factors.append((" fixed", o["H_m_rate"], o["coriolis_fixed"]))
     for suffix, rate, factor in factors:
         # Skew-symmetry of dH/dt - 2 C~: both terms are O(|H| |nu|); compare with their size.
         n_matrix = rate - 2.0 * factor
-        errors["skew" + suffix] = _relative(n_matrix + np.swapaxes(n_matrix, 1, 2), np.maximum(np.abs(rate), 2.0 * np.abs(factor)))
+        errors["skew" + suffix] = _relative(
+            n_matrix + np.swapaxes(n_matrix, 1, 2), np.maximum(np.abs(rate), 2.0 * np.abs(factor))
+        )
         # Linearity in nu: C~(a + 2 b) = C~(a) + 2 C~(b) at the same positions.
         a, b, mixed = factor[:p], factor[count + 1 : count + 1 + p], factor[count + 1 + p :]
         errors["linear" + suffix] = _relative(mixed - (a + 2.0 * b), np.abs(a) + 2.0 * np.abs(b))
@@ -195,7 +201,9 @@ def _check(name: str, case: dict, rtol: float = RTOL) -> dict:
     errors["T"] = _relative(terms.kinetic_energy - o["T"], o["T"])
     errors["T = nu H nu / 2"] = _relative(0.5 * np.einsum("bi,bij,bj->b", nu, terms.inertia, nu) - o["T"], o["T"])
     masses = np.concatenate([[float(model.base_mass)], np.asarray(model.link_mass)])
-    v_scale = np.linalg.norm(np.asarray(model.gravity)) * np.einsum("k,bk->b", masses, np.linalg.norm(o["centroids"], axis=-1))
+    v_scale = np.linalg.norm(np.asarray(model.gravity)) * np.einsum(
+        "k,bk->b", masses, np.linalg.norm(o["centroids"], axis=-1)
+    )
     errors["V"] = _relative(terms.potential_energy - o["V"], v_scale)
     worst = {k: float(np.max(v)) for k, v in errors.items()}
     print(f"\n{name}: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()))
@@ -398,7 +406,9 @@ def test_generalized_inertia_depends_on_every_body(dependence):
     model, state, deps = dependence
     dep = deps["generalized"]
     assert np.all(dep.sensitivity > REACH), f"smallest sensitivity {dep.sensitivity.min():.2e}"
-    np.testing.assert_allclose(dep.matrix, sdjax.generalized_inertia_matrix(model, state), rtol=0, atol=RTOL * np.abs(dep.matrix).max())
+    np.testing.assert_allclose(
+        dep.matrix, sdjax.generalized_inertia_matrix(model, state), rtol=0, atol=RTOL * np.abs(dep.matrix).max()
+    )
 
 
 @pytest.mark.parametrize("kind", ["fixed_base", "floating_base", "generalized"])
@@ -410,7 +420,9 @@ def test_mass_derivatives_euler_identity(dependence, kind):
     dep = deps[kind]
     masses = np.concatenate([[float(model.base_mass)], np.asarray(model.link_mass)])
     inertias = np.concatenate([np.asarray(model.base_inertia)[None], np.asarray(model.link_inertia)])
-    rebuilt = np.einsum("jkb,b->jk", dep.mass_derivative, masses) + np.einsum("jkbxy,bxy->jk", dep.inertia_derivative, inertias)
+    rebuilt = np.einsum("jkb,b->jk", dep.mass_derivative, masses) + np.einsum(
+        "jkbxy,bxy->jk", dep.inertia_derivative, inertias
+    )
     # Sums of n + 1 products of O(|H|) terms (H* also involves H_b^-1): round-off.
     np.testing.assert_allclose(rebuilt, dep.matrix, rtol=0, atol=RTOL * np.abs(dep.matrix).max())
 

@@ -249,7 +249,11 @@ def test_oracle_single_rigid_body_closed_form(cases):
     for k, state in enumerate(d["states"]):
         x, y, z, w0 = np.asarray(state.base_quaternion)
         v = np.array([x, y, z])
-        a = (w0 * w0 - v @ v) * np.eye(3) + 2.0 * np.outer(v, v) + 2.0 * w0 * np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
+        a = (
+            (w0 * w0 - v @ v) * np.eye(3)
+            + 2.0 * np.outer(v, v)
+            + 2.0 * w0 * np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
+        )
         inertia = a @ np.asarray(model.base_inertia) @ a.T
         w = np.asarray(state.base_angular_velocity)
         m_expected = np.zeros((6, 6))

@@ -22,7 +22,9 @@ FIELDS = MODEL_ARRAY_FIELDS
 def _same(a: sdjax.Model, b: sdjax.Model, atol: float = 0.0) -> None:
     assert (a.parent, a.joint_type, a.end_point_link) == (b.parent, b.joint_type, b.end_point_link)
     for field in FIELDS:
-        np.testing.assert_allclose(np.asarray(getattr(a, field)), np.asarray(getattr(b, field)), rtol=0, atol=atol, err_msg=field)
+        np.testing.assert_allclose(
+            np.asarray(getattr(a, field)), np.asarray(getattr(b, field)), rtol=0, atol=atol, err_msg=field
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -63,11 +65,16 @@ def test_save_then_load(suffix, tmp_path):
 
 
 def test_loader_errors(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown model-file suffix '.stl'; known: \['.def', '.dh', '.json', '.mat', '.mjcf', '.urdf', '.xml'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown model-file suffix '.stl'; known: \['.def', '.dh', '.json', '.mat', '.mjcf', '.urdf', '.xml'\]",
+    ):
         load_model(tmp_path / "robot.stl")
     with pytest.raises(ValueError, match="missing.urdf: no such model file"):
         load_model(tmp_path / "missing.urdf")
-    with pytest.raises(ValueError, match=r"no model writer for suffix '.dh'; writers exist for \['.def', '.json', '.mat', '.urdf'\]"):
+    with pytest.raises(
+        ValueError, match=r"no model writer for suffix '.dh'; writers exist for \['.def', '.json', '.mat', '.urdf'\]"
+    ):
         save_model(spacedyn_sample(), tmp_path / "arm.dh")
     with pytest.raises(ValueError, match="link 1 .* joint stiffness"):
         save_model(random_model(0, 3, passive=True), tmp_path / "passive.urdf")
@@ -135,7 +142,9 @@ def test_dh_file_end_effector_follows_the_dh_chain():
         t[:3, 3] = [0.6, 0.1, 0.4]
         for i in range(5):
             revolute = model.joint_type[i] == "R"
-            t = t @ dh_matrix(theta[i] + (q[i] if revolute else 0.0), d[i] + (0.0 if revolute else q[i]), alpha[i], c[i])
+            t = t @ dh_matrix(
+                theta[i] + (q[i] if revolute else 0.0), d[i] + (0.0 if revolute else q[i]), alpha[i], c[i]
+            )
         # Metres and rotation entries of O(1) through 6 chained transforms: round-off ~1e-15.
         np.testing.assert_allclose(kin.end_point_position[0], t[:3, 3], rtol=0, atol=1e-13)
         np.testing.assert_allclose(kin.end_point_rotation[0], t[:3, :3], rtol=0, atol=1e-13)
@@ -159,12 +168,24 @@ _DH_ROW = "R 0.1 0 0 0.1 0.1 1 0.01 0.01 0.01 0 0 0\n"
         ("sdjax-dh 1\nbase_inertia 1 1 1 0 0 0\n" + _DH_TABLE + _DH_ROW, "missing setting 'base_mass'"),
         (_DH_HEAD, "missing the 'joints' line and joint table"),
         (_DH_HEAD + "joints\n", "line 4: 'joints' must be followed by the column header and at least one row"),
-        (_DH_HEAD + "joints\ntype d alpha theta_offset a b mass ixx iyy izz ixy ixz iyz\n" + _DH_ROW, "line 5: the column header must be type d theta_offset"),
+        (
+            _DH_HEAD + "joints\ntype d alpha theta_offset a b mass ixx iyy izz ixy ixz iyz\n" + _DH_ROW,
+            "line 5: the column header must be type d theta_offset",
+        ),
         (_DH_HEAD + _DH_TABLE, "line 5: the joint table has no rows"),
         (_DH_HEAD + _DH_TABLE + "R 0.1 0 0 0.1 0.1 1 0.01 0.01 0.01 0 0\n", r"line 6: expected 13 columns"),
-        (_DH_HEAD + _DH_TABLE + "S 0.1 0 0 0.1 0.1 1 0.01 0.01 0.01 0 0 0\n", "line 6: joint type 'S'; expected 'R' or 'P'"),
-        (_DH_HEAD + _DH_TABLE + "R 0.1 0 x 0.1 0.1 1 0.01 0.01 0.01 0 0 0\n", "line 6: the row values after the type must be numbers"),
-        (_DH_HEAD + _DH_TABLE + "R 0.1 0 0 0.1 0.1 -1 0.01 0.01 0.01 0 0 0\n", r"link_mass\[0\] \(link 1\) must be positive"),
+        (
+            _DH_HEAD + _DH_TABLE + "S 0.1 0 0 0.1 0.1 1 0.01 0.01 0.01 0 0 0\n",
+            "line 6: joint type 'S'; expected 'R' or 'P'",
+        ),
+        (
+            _DH_HEAD + _DH_TABLE + "R 0.1 0 x 0.1 0.1 1 0.01 0.01 0.01 0 0 0\n",
+            "line 6: the row values after the type must be numbers",
+        ),
+        (
+            _DH_HEAD + _DH_TABLE + "R 0.1 0 0 0.1 0.1 -1 0.01 0.01 0.01 0 0 0\n",
+            r"link_mass\[0\] \(link 1\) must be positive",
+        ),
     ],
 )
 def test_dh_file_malformed(text, message, tmp_path):
@@ -215,7 +236,17 @@ def test_spacedyn_lp_json(tmp_path, builder):
     back = load_model(path)
     assert back.name == "lp" and back.parent == model.parent and back.joint_type == model.joint_type
     assert back.end_point_link == model.end_point_link
-    for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy"):
+    for field in (
+        "base_mass",
+        "base_inertia",
+        "link_mass",
+        "link_inertia",
+        "parent_centroid_to_joint",
+        "centroid_to_joint",
+        "joint_rpy",
+        "centroid_to_end_point",
+        "end_point_rpy",
+    ):
         np.testing.assert_array_equal(getattr(back, field), getattr(model, field), err_msg=field)
     data = json.loads(path.read_text())
     data["cc"] = "oops"
@@ -228,7 +259,11 @@ def test_spacedyn_lp_json(tmp_path, builder):
         load_model(path)
 
 
-@pytest.mark.parametrize("builder", [spacedyn_sample, lambda: random_model(5, 1), lambda: random_model(8, 6)], ids=["sample", "one_link", "tree"])
+@pytest.mark.parametrize(
+    "builder",
+    [spacedyn_sample, lambda: random_model(5, 1), lambda: random_model(8, 6)],
+    ids=["sample", "one_link", "tree"],
+)
 def test_spacedyn_lp_mat(tmp_path, builder):
     """load_model reads SpaceDyn's LP struct from a level 5 MAT-file, exactly, in the layouts
     MATLAB writes (vectors as 1 x n rows, scalars as 1 x 1), as a struct variable or one
@@ -238,7 +273,17 @@ def test_spacedyn_lp_mat(tmp_path, builder):
 
     model = builder()
     lp = sdjax.model_to_spacedyn_arrays(model)
-    fields = ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy")
+    fields = (
+        "base_mass",
+        "base_inertia",
+        "link_mass",
+        "link_inertia",
+        "parent_centroid_to_joint",
+        "centroid_to_joint",
+        "joint_rpy",
+        "centroid_to_end_point",
+        "end_point_rpy",
+    )
 
     def check(back, name):
         assert back.name == name and back.parent == model.parent and back.joint_type == model.joint_type
@@ -261,7 +306,9 @@ def test_spacedyn_lp_mat_errors(tmp_path):
     lp = sdjax.model_to_spacedyn_arrays(spacedyn_sample())
     path = tmp_path / "two.mat"
     scipy.io.savemat(path, {"LP": lp, "LP2": lp})
-    with pytest.raises(ValueError, match=r"two.mat: several link-parameter structs \['LP', 'LP2'\]; choose one with variable="):
+    with pytest.raises(
+        ValueError, match=r"two.mat: several link-parameter structs \['LP', 'LP2'\]; choose one with variable="
+    ):
         load_model(path)
     assert sdjax.model_from_mat(path, variable="LP2").num_joints == 6
     with pytest.raises(ValueError, match=r"no variable 'LP3'; the file holds \['LP', 'LP2'\]"):
@@ -278,5 +325,7 @@ def test_spacedyn_lp_mat_errors(tmp_path):
     # A -v7.3 file (HDF5 with MATLAB's 128-byte header, version 0x0200) is refused with the fix.
     header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64".ljust(116, b" ") + b"\x00" * 8 + b"\x00\x02IM"
     (tmp_path / "v73.mat").write_bytes(header + b"\x00" * 512)
-    with pytest.raises(ValueError, match=r"v73.mat: a MATLAB -v7.3 \(HDF5\) file; re-save it with save\('v73.mat', 'LP', '-v7'\)"):
+    with pytest.raises(
+        ValueError, match=r"v73.mat: a MATLAB -v7.3 \(HDF5\) file; re-save it with save\('v73.mat', 'LP', '-v7'\)"
+    ):
         load_model(tmp_path / "v73.mat")

@@ -51,13 +51,21 @@ class JointTrack(eqx.Module):
 @pytest.fixture(scope="module")
 def setup():
     model = mv.add_reaction_wheels(
-        free_flying_arm_7dof(), WHEEL_AXES, spin_inertia=SPIN, transverse_inertia=TRANSVERSE, mass=WHEEL_MASS,
+        free_flying_arm_7dof(),
+        WHEEL_AXES,
+        spin_inertia=SPIN,
+        transverse_inertia=TRANSVERSE,
+        mass=WHEEL_MASS,
         positions=WHEEL_POSITIONS,
     )
     q0 = np.concatenate([free_flying_arm_initial_q(), np.zeros(3)])
     state = sdjax.make_state(
-        model, q=q0, base_position=[0.5, -0.3, 0.2], base_rpy=[0.1, -0.2, 0.3],
-        base_linear_velocity=[0.05, -0.02, 0.01], base_angular_velocity=[0.01, 0.02, -0.01],
+        model,
+        q=q0,
+        base_position=[0.5, -0.3, 0.2],
+        base_rpy=[0.1, -0.2, 0.3],
+        base_linear_velocity=[0.05, -0.02, 0.01],
+        base_angular_velocity=[0.01, 0.02, -0.01],
     )
     # Gains K = w^2 H*, D = 2 w H* with the arm's momentum-reduced inertia H* at q0 (base and
     # wheels free), so every linearised arm mode has frequency w = 6 rad/s and is critically
@@ -66,8 +74,11 @@ def setup():
     h_star = h[6:, 6:] - h[:6, 6:].T @ np.linalg.solve(h[:6, :6], h[:6, 6:])
     w = 6.0
     joint_law = JointTrack(
-        jnp.asarray(q0[:ARM]), jnp.asarray([0.6, -0.5, 0.0, -0.6, 0.0, 0.0, 0.0]),
-        jnp.asarray(w * w * h_star), jnp.asarray(2.0 * w * h_star), 4.0,
+        jnp.asarray(q0[:ARM]),
+        jnp.asarray([0.6, -0.5, 0.0, -0.6, 0.0, 0.0, 0.0]),
+        jnp.asarray(w * w * h_star),
+        jnp.asarray(2.0 * w * h_star),
+        4.0,
     )
     return model, state, joint_law
 
@@ -186,7 +197,10 @@ def test_rotation_flying_changes_angular_momentum_by_the_applied_torque(setup):
     target = quat_multiply(rotation_vector_to_quat(jnp.array([0.2, -0.2, 0.1])), state.base_quaternion)
     limit = np.array([60.0, 80.0, 100.0])
     law = mv.maneuver_law(
-        model, "rotation-flying", joint_law, attitude_law=mv.AttitudePD(target, 2.0e3, 1.5e3),
+        model,
+        "rotation-flying",
+        joint_law,
+        attitude_law=mv.AttitudePD(target, 2.0e3, 1.5e3),
         thrusters=mv.Thrusters(torque_limit=limit, saturation="clip"),
     )
     traj = sdjax.rollout(model, state, DT, STEPS, law)
@@ -218,7 +232,9 @@ def test_translation_flying_changes_linear_momentum_by_the_thrust(setup):
     model, state, joint_law = setup
     limit = 40.0
     law = mv.maneuver_law(
-        model, "translation-flying", joint_law,
+        model,
+        "translation-flying",
+        joint_law,
         attitude_law=mv.AttitudePD(state.base_quaternion, 2.0e4, 5.0e3),
         translation_law=mv.TranslationPD(state.base_position + jnp.array([0.4, -0.3, 0.2]), 600.0, 1200.0),
         thrusters=mv.Thrusters(force_limit=limit, saturation="clip"),
@@ -246,7 +262,9 @@ def test_flying_controls_both_momenta_with_smooth_saturation(setup):
     target_q = quat_multiply(rotation_vector_to_quat(jnp.array([-0.1, 0.15, 0.2])), state.base_quaternion)
     thrusters = mv.Thrusters(force_limit=[30.0, 40.0, 50.0], torque_limit=80.0, saturation="tanh")
     law = mv.maneuver_law(
-        model, "flying", joint_law,
+        model,
+        "flying",
+        joint_law,
         attitude_law=mv.AttitudePD(target_q, 2.0e3, 1.5e3),
         translation_law=mv.TranslationPD(state.base_position + jnp.array([-0.3, 0.2, 0.1]), 600.0, 1200.0),
         thrusters=thrusters,
@@ -273,8 +291,14 @@ def test_flying_controls_both_momenta_with_smooth_saturation(setup):
 def test_wheels_add_up_mass_inertia_and_geometry(arm7_model):
     axes = np.array([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0], np.ones(3) / np.sqrt(3.0)])
     positions = np.array([[0.4, 0.1, -0.3], [0.0, 0.5, 0.1], [-0.2, 0.0, 0.3], [0.1, -0.1, 0.0]])
-    spin, transverse, mass = np.array([0.5, 0.4, 0.3, 0.2]), np.array([0.3, 0.25, 0.2, 0.15]), np.array([8.0, 7.0, 6.0, 5.0])
-    model = mv.add_reaction_wheels(arm7_model, axes, spin_inertia=spin, transverse_inertia=transverse, mass=mass, positions=positions)
+    spin, transverse, mass = (
+        np.array([0.5, 0.4, 0.3, 0.2]),
+        np.array([0.3, 0.25, 0.2, 0.15]),
+        np.array([8.0, 7.0, 6.0, 5.0]),
+    )
+    model = mv.add_reaction_wheels(
+        arm7_model, axes, spin_inertia=spin, transverse_inertia=transverse, mass=mass, positions=positions
+    )
     n = arm7_model.num_joints
     assert model.num_joints == n + 4 and mv.reaction_wheel_joints(model) == (8, 9, 10, 11)
     assert model.link_names[n:] == ("reaction_wheel_1", "reaction_wheel_2", "reaction_wheel_3", "reaction_wheel_4")
@@ -288,7 +312,9 @@ def test_wheels_add_up_mass_inertia_and_geometry(arm7_model):
     q_arm = rng.uniform(-1, 1, n)
     rot = np.asarray(rpy_to_matrix(np.array([0.4, -0.7, 1.1])))
     before = sdjax.make_state(arm7_model, q=q_arm, base_rotation=rot, base_position=[1.0, 2.0, 3.0])
-    after = sdjax.make_state(model, q=np.concatenate([q_arm, rng.uniform(-3, 3, 4)]), base_rotation=rot, base_position=[1.0, 2.0, 3.0])
+    after = sdjax.make_state(
+        model, q=np.concatenate([q_arm, rng.uniform(-3, 3, 4)]), base_rotation=rot, base_position=[1.0, 2.0, 3.0]
+    )
     h0, h1 = np.asarray(sdjax.inertia_matrix(arm7_model, before)), np.asarray(sdjax.inertia_matrix(model, after))
     wheel_inertia = sum(
         t * np.eye(3) + (s - t) * np.outer(u, u) + m * (p @ p * np.eye(3) - np.outer(p, p))
@@ -306,7 +332,9 @@ def test_wheels_add_up_mass_inertia_and_geometry(arm7_model):
     # Adding more wheels continues the numbering; custom names need explicit wheel_joints.
     more = mv.add_reaction_wheels(model, [[0.0, 0.0, 1.0]], spin_inertia=0.1, transverse_inertia=0.06, mass=2.0)
     assert more.link_names[-1] == "reaction_wheel_5" and mv.reaction_wheel_joints(more) == (8, 9, 10, 11, 12)
-    named = mv.add_reaction_wheels(arm7_model, np.eye(3), spin_inertia=0.1, transverse_inertia=0.06, mass=2.0, names=("rw_x", "rw_y", "rw_z"))
+    named = mv.add_reaction_wheels(
+        arm7_model, np.eye(3), spin_inertia=0.1, transverse_inertia=0.06, mass=2.0, names=("rw_x", "rw_y", "rw_z")
+    )
     assert mv.reaction_wheel_joints(named) == () and mv.reaction_wheel_joints(named, prefix="rw_") == (8, 9, 10)
 
 
@@ -315,8 +343,14 @@ def test_wheel_spin_up_reacts_on_the_base():
     axis: the system is axisymmetric about u, so the base turns about u only, and
     L = (I_b + I_s) w + I_s qd = 0 gives w = -I_s qd / (I_b + I_s) exactly at all times."""
     base = sdjax.Model(
-        (), "", base_mass=100.0, base_inertia=10.0 * np.eye(3), link_mass=np.zeros(0), link_inertia=np.zeros((0, 3, 3)),
-        parent_centroid_to_joint=np.zeros((0, 3)), centroid_to_joint=np.zeros((0, 3)),
+        (),
+        "",
+        base_mass=100.0,
+        base_inertia=10.0 * np.eye(3),
+        link_mass=np.zeros(0),
+        link_inertia=np.zeros((0, 3, 3)),
+        parent_centroid_to_joint=np.zeros((0, 3)),
+        centroid_to_joint=np.zeros((0, 3)),
     )
     u = np.array([2.0, -1.0, 2.0]) / 3.0
     spin = 0.4
@@ -365,7 +399,12 @@ def test_clip_saturation_is_exact_and_within_limits():
     assert np.any(np.abs(base_cmd_f) > limit) and np.any(np.abs(base_cmd_f) < limit)
     small = 0.5 * rot[0] @ jnp.array([1.0, 1.0, 1.0])
     assert_close(thrusters.realised_wrench(rot[0], small, small)[0], small, 1e-15, "inside limits")
-    assert_close(mv.saturate(jnp.array([-50.0, 3.0, 50.0]), jnp.array([10.0, 10.0, jnp.inf]), "clip"), jnp.array([-10.0, 3.0, 50.0]), 0.0, "inf limit")
+    assert_close(
+        mv.saturate(jnp.array([-50.0, 3.0, 50.0]), jnp.array([10.0, 10.0, jnp.inf]), "clip"),
+        jnp.array([-10.0, 3.0, 50.0]),
+        0.0,
+        "inf limit",
+    )
 
 
 def test_tanh_saturation_is_smooth_and_differentiable():
@@ -387,7 +426,9 @@ def test_tanh_saturation_is_smooth_and_differentiable():
         g = jax.grad(total)(f)
         assert bool(jnp.all(jnp.isfinite(g)))
     # Gradients reach the limits too (e.g. to size thrusters).
-    g_limit = jax.grad(lambda th: jnp.sum(th.realised_wrench(rot, jnp.array([50.0, 0.0, 0.0]), jnp.zeros(3))[0] ** 2))(thrusters)
+    g_limit = jax.grad(lambda th: jnp.sum(th.realised_wrench(rot, jnp.array([50.0, 0.0, 0.0]), jnp.zeros(3))[0] ** 2))(
+        thrusters
+    )
     assert bool(jnp.all(jnp.isfinite(g_limit.force_limit))) and float(jnp.max(jnp.abs(g_limit.force_limit))) > 0
     none = mv.Thrusters(saturation="none")
     f = jnp.array([1e6, -2e6, 3.0])
@@ -412,21 +453,37 @@ def test_attitude_error_is_shortest_rotation_and_smooth():
     assert_close(direct, phis, 1e-12, "rotation vector")
     assert_close(flipped, phis, 1e-12, "sign of the target")
     # A 3.5 rad rotation is reached the short way: -(2 pi - 3.5) about the same axis.
-    assert_close(recovered(jnp.array([[0.0, 3.5, 0.0]]))[0], jnp.array([[0.0, 3.5 - 2 * np.pi, 0.0]]), 1e-12, "shortest path")
+    assert_close(
+        recovered(jnp.array([[0.0, 3.5, 0.0]]))[0], jnp.array([[0.0, 3.5 - 2 * np.pi, 0.0]]), 1e-12, "shortest path"
+    )
     jac = jax.jit(jax.jacobian(mv.quat_error_vector, argnums=1))(quat, quat)  # at zero error
     assert bool(jnp.all(jnp.isfinite(jac)))
     # The PD laws, evaluated as compiled programs.
-    state = sdjax.make_state(sdjax.models.spacedyn_sample(), base_quaternion=quat, base_angular_velocity=[0.1, 0.0, -0.2])
+    state = sdjax.make_state(
+        sdjax.models.spacedyn_sample(), base_quaternion=quat, base_angular_velocity=[0.1, 0.0, -0.2]
+    )
     target = quat_multiply(rotation_vector_to_quat(jnp.array([0.0, 0.1, 0.0])), quat)
     at_zero = eqx.filter_jit(lambda law, s: law(0.0, s))
     assert_close(at_zero(mv.AttitudePD(target, 3.0, 2.0), state), jnp.array([-0.2, 0.3, 0.4]), 1e-12, "PD torque")
-    assert_close(at_zero(mv.TranslationPD(jnp.array([1.0, 0.0, 0.0]), 2.0, 1.0), state), jnp.array([2.0, 0.0, 0.0]), 1e-15, "PD force")
+    assert_close(
+        at_zero(mv.TranslationPD(jnp.array([1.0, 0.0, 0.0]), 2.0, 1.0), state),
+        jnp.array([2.0, 0.0, 0.0]),
+        1e-15,
+        "PD force",
+    )
 
 
 def _wheeled_base(dtype=None):
     base = sdjax.Model(
-        (), "", base_mass=50.0, base_inertia=np.diag([4.0, 5.0, 6.0]), link_mass=np.zeros(0), link_inertia=np.zeros((0, 3, 3)),
-        parent_centroid_to_joint=np.zeros((0, 3)), centroid_to_joint=np.zeros((0, 3)), dtype=dtype,
+        (),
+        "",
+        base_mass=50.0,
+        base_inertia=np.diag([4.0, 5.0, 6.0]),
+        link_mass=np.zeros(0),
+        link_inertia=np.zeros((0, 3, 3)),
+        parent_centroid_to_joint=np.zeros((0, 3)),
+        centroid_to_joint=np.zeros((0, 3)),
+        dtype=dtype,
     )
     # Four wheels in a pyramid: least-squares allocation with k > 3.
     c, s = np.cos(0.6), np.sin(0.6)
@@ -448,6 +505,7 @@ def test_rotation_floating_pyramid_jit_vmap_grad_and_float32():
     # (forward mode; reverse mode through rollout is covered by test_integrate and compiles
     # ~3x slower). The batch holds kp - h, kp, kp + h for a central difference.
     h = 1e-4
+
     def with_aux(kp):
         error, traj = final_error(kp)
         return error, (error, traj)
@@ -502,7 +560,10 @@ def test_add_reaction_wheels_rejects_bad_input(arm7_model):
         (dict(transverse_inertia=[0.1, 0.1, 0.0]), r"transverse_inertia\[2\] must be positive"),
         (dict(mass=[-1.0, 1.0, 1.0]), r"mass\[0\] must be positive"),
         (dict(mass=[1.0, 1.0]), r"mass expected a scalar or shape \(3,\)"),
-        (dict(spin_inertia=0.2, transverse_inertia=0.05), r"spin_inertia\[0\] = 0.2 exceeds 2 \* transverse_inertia\[0\]"),
+        (
+            dict(spin_inertia=0.2, transverse_inertia=0.05),
+            r"spin_inertia\[0\] = 0.2 exceeds 2 \* transverse_inertia\[0\]",
+        ),
         (dict(positions=np.zeros((2, 3))), r"positions expected shape \(3, 3\)"),
         (dict(positions=[[0, 0, 0], [0, 0, np.inf], [0, 0, 0]]), r"positions\[1\] is not finite"),
         (dict(names=("a", "b")), "names expected 3 names"),
@@ -545,32 +606,116 @@ def test_maneuver_law_rejects_bad_modes_and_laws(arm7_model, sample_model):
     trans = mv.TranslationPD(jnp.zeros(3), 1.0, 1.0)
     thr = mv.Thrusters(force_limit=1.0, torque_limit=1.0)
     cases = [
-        (wheeled, "free-floating", {}, r"maneuver_law: unknown mode 'free-floating'; choose one of \['floating', 'rotation-floating', 'rotation-flying', 'translation-flying', 'flying'\]"),
-        (wheeled, "rotation-floating", {}, "mode 'rotation-floating' controls the base attitude and needs attitude_law"),
-        (wheeled, "floating", dict(attitude_law=att), "mode 'floating' does not control the base attitude; attitude_law is not allowed"),
+        (
+            wheeled,
+            "free-floating",
+            {},
+            r"maneuver_law: unknown mode 'free-floating'; choose one of \['floating', 'rotation-floating', 'rotation-flying', 'translation-flying', 'flying'\]",
+        ),
+        (
+            wheeled,
+            "rotation-floating",
+            {},
+            "mode 'rotation-floating' controls the base attitude and needs attitude_law",
+        ),
+        (
+            wheeled,
+            "floating",
+            dict(attitude_law=att),
+            "mode 'floating' does not control the base attitude; attitude_law is not allowed",
+        ),
         (wheeled, "rotation-floating", dict(attitude_law=att, translation_law=trans), "translation_law is not allowed"),
-        (wheeled, "rotation-floating", dict(attitude_law=att, thrusters=thr), "mode 'rotation-floating' applies no external load; thrusters are not allowed"),
+        (
+            wheeled,
+            "rotation-floating",
+            dict(attitude_law=att, thrusters=thr),
+            "mode 'rotation-floating' applies no external load; thrusters are not allowed",
+        ),
         (wheeled, "floating", dict(thrusters=thr), "thrusters are not allowed"),
-        (wheeled, "rotation-flying", dict(attitude_law=att), "mode 'rotation-flying' applies external loads and needs thrusters"),
-        (wheeled, "rotation-flying", dict(attitude_law=att, translation_law=trans, thrusters=thr), "translation_law is not allowed"),
-        (wheeled, "translation-flying", dict(thrusters=thr), "mode 'translation-flying' controls the base translation and needs translation_law"),
-        (wheeled, "flying", dict(translation_law=trans, thrusters=thr), "mode 'flying' controls the base attitude and needs attitude_law"),
-        (wheeled, "flying", dict(attitude_law=att, translation_law=trans, thrusters="thrusters"), "thrusters must be a Thrusters"),
+        (
+            wheeled,
+            "rotation-flying",
+            dict(attitude_law=att),
+            "mode 'rotation-flying' applies external loads and needs thrusters",
+        ),
+        (
+            wheeled,
+            "rotation-flying",
+            dict(attitude_law=att, translation_law=trans, thrusters=thr),
+            "translation_law is not allowed",
+        ),
+        (
+            wheeled,
+            "translation-flying",
+            dict(thrusters=thr),
+            "mode 'translation-flying' controls the base translation and needs translation_law",
+        ),
+        (
+            wheeled,
+            "flying",
+            dict(translation_law=trans, thrusters=thr),
+            "mode 'flying' controls the base attitude and needs attitude_law",
+        ),
+        (
+            wheeled,
+            "flying",
+            dict(attitude_law=att, translation_law=trans, thrusters="thrusters"),
+            "thrusters must be a Thrusters",
+        ),
         (wheeled, "rotation-floating", dict(attitude_law=np.ones(3)), "attitude_law must be a function"),
-        (arm7_model, "rotation-floating", dict(attitude_law=att), "holds the attitude by reaction wheels, but the model has none"),
-        (sample_model, "translation-flying", dict(attitude_law=att, translation_law=trans, thrusters=thr), "but the model has none"),
-        (wheeled, "rotation-floating", dict(attitude_law=att, wheel_joints=(8, 9)), "span fewer than 3 independent directions"),
-        (wheeled, "rotation-floating", dict(attitude_law=att, wheel_joints=(8, 9, 11)), r"wheel_joints\[2\]: 11 is not a joint"),
-        (wheeled, "rotation-floating", dict(attitude_law=att, wheel_joints=(8, 8, 9)), r"wheel_joints\[1\]: joint 8 is listed twice"),
-        (wheeled, "rotation-floating", dict(attitude_law=att, wheel_joints=(2, 8, 9)), r"wheel_joints\[0\]: joint 2 \('shoulder_pitch'\) is not a reaction wheel"),
-        (sample_model, "floating", dict(wheel_joints=(3,)), r"wheel_joints\[0\]: joint 3 \('arm1_slider'\) is not a reaction wheel"),
+        (
+            arm7_model,
+            "rotation-floating",
+            dict(attitude_law=att),
+            "holds the attitude by reaction wheels, but the model has none",
+        ),
+        (
+            sample_model,
+            "translation-flying",
+            dict(attitude_law=att, translation_law=trans, thrusters=thr),
+            "but the model has none",
+        ),
+        (
+            wheeled,
+            "rotation-floating",
+            dict(attitude_law=att, wheel_joints=(8, 9)),
+            "span fewer than 3 independent directions",
+        ),
+        (
+            wheeled,
+            "rotation-floating",
+            dict(attitude_law=att, wheel_joints=(8, 9, 11)),
+            r"wheel_joints\[2\]: 11 is not a joint",
+        ),
+        (
+            wheeled,
+            "rotation-floating",
+            dict(attitude_law=att, wheel_joints=(8, 8, 9)),
+            r"wheel_joints\[1\]: joint 8 is listed twice",
+        ),
+        (
+            wheeled,
+            "rotation-floating",
+            dict(attitude_law=att, wheel_joints=(2, 8, 9)),
+            r"wheel_joints\[0\]: joint 2 \('shoulder_pitch'\) is not a reaction wheel",
+        ),
+        (
+            sample_model,
+            "floating",
+            dict(wheel_joints=(3,)),
+            r"wheel_joints\[0\]: joint 3 \('arm1_slider'\) is not a reaction wheel",
+        ),
     ]
     for model, mode, kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             mv.maneuver_law(model, mode, **kwargs)
     # Coplanar wheels cannot control three axes.
     coplanar = mv.add_reaction_wheels(
-        arm7_model, [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [np.sqrt(0.5), np.sqrt(0.5), 0.0]], spin_inertia=0.1, transverse_inertia=0.06, mass=2.0
+        arm7_model,
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [np.sqrt(0.5), np.sqrt(0.5), 0.0]],
+        spin_inertia=0.1,
+        transverse_inertia=0.06,
+        mass=2.0,
     )
     with pytest.raises(ValueError, match="span fewer than 3 independent directions"):
         mv.maneuver_law(coplanar, "rotation-floating", attitude_law=att)
@@ -598,7 +743,11 @@ def test_joint_law_shapes_and_passive_wheels(arm7_model):
     assert_close(free_attitude.base_force, jnp.array([2.0, 0.0, 0.0]), 1e-15, "thrust")
     np.testing.assert_array_equal(free_attitude.base_torque, np.zeros(3))
     # Wheels named otherwise are found through wheel_joints.
-    named = mv.add_reaction_wheels(arm7_model, np.eye(3), spin_inertia=0.1, transverse_inertia=0.06, mass=2.0, names=("a", "b", "c"))
-    law = mv.maneuver_law(named, "rotation-floating", attitude_law=mv.AttitudePD(IDENTITY, 1.0, 1.0), wheel_joints=(8, 9, 10))
+    named = mv.add_reaction_wheels(
+        arm7_model, np.eye(3), spin_inertia=0.1, transverse_inertia=0.06, mass=2.0, names=("a", "b", "c")
+    )
+    law = mv.maneuver_law(
+        named, "rotation-floating", attitude_law=mv.AttitudePD(IDENTITY, 1.0, 1.0), wheel_joints=(8, 9, 10)
+    )
     tau = law(0.0, sdjax.make_state(named, base_angular_velocity=[0.1, 0.0, 0.0])).tau
     assert_close(tau, jnp.array([0.0] * 7 + [0.1, 0.0, 0.0]), 1e-15, "wheel torques")  # -U^T (-kd w0)

@@ -31,7 +31,9 @@ def random_system(seed: int) -> ma.MasslessArmSystem:
     def inertia(scale):
         a = rng.normal(size=(3, 3))
         rot = np.linalg.qr(a)[0]
-        return scale * rot @ np.diag(rng.uniform(1.0, 1.8, 3)) @ rot.T  # eigenvalues within a factor 1.8: triangle inequality holds
+        return (
+            scale * rot @ np.diag(rng.uniform(1.0, 1.8, 3)) @ rot.T
+        )  # eigenvalues within a factor 1.8: triangle inequality holds
 
     arm = sdjax.Model(
         parent=(0, 1, 2, 3, 4, 5),
@@ -119,6 +121,7 @@ def test_srms_rotation_chain_matches_eq_2_14(srms):
     """Eq 2-14: B21 = T_PE T1(th6) T3(th5) T2(th2 + th3 + th4) T3(th1) T_LB, written out with
     passive elementary rotations (the SRMS pitch joints are positive when the arm rises,
     i.e. about -y of the longeron frame, so T2 takes -(th2 + th3 + th4))."""
+
     def passive(axis, angle):
         c, s = np.cos(angle), np.sin(angle)
         return {
@@ -132,7 +135,14 @@ def test_srms_rotation_chain_matches_eq_2_14(srms):
     rng = np.random.default_rng(3)
     for _ in range(5):
         th = rng.uniform(-np.pi, np.pi, 6)
-        b21 = t_pe @ passive(1, th[5]) @ passive(3, th[4]) @ passive(2, -(th[1] + th[2] + th[3])) @ passive(3, th[0]) @ t_lb
+        b21 = (
+            t_pe
+            @ passive(1, th[5])
+            @ passive(3, th[4])
+            @ passive(2, -(th[1] + th[2] + th[3]))
+            @ passive(3, th[0])
+            @ t_lb
+        )
         _, b2 = ma.payload_pose(srms, np.zeros(3), np.eye(3), th)  # B2 = B1 B12 with B1 = E (eq 2-13)
         np.testing.assert_allclose(np.asarray(b2), b21.T, atol=1e-13)  # products of 7 rotations: round-off
 
@@ -176,10 +186,25 @@ def seed_equations(system, state, tau, loads):
     rdd2 = (b2 @ f2 + b1 @ fe) / m2 + f(loads.payload_gravity)  # eq 2-8
     w2d = np.linalg.solve(a2m, m2b + b21 @ me + np.cross(p2, fr2) - np.cross(w2, a2m @ w2))  # eq 2-9
     b12 = b21.T
-    v_r = b1.T @ (f(state.payload_velocity) - f(state.orbiter_velocity)) + np.cross(p1, w1) - b12 @ np.cross(p2, w2)  # eq 2-10
+    v_r = (
+        b1.T @ (f(state.payload_velocity) - f(state.orbiter_velocity)) + np.cross(p1, w1) - b12 @ np.cross(p2, w2)
+    )  # eq 2-10
     w_r = b12 @ w2 - w1  # eq 2-11
     thd = np.linalg.solve(j_seed, np.concatenate([w_r, v_r]))  # eq 2-12
-    return dict(rdd1=rdd1, rdd2=rdd2, w1d=w1d, w2d=w2d, thd=thd, me=me, fe=fe, fr2=fr2, mr1=-me - np.cross(p1, fe), mr2=b21 @ me + np.cross(p2, fr2), v_r=v_r, w_r=w_r)
+    return dict(
+        rdd1=rdd1,
+        rdd2=rdd2,
+        w1d=w1d,
+        w2d=w2d,
+        thd=thd,
+        me=me,
+        fe=fe,
+        fr2=fr2,
+        mr1=-me - np.cross(p1, fe),
+        mr2=b21 @ me + np.cross(p2, fr2),
+        v_r=v_r,
+        w_r=w_r,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -188,11 +213,18 @@ def test_state_derivative_matches_seed_equations(seed):
     rng = np.random.default_rng(seed + 7)
     state = random_state(system, seed)
     # Perturb the payload velocity so that eq 2-12 is exercised off the consistent manifold too.
-    state = eqx.tree_at(lambda s: s.payload_velocity, state, state.payload_velocity + 0.05 * jnp.asarray(rng.normal(size=3)))
+    state = eqx.tree_at(
+        lambda s: s.payload_velocity, state, state.payload_velocity + 0.05 * jnp.asarray(rng.normal(size=3))
+    )
     tau = 100.0 * rng.normal(size=6)
     loads = ma.make_loads(
-        jnp.float64, **{k: rng.normal(scale=50.0, size=3) for k in ("orbiter_force", "orbiter_moment", "payload_force", "payload_moment")},
-        orbiter_gravity=rng.normal(size=3), payload_gravity=rng.normal(size=3),
+        jnp.float64,
+        **{
+            k: rng.normal(scale=50.0, size=3)
+            for k in ("orbiter_force", "orbiter_moment", "payload_force", "payload_moment")
+        },
+        orbiter_gravity=rng.normal(size=3),
+        payload_gravity=rng.normal(size=3),
     )
     ref = seed_equations(system, state, tau, loads)
     rate = ma.state_derivative(system, state, tau, loads)
@@ -211,7 +243,11 @@ def test_state_derivative_matches_seed_equations(seed):
     assert rel_err(loads_.payload_force, ref["fr2"]) < 1e-9
     assert rel_err(loads_.payload_moment, ref["mr2"]) < 1e-9
     # Equal and opposite in the inertial frame.
-    np.testing.assert_allclose(b1 @ np.asarray(loads_.orbiter_force) + b2 @ np.asarray(loads_.payload_force), 0.0, atol=1e-9 * np.abs(ref["fe"]).max())
+    np.testing.assert_allclose(
+        b1 @ np.asarray(loads_.orbiter_force) + b2 @ np.asarray(loads_.payload_force),
+        0.0,
+        atol=1e-9 * np.abs(ref["fe"]).max(),
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -222,7 +258,9 @@ def test_virtual_work_of_end_effector_load(seed):
     tau = np.random.default_rng(seed).normal(size=6)
     wrench = ma.end_effector_wrench(system, state.q, tau)
     qd = ma.joint_rates(system, state)
-    np.testing.assert_allclose(float(jnp.dot(tau, qd)), float(jnp.dot(wrench, ma.relative_velocity(system, state))), rtol=1e-9)  # solve round-off
+    np.testing.assert_allclose(
+        float(jnp.dot(tau, qd)), float(jnp.dot(wrench, ma.relative_velocity(system, state))), rtol=1e-9
+    )  # solve round-off
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -263,8 +301,12 @@ def free_run():
     system = srms_system()
     rng = np.random.default_rng(5)
     state = ma.make_massless_state(
-        system, q=GRAPPLE_Q, qd=0.003 * rng.normal(size=6), orbiter_velocity=0.01 * rng.normal(size=3),
-        orbiter_angular_velocity=0.002 * rng.normal(size=3), orbiter_rotation=rot_np(rng.normal(size=3)),
+        system,
+        q=GRAPPLE_Q,
+        qd=0.003 * rng.normal(size=6),
+        orbiter_velocity=0.01 * rng.normal(size=3),
+        orbiter_angular_velocity=0.002 * rng.normal(size=3),
+        orbiter_rotation=rot_np(rng.normal(size=3)),
     )
     return system, state, ma.simulate(system, state, DT, NUM_STEPS, None)
 
@@ -276,16 +318,25 @@ def test_zero_torque_bodies_move_freely(free_run):
     system, state, traj = free_run
     end = at(traj.states, -1)
     t = DT * NUM_STEPS
-    np.testing.assert_allclose(end.orbiter_position, state.orbiter_position + t * state.orbiter_velocity, atol=1e-12)  # RK4 is exact on a zero acceleration
+    np.testing.assert_allclose(
+        end.orbiter_position, state.orbiter_position + t * state.orbiter_velocity, atol=1e-12
+    )  # RK4 is exact on a zero acceleration
     np.testing.assert_allclose(end.payload_position, state.payload_position + t * state.payload_velocity, atol=1e-12)
-    for quat, w, inertia in (("orbiter_quaternion", "orbiter_angular_velocity", system.orbiter_inertia), ("payload_quaternion", "payload_angular_velocity", system.payload_inertia)):
+    for quat, w, inertia in (
+        ("orbiter_quaternion", "orbiter_angular_velocity", system.orbiter_inertia),
+        ("payload_quaternion", "payload_angular_velocity", system.payload_inertia),
+    ):
+
         def spin(s):
             rot = quat_matrix(getattr(s, quat))
             return rot @ np.asarray(inertia) @ rot.T @ np.asarray(getattr(s, w))
+
         # Torque-free body: angular momentum conserved up to RK4's O(dt^4) error over 10 s.
         assert rel_err(spin(end), spin(state)) < 1e-8
     position, attitude = ma.closure_error(system, end)
-    assert float(jnp.linalg.norm(position)) < 1e-8 and float(jnp.linalg.norm(attitude)) < 1e-8  # integration error of eq 2-12
+    assert (
+        float(jnp.linalg.norm(position)) < 1e-8 and float(jnp.linalg.norm(attitude)) < 1e-8
+    )  # integration error of eq 2-12
 
 
 @pytest.mark.parametrize("which", ("srms", pytest.param("random", marks=pytest.mark.slow)))
@@ -301,10 +352,14 @@ def test_momentum_conserved_and_energy_balance(which):
         size = 20.0
     else:
         system = srms_system()
-        state = ma.make_massless_state(system, q=GRAPPLE_Q, qd=0.002 * np.ones(6), orbiter_angular_velocity=[0.001, -0.002, 0.0005])
+        state = ma.make_massless_state(
+            system, q=GRAPPLE_Q, qd=0.002 * np.ones(6), orbiter_angular_velocity=[0.001, -0.002, 0.0005]
+        )
         size = 300.0
     rng = np.random.default_rng(seed)
-    taus = jnp.asarray(size * np.cumsum(rng.normal(size=(NUM_STEPS, 6)), axis=0) / np.sqrt(NUM_STEPS))  # smooth-ish random torques
+    taus = jnp.asarray(
+        size * np.cumsum(rng.normal(size=(NUM_STEPS, 6)), axis=0) / np.sqrt(NUM_STEPS)
+    )  # smooth-ish random torques
     traj = ma.simulate(system, state, DT, NUM_STEPS, taus)
     momenta = np.asarray(jax.vmap(lambda s: ma.momentum(system, s))(traj.states))
     scale_p = np.abs(momenta[:, :3]).max()
@@ -312,7 +367,9 @@ def test_momentum_conserved_and_energy_balance(which):
     scale_l = np.abs(momenta[:, 3:]).max()
     assert np.abs(momenta[:, 3:] - momenta[0, 3:]).max() < 1e-7 * scale_l  # RK4 error and closure drift
     energy = np.asarray(jax.vmap(lambda s: ma.kinetic_energy(system, s))(traj.states))
-    work = np.concatenate([[0.0], np.cumsum(np.sum(np.asarray(taus) * np.diff(np.asarray(traj.states.q), axis=0), axis=1))])
+    work = np.concatenate(
+        [[0.0], np.cumsum(np.sum(np.asarray(taus) * np.diff(np.asarray(traj.states.q), axis=0), axis=1))]
+    )
     change = energy - energy[0]
     assert np.abs(change).max() > 1e-3 * energy[0]  # the torques do change the energy
     assert np.abs(change - work).max() < 1e-6 * np.abs(change).max()  # O(dt^4) integration error of KE and q
@@ -335,8 +392,12 @@ def test_locked_arm_moves_as_one_rigid_body(srms):
         inertia = inertia + m * (d @ d * np.eye(3) - np.outer(d, d))
     axis = np.linalg.eigh(inertia)[1][:, 0]  # the minor axis: a stable spin
     omega = 0.02 * axis  # rad/s
-    state = ma.make_massless_state(system, q=q, orbiter_angular_velocity=omega, orbiter_velocity=np.cross(omega, r1 - com))
-    np.testing.assert_allclose(np.asarray(state.payload_velocity), np.cross(omega, r2 - com), atol=1e-12)  # a rigid motion at t = 0
+    state = ma.make_massless_state(
+        system, q=q, orbiter_angular_velocity=omega, orbiter_velocity=np.cross(omega, r1 - com)
+    )
+    np.testing.assert_allclose(
+        np.asarray(state.payload_velocity), np.cross(omega, r2 - com), atol=1e-12
+    )  # a rigid motion at t = 0
     t = DT * NUM_STEPS
     rot = rot_np(omega * t)
     exact_payload = com + rot @ (r2 - com)
@@ -377,8 +438,12 @@ def berthing():
         system = srms_system(2000.0, link_mass_scale=scale)  # a light payload: the approximation's weak case
         state = ma.make_massless_state(system, q=GRAPPLE_Q)
         kin = ma.arm_kinematics(system, GRAPPLE_Q)
-        path = sdjax.LinePath(kin.tip_position, kin.tip_position + jnp.array([0.3, 0.0, -0.4]), 8.0, 0.5, rotation=kin.tip_rotation)
-        gain = jnp.diag(ma.joint_space_inertia(system, state)) / 2.0  # 2 s rate loop: M^-1 K eigenvalues <= 10/s, DT x 10 = 0.5 (stable ZOH)
+        path = sdjax.LinePath(
+            kin.tip_position, kin.tip_position + jnp.array([0.3, 0.0, -0.4]), 8.0, 0.5, rotation=kin.tip_rotation
+        )
+        gain = (
+            jnp.diag(ma.joint_space_inertia(system, state)) / 2.0
+        )  # 2 s rate loop: M^-1 K eigenvalues <= 10/s, DT x 10 = 0.5 (stable ZOH)
         ctrl = ma.ArmController(ma.ResolvedRateCommand(system.arm, path, 0.5), ma.JointRateServo(gain, TORQUE_LIMIT))
         massless = ma.simulate(system, state, DT, NUM_STEPS, ctrl)
         full = ma.full_multibody_model(system)
@@ -388,8 +453,12 @@ def berthing():
             q=float(np.abs(np.asarray(ref.states.q - massless.states.q)).max()),
             tau=rel_err(ref.controls.tau, massless.tau),
             payload=float(np.linalg.norm(np.asarray(payload - massless.states.payload_position), axis=1).max()),
-            orbiter=float(np.linalg.norm(np.asarray(ref.states.base_position - massless.states.orbiter_position), axis=1).max()),
-            moved=float(np.linalg.norm(np.asarray(massless.states.payload_position[-1] - massless.states.payload_position[0]))),
+            orbiter=float(
+                np.linalg.norm(np.asarray(ref.states.base_position - massless.states.orbiter_position), axis=1).max()
+            ),
+            moved=float(
+                np.linalg.norm(np.asarray(massless.states.payload_position[-1] - massless.states.payload_position[0]))
+            ),
         )
     return results
 
@@ -511,4 +580,6 @@ def test_torque_limit_saturates():
     servo = ma.JointRateServo(np.full(6, 1e4), TORQUE_LIMIT)
     tau = np.asarray(servo(jnp.ones(6), jnp.zeros(6)))
     np.testing.assert_allclose(tau, TORQUE_LIMIT, rtol=1e-15)  # clipped exactly
-    np.testing.assert_allclose(np.asarray(servo(jnp.full(6, 1e-3), jnp.zeros(6))), 10.0, rtol=1e-12)  # linear below the limit
+    np.testing.assert_allclose(
+        np.asarray(servo(jnp.full(6, 1e-3), jnp.zeros(6))), 10.0, rtol=1e-12
+    )  # linear below the limit

@@ -181,7 +181,9 @@ def test_refusals():
     with pytest.raises(ValueError, match="joint 'roll' of body 'hand' is a ball joint"):
         import_mjcf(ball)
     with pytest.raises(ValueError, match="joint 'drive' has armature 0.1; rotor inertia is not modelled"):
-        import_mjcf(FLOATING.replace('<joint name="drive" axis="0 1 0"/>', '<joint name="drive" axis="0 1 0" armature="0.1"/>'))
+        import_mjcf(
+            FLOATING.replace('<joint name="drive" axis="0 1 0"/>', '<joint name="drive" axis="0 1 0" armature="0.1"/>')
+        )
     coupled = FLOATING.replace("</worldbody>", '</worldbody><equality><joint joint1="yaw" joint2="drive"/></equality>')
     with pytest.raises(ValueError, match="equality constraints .* are not supported"):
         import_mjcf(coupled)

@@ -52,7 +52,9 @@ def test_sample_connection_data(sample_model):
 
 
 def test_branching_paths():
-    m = sdjax.Model(**base_kwargs(5, parent=(0, 1, 1, 0, 4), end_point_link=(2, 3, 5), centroid_to_end_point=np.zeros((3, 3))))
+    m = sdjax.Model(
+        **base_kwargs(5, parent=(0, 1, 1, 0, 4), end_point_link=(2, 3, 5), centroid_to_end_point=np.zeros((3, 3)))
+    )
     assert m.end_point_paths == ((1, 2), (1, 3), (4, 5))
     np.testing.assert_array_equal(m.incidence_matrix[0], [-1, 1, 1, 0, 0])
 
@@ -65,9 +67,23 @@ def test_sample_matches_shared_model_file(sample_model):
     data = json.loads(path.read_text())
     lp = {k: data[k] for k in ("BB", "J_type", "c0", "cc", "ce", "Qi", "Qe", "SE", "m0", "m", "inertia0", "inertia")}
     from_file = sdjax.model_from_lp(lp)
-    for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy"):
+    for field in (
+        "base_mass",
+        "base_inertia",
+        "link_mass",
+        "link_inertia",
+        "parent_centroid_to_joint",
+        "centroid_to_joint",
+        "joint_rpy",
+        "centroid_to_end_point",
+        "end_point_rpy",
+    ):
         np.testing.assert_array_equal(getattr(from_file, field), getattr(sample_model, field), err_msg=field)
-    assert (from_file.parent, from_file.joint_type, from_file.end_point_link) == (sample_model.parent, sample_model.joint_type, sample_model.end_point_link)
+    assert (from_file.parent, from_file.joint_type, from_file.end_point_link) == (
+        sample_model.parent,
+        sample_model.joint_type,
+        sample_model.end_point_link,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -90,14 +106,34 @@ def test_sample_matches_shared_model_file(sample_model):
         (dict(gravity=[0.0, 9.8]), r"Model\.gravity: expected shape \(3,\)"),
         (dict(end_point_link=(4,)), r"Model\.end_point_link\[0\]: body 4 does not exist"),
         (dict(end_point_link=(-1,)), r"Model\.end_point_link\[0\]: body -1 does not exist"),
-        (dict(end_point_link=(3, 0), centroid_to_end_point=np.zeros((2, 3)), end_point_rpy=np.zeros((2, 3)), end_point_names=("a",)),
-         r"Model\.end_point_names: expected 2 names"),
-        (dict(end_point_link=(3, 3), centroid_to_end_point=np.zeros((2, 3)), end_point_rpy=np.zeros((2, 3)), end_point_names=("a", "a")),
-         r"Model\.end_point_names: names must be unique, repeated: \['a'\]"),
+        (
+            dict(
+                end_point_link=(3, 0),
+                centroid_to_end_point=np.zeros((2, 3)),
+                end_point_rpy=np.zeros((2, 3)),
+                end_point_names=("a",),
+            ),
+            r"Model\.end_point_names: expected 2 names",
+        ),
+        (
+            dict(
+                end_point_link=(3, 3),
+                centroid_to_end_point=np.zeros((2, 3)),
+                end_point_rpy=np.zeros((2, 3)),
+                end_point_names=("a", "a"),
+            ),
+            r"Model\.end_point_names: names must be unique, repeated: \['a'\]",
+        ),
         (dict(end_point_link=(2, 3)), r"Model\.centroid_to_end_point: expected shape \(2, 3\)"),
         (dict(link_mass=[1.0, np.nan, 1.0]), r"Model\.link_mass\[1\] \(link 2 .*not finite"),
-        (dict(parent_centroid_to_joint=[[0, 0, 1], [0, 0, np.inf], [0, 0, 1]]), r"parent_centroid_to_joint\[1, 2\] \(link 2.*not finite"),
-        (dict(centroid_to_end_point=[[0.0, np.nan, 0.0]]), r"centroid_to_end_point\[0, 1\] \(end point 'end_point1' on body 3\).*not finite"),
+        (
+            dict(parent_centroid_to_joint=[[0, 0, 1], [0, 0, np.inf], [0, 0, 1]]),
+            r"parent_centroid_to_joint\[1, 2\] \(link 2.*not finite",
+        ),
+        (
+            dict(centroid_to_end_point=[[0.0, np.nan, 0.0]]),
+            r"centroid_to_end_point\[0, 1\] \(end point 'end_point1' on body 3\).*not finite",
+        ),
         # A finite but absurd value (a corrupted file's 1e308) is refused before any product of
         # two model values could overflow.
         (dict(link_mass=[1.0, 1e308, 1.0]), r"Model\.link_mass\[1\] \(link 2 .*beyond 1e\+100 in size \(1e\+308\)"),
@@ -138,7 +174,9 @@ def test_massless_and_inertia_less_links():
     # would move link 3 alike and H would be singular: joint 3 is tilted by 90 degrees.
     inertia[1] = 0.0
     tilted = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [np.pi / 2, 0.0, 0.0]]
-    with pytest.raises(ValueError, match=r"inertia matrix is singular at q = \[0.0, 0.0, 0.0\].*mostly along joint [23]"):
+    with pytest.raises(
+        ValueError, match=r"inertia matrix is singular at q = \[0.0, 0.0, 0.0\].*mostly along joint [23]"
+    ):
         sdjax.Model(**base_kwargs(link_mass=[1.0, 0.0, 1.0], link_inertia=inertia))
     model = sdjax.Model(**base_kwargs(link_mass=[1.0, 0.0, 1.0], link_inertia=inertia, joint_rpy=tilted))
     h = np.asarray(sdjax.inertia_matrix(model, random_state(model, 0)))
@@ -146,7 +184,9 @@ def test_massless_and_inertia_less_links():
     # The same link as the last of the chain: its joint moves nothing.
     inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
     inertia[2] = 0.0
-    with pytest.raises(ValueError, match=r"joint 3 \(link 3 \('link3'\)\) moves no mass or inertia .*subtree \['link3'\]"):
+    with pytest.raises(
+        ValueError, match=r"joint 3 \(link 3 \('link3'\)\) moves no mass or inertia .*subtree \['link3'\]"
+    ):
         sdjax.Model(**base_kwargs(link_mass=[1.0, 1.0, 0.0], link_inertia=inertia))
     # A thin rod along its own joint axis (z), centroid on the axis: positive mass, no inertia
     # about the axis, so joint 3 moves no kinetic energy: H is singular.
@@ -162,9 +202,14 @@ def test_inertia_triangle_inequality():
     rot = np.asarray(sdjax.rpy_to_matrix(jnp.array([0.3, -0.2, 0.5])))
     inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
     inertia[0] = rot @ np.diag([1.0, 1.0, 3.0]) @ rot.T
-    with pytest.raises(ValueError, match=r"link_inertia\[0\]: inertia tensor of link 1 .* triangle inequality.*inertia_check='positive_definite'"):
+    with pytest.raises(
+        ValueError,
+        match=r"link_inertia\[0\]: inertia tensor of link 1 .* triangle inequality.*inertia_check='positive_definite'",
+    ):
         sdjax.Model(**base_kwargs(link_inertia=inertia))
-    accepted = sdjax.Model(**base_kwargs(link_inertia=inertia), inertia_check="positive_definite")  # the explicit opt-out
+    accepted = sdjax.Model(
+        **base_kwargs(link_inertia=inertia), inertia_check="positive_definite"
+    )  # the explicit opt-out
     np.testing.assert_array_equal(accepted.link_inertia[0], inertia[0])
     with pytest.raises(ValueError, match=r"Model.inertia_check: unknown value 'loose'"):
         sdjax.Model(**base_kwargs(link_inertia=inertia), inertia_check="loose")
@@ -213,7 +258,17 @@ def test_spacedyn_arrays_round_trip():
     for model in (spacedyn_sample(), free_flying_arm_7dof(), random_model(5, 9)):
         lp = sdjax.model_to_spacedyn_arrays(model)
         back = sdjax.model_from_lp(lp)
-        for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy"):
+        for field in (
+            "base_mass",
+            "base_inertia",
+            "link_mass",
+            "link_inertia",
+            "parent_centroid_to_joint",
+            "centroid_to_joint",
+            "joint_rpy",
+            "centroid_to_end_point",
+            "end_point_rpy",
+        ):
             np.testing.assert_array_equal(getattr(back, field), getattr(model, field), err_msg=field)
         assert back.parent == model.parent and back.end_point_link == model.end_point_link
 
@@ -254,7 +309,9 @@ def test_spacedyn_inertia_policy(tmp_path):
     lp["inertia"] = np.array(lp["inertia"])
     lp["inertia"][:, 6:9] = np.diag([1.0, 0.1, 3.0])  # link 3: 1 + 0.1 < 3
     lp["inertia0"] = np.diag([1.0, 1.0, 2.5])  # the base: 1 + 1 < 2.5
-    with pytest.warns(UserWarning, match=r"the base, link 3 \('link3'\) violate the triangle inequality.*accepted as SpaceDyn"):
+    with pytest.warns(
+        UserWarning, match=r"the base, link 3 \('link3'\) violate the triangle inequality.*accepted as SpaceDyn"
+    ):
         model = sdjax.model_from_lp(lp)
     assert model.inertia_check == "positive_definite"
     np.testing.assert_array_equal(model.link_inertia[2], np.diag([1.0, 0.1, 3.0]))  # kept as given
@@ -272,7 +329,9 @@ def test_spacedyn_inertia_policy(tmp_path):
     with pytest.warns(UserWarning, match=r"SpaceDyn model 'bad_lp': the inertia tensors of the base, link 3"):
         sdjax.load_model(path)
     lp["inertia"][:, 6:9] = np.diag([1.0, -0.1, 3.0])  # not positive definite: refused
-    with pytest.raises(ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 \('link3'\) is not positive semidefinite"):
+    with pytest.raises(
+        ValueError, match=r"link_inertia\[2\]: inertia tensor of link 3 \('link3'\) is not positive semidefinite"
+    ):
         sdjax.model_from_lp(lp)
 
 
@@ -285,10 +344,29 @@ def test_json_round_trip_exact(tmp_path):
         path = tmp_path / f"{model.name}.json"
         sdjax.save_json_model(model, path)
         back = sdjax.load_json_model(path)
-        for field in ("base_mass", "base_inertia", "link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "centroid_to_end_point", "end_point_rpy", "joint_stiffness", "joint_damping", "gravity"):
+        for field in (
+            "base_mass",
+            "base_inertia",
+            "link_mass",
+            "link_inertia",
+            "parent_centroid_to_joint",
+            "centroid_to_joint",
+            "joint_rpy",
+            "centroid_to_end_point",
+            "end_point_rpy",
+            "joint_stiffness",
+            "joint_damping",
+            "gravity",
+        ):
             np.testing.assert_array_equal(getattr(back, field), getattr(model, field), err_msg=field)
-        assert (back.parent, back.joint_type, back.end_point_link, back.end_point_names, back.link_names, back.name) == (
-            model.parent, model.joint_type, model.end_point_link, model.end_point_names, model.link_names, model.name)
+        assert (
+            back.parent,
+            back.joint_type,
+            back.end_point_link,
+            back.end_point_names,
+            back.link_names,
+            back.name,
+        ) == (model.parent, model.joint_type, model.end_point_link, model.end_point_names, model.link_names, model.name)
 
 
 @pytest.mark.parametrize(
@@ -299,14 +377,23 @@ def test_json_round_trip_exact(tmp_path):
         (lambda d: d.update(version=True), r"model\.version"),
         (lambda d: d.update(colour="red"), r"model: unknown key\(s\) \['colour'\]"),
         (lambda d: d["links"][1].pop("mass"), r"model\.links\[1\]: missing key\(s\) \['mass'\]"),
-        (lambda d: d["links"][1].update(inertia=[[1, 0], [0, 1]]), r"model\.links\[1\]\.inertia: expected shape \(3, 3\)"),
+        (
+            lambda d: d["links"][1].update(inertia=[[1, 0], [0, 1]]),
+            r"model\.links\[1\]\.inertia: expected shape \(3, 3\)",
+        ),
         (lambda d: d["links"][2].update(parent="arm"), r"model\.links\[2\]\.parent: expected an integer"),
         (lambda d: d["links"][0].update(mass=-1.0), r"link_mass\[0\]: link 1 .*mass must be non-negative"),
         (lambda d: d["end_points"][0].update(offset=[0, 0, 0]), r"end_points\[0\]: unknown key"),
         (lambda d: d["end_points"][1].update(body=7), r"end_points\[1\]\.body: expected a body index 0\.\.6"),
-        (lambda d: d["end_points"][1].update(name=d["end_points"][0]["name"]), r"end_point_names: names must be unique"),
+        (
+            lambda d: d["end_points"][1].update(name=d["end_points"][0]["name"]),
+            r"end_point_names: names must be unique",
+        ),
         (lambda d: d["end_points"][0].pop("name"), r"end_points\[0\]: missing key\(s\) \['name'\]"),
-        (lambda d: d["links"][2].update(end_point=None), r"links\[2\]: unknown key\(s\) \['end_point'\]"),  # version 1 only
+        (
+            lambda d: d["links"][2].update(end_point=None),
+            r"links\[2\]: unknown key\(s\) \['end_point'\]",
+        ),  # version 1 only
         (lambda d: d.update(end_points={}), r"model\.end_points: expected a list"),
         (lambda d: d.update(links={}), r"model\.links: expected a list"),
         (lambda d: d["base"].pop("inertia"), r"model\.base: missing key"),
@@ -358,8 +445,18 @@ def test_reference_pose_builder_reproduces_the_pose():
     ends = rng.normal(size=(2, 3))
     end_rot = np.asarray(sdjax.rpy_to_matrix(jnp.asarray(rng.normal(size=(2, 3)))))
     model = sdjax.model_from_reference_pose(
-        parent, "RRPRP", axes, joints, centroids, np.full(5, 2.0), inertias, 40.0, np.diag([3.0, 4.0, 5.0]),
-        end_point_link=(3, 4), end_point_position=ends, end_point_rotation=end_rot,
+        parent,
+        "RRPRP",
+        axes,
+        joints,
+        centroids,
+        np.full(5, 2.0),
+        inertias,
+        40.0,
+        np.diag([3.0, 4.0, 5.0]),
+        end_point_link=(3, 4),
+        end_point_position=ends,
+        end_point_rotation=end_rot,
     )
     state = sdjax.make_state(model)
     kin = sdjax.forward_kinematics(model, state)

@@ -22,7 +22,9 @@ CASES = {
     "random_tree": lambda: with_frames(random_model(81, 9, gravity=True, passive=True, chain_probability=0.5)),
     # Base modes: MuJoCo slides and a hinge for a planar base (tilted reference attitude), a
     # jointless base body for a fixed one.
-    "planar_tree": lambda: with_frames(sdjax.edit_model(random_model(83, 6, gravity=True, passive=True), base="planar")),
+    "planar_tree": lambda: with_frames(
+        sdjax.edit_model(random_model(83, 6, gravity=True, passive=True), base="planar")
+    ),
     "fixed_tree": lambda: sdjax.edit_model(random_model(84, 6, gravity=True, passive=True), base="fixed"),
 }
 
@@ -39,8 +41,14 @@ def test_mass_matrix_bias_and_forward_dynamics(name):
         state = random_state(model, seed)
         if model.base != "floating":  # the pose the MJCF fixes (planar: its height, and any yaw)
             turn = np.asarray(sdjax.rotation.rpy_to_matrix(np.array([0.0, 0.0, rng.uniform(-3, 3)])))
-            attitude = turn @ np.asarray(pose.base_rotation) if model.base == "planar" else np.asarray(pose.base_rotation)
-            position = np.asarray(pose.base_position) if model.base == "fixed" else np.append(np.asarray(state.base_position)[:2], np.asarray(pose.base_position)[2])
+            attitude = (
+                turn @ np.asarray(pose.base_rotation) if model.base == "planar" else np.asarray(pose.base_rotation)
+            )
+            position = (
+                np.asarray(pose.base_position)
+                if model.base == "fixed"
+                else np.append(np.asarray(state.base_position)[:2], np.asarray(pose.base_position)[2])
+            )
             state = sdjax.make_state(
                 model,
                 base_position=position,
@@ -83,7 +91,19 @@ def test_rk4_step_matches_mujoco():
     for _ in range(10):
         mujoco.mj_step(mj_model, data)
     end = sdjax.rollout(model, state, dt, 10).states
-    last = sdjax.State(*(x[-1] for x in (end.base_position, end.base_quaternion, end.base_linear_velocity, end.base_angular_velocity, end.q, end.qd)))
+    last = sdjax.State(
+        *(
+            x[-1]
+            for x in (
+                end.base_position,
+                end.base_quaternion,
+                end.base_linear_velocity,
+                end.base_angular_velocity,
+                end.q,
+                end.qd,
+            )
+        )
+    )
     qpos_sd, qvel_sd, _ = mujoco_coordinates(model, last)
     # Both are classical RK4 on the same ODE; MuJoCo integrates the attitude on the manifold
     # (quaternion exponential) and sdjax in quaternion coordinates: O(dt^5) per step apart.

@@ -33,9 +33,17 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("SDJAX_NOTEBOOK_QUICK", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(notebook, timeout=TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        notebook, timeout=TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()
-    errors = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [
+        o
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
 
 
@@ -66,7 +74,9 @@ def test_stored_notebook_matches_its_source(path):
     stored = nbformat.read(path, as_version=4)
     expected = jupytext.read(source)
     pairs = [(cell.cell_type, cell.source) for cell in expected.cells]
-    assert [(cell.cell_type, cell.source) for cell in stored.cells] == pairs, f"{path.name} is out of date with {source.name}"
+    assert [(cell.cell_type, cell.source) for cell in stored.cells] == pairs, (
+        f"{path.name} is out of date with {source.name}"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -76,17 +86,27 @@ def test_stored_notebook_is_a_full_run(path):
     nbformat = pytest.importorskip("nbformat")
     code = [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
     assert all(cell.execution_count is not None for cell in code), f"{path.name}: not every code cell was executed"
-    assert not [o for cell in code for o in cell.outputs if o.get("output_type") == "error"], f"{path.name}: stored error output"
-    assert "".join(o.get("text", "") for o in code[0].outputs).startswith("full run"), f"{path.name}: not a full-size run"
+    assert not [o for cell in code for o in cell.outputs if o.get("output_type") == "error"], (
+        f"{path.name}: stored error output"
+    )
+    assert "".join(o.get("text", "") for o in code[0].outputs).startswith("full run"), (
+        f"{path.name}: not a full-size run"
+    )
 
 
 #: Numbers a notebook's text quotes from its stored full run: (regular expression on the stored
 #: text outputs, the phrase its markdown must contain, ``{1}``, ``{2}``, ... the matched groups).
 QUOTED = {
     "motion_planning.ipynb": [
-        (r"base attitude change: straight line ([0-9.]+) deg, optimised ([0-9.]+) deg", "turns the base by {2} deg instead of {1} deg"),
+        (
+            r"base attitude change: straight line ([0-9.]+) deg, optimised ([0-9.]+) deg",
+            "turns the base by {2} deg instead of {1} deg",
+        ),
         (r"IMPROVEMENT_FACTOR = ([0-9.]+)", "**{1}x less base attitude disturbance**"),
-        (r"end-point error: +straight line ([0-9.]+) mm, optimised ([0-9.]+) mm", "end-point errors of {2} mm (optimised) and {1} mm (straight line)"),
+        (
+            r"end-point error: +straight line ([0-9.]+) mm, optimised ([0-9.]+) mm",
+            "end-point errors of {2} mm (optimised) and {1} mm (straight line)",
+        ),
     ],
 }
 

@@ -130,18 +130,28 @@ def test_gravity_gradient_generalized_forces_by_virtual_work():
         return float(np.sum(f * (plus - minus)) / (2 * h))
 
     a0 = np.asarray(state.base_rotation)
-    expected_force = [work_rate(lambda e, k=k: _replace(state, base_position=state.base_position + e * np.eye(3)[k])) for k in range(3)]
+    expected_force = [
+        work_rate(lambda e, k=k: _replace(state, base_position=state.base_position + e * np.eye(3)[k]))
+        for k in range(3)
+    ]
 
     def rotate(e, k):
         rotation = np.asarray(rotation_vector_to_matrix(jnp.asarray(e * np.eye(3)[k]))) @ a0
         return _replace(state, base_quaternion=sdjax.matrix_to_quat(jnp.asarray(rotation)))
 
     expected_torque = [work_rate(lambda e, k=k: rotate(e, k)) for k in range(3)]
-    expected_tau = [work_rate(lambda e, j=j: _replace(state, q=state.q + e * np.eye(model.num_joints)[j])) for j in range(model.num_joints)]
+    expected_tau = [
+        work_rate(lambda e, j=j: _replace(state, q=state.q + e * np.eye(model.num_joints)[j]))
+        for j in range(model.num_joints)
+    ]
     scale = max(np.abs(expected_force).max(), np.abs(expected_torque).max(), np.abs(expected_tau).max())
     # 3e-5 of the largest load: the expansion error (~5e-6) plus central differences of positions
     # of ~3 m with h = 1e-6 (round-off ~1e-16 * 3 / 1e-6 ~ 3e-10 m per unit, times forces).
-    for got, want in ((loads.base_force, expected_force), (loads.base_torque, expected_torque), (loads.tau, expected_tau)):
+    for got, want in (
+        (loads.base_force, expected_force),
+        (loads.base_torque, expected_torque),
+        (loads.tau, expected_tau),
+    ):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=3e-5 * scale)
 
 

@@ -45,6 +45,7 @@ pin = pytest.importorskip("pinocchio")
 # ------------------------------------------------------------------------------------------
 # Test cases: one model, one state, random inputs, the sdjax results and the Pinocchio twin.
 
+
 def _random(n: int, seed: int, chain_probability: float = 0.7, base: str = "floating") -> Callable[[], sdjax.Model]:
     """Random tree with gravity; passive joints on odd seeds so that the ``-K q - D qd`` terms
     of inverse and forward dynamics are checked too; on seeds 1 (mod 4) four more end points
@@ -84,7 +85,11 @@ CASES = {
     "free_flying_arm_7dof": _with_gravity(free_flying_arm_7dof),
     **{
         f"random_n{n}_seed{seed}": _random(n, seed, chain_probability)
-        for n, seeds, chain_probability in ((6, (10, 11, 12, 13), 0.7), (7, (0, 1, 2, 3), 0.7), (20, (32, 33, 34, 35), 0.9))
+        for n, seeds, chain_probability in (
+            (6, (10, 11, 12, 13), 0.7),
+            (7, (0, 1, 2, 3), 0.7),
+            (20, (32, 33, 34, 35), 0.9),
+        )
         for seed in seeds
     },
     # Base modes: a tilted base (the planar twin's reference attitude is the state's), frames
@@ -130,7 +135,9 @@ class Case:
             jid = self.twin.joint_id[link]
             joint = self.data.oMi[jid]
             lever = self.data.oMf[self.twin.frame_id[k]].translation - joint.translation
-            fext[jid] += pin.Force(joint.rotation.T @ force[k], joint.rotation.T @ (torque[k] + np.cross(lever, force[k])))
+            fext[jid] += pin.Force(
+                joint.rotation.T @ force[k], joint.rotation.T @ (torque[k] + np.cross(lever, force[k]))
+            )
         return fext
 
 
@@ -276,7 +283,9 @@ def test_forward_kinematics(case: Case):
         end_pos = np.array([c.data.oMf[f].translation for f in c.twin.frame_id])
         end_rot = np.array([c.data.oMf[f].rotation for f in c.twin.frame_id])
         # Same budgets as the centroids and rotations (one more offset and rotation).
-        assert_close(sd["end_point_position"], end_pos, 1e-12, "end-point positions", max(scale, np.max(np.abs(end_pos))))
+        assert_close(
+            sd["end_point_position"], end_pos, 1e-12, "end-point positions", max(scale, np.max(np.abs(end_pos)))
+        )
         assert_close(sd["end_point_rotation"], end_rot, 1e-12, "end-point rotations", 1.0)
 
 
@@ -355,7 +364,9 @@ def test_joint_reaction_loads(case: Case):
     assert_close(c.sd["joint_force"], force, 1e-12, "joint forces", scale)
     assert_close(c.sd["joint_moment"], moment, 1e-12, "joint moments", scale)
     # In the joint frame the axial load is the joint's actuator + passive torque (eqs 3.36-3.37).
-    axial = np.where(np.array(c.model.joint_type) == "R", c.sd["joint_moment_local"][:, 2], c.sd["joint_force_local"][:, 2])
+    axial = np.where(
+        np.array(c.model.joint_type) == "R", c.sd["joint_moment_local"][:, 2], c.sd["joint_force_local"][:, 2]
+    )
     tau = free(c.sd["inverse_dynamics"])[c.model.num_base_velocities :]
     assert_close(axial, tau + c.passive, 1e-12, "axial joint loads", scale)
 
@@ -377,7 +388,9 @@ def test_forward_dynamics(case: Case):
     # reaches ~5e4 here (200 kg bases, 1 kg links, short levers): the bound 1e-14 * cond(H)
     # is ~50x that worst case (measured errors stay below 2e-13), with a floor of 1e-12.
     cond = np.linalg.cond(c.mass_matrix())
-    assert_close(free(c.sd["forward_dynamics"]), expected, max(1e-12, 1e-14 * cond), f"forward dynamics (cond(H) {cond:.1e})")
+    assert_close(
+        free(c.sd["forward_dynamics"]), expected, max(1e-12, 1e-14 * cond), f"forward dynamics (cond(H) {cond:.1e})"
+    )
     # The components a planar or fixed base cannot move along stay exactly zero.
     assert np.all(np.delete(c.sd["forward_dynamics"], c.model.velocity_indices) == 0)
 

@@ -94,7 +94,9 @@ def test_evaluation_is_consistent(arm7_model):
     kin = sdjax.forward_kinematics(arm7_model, final)
     # the evaluation uses the same kinematics on the same final state: round-off only
     assert_close(ev.end_point_position, kin.end_point_position[0], 1e-14, "end point")
-    assert_close(ev.position_error, jnp.linalg.norm(problem.target_position - kin.end_point_position[0]), 1e-14, "position error")
+    assert_close(
+        ev.position_error, jnp.linalg.norm(problem.target_position - kin.end_point_position[0]), 1e-14, "position error"
+    )
     assert_close(ev.effort, jnp.sum(ev.tau**2) * problem.dt, 1e-14, "effort")
     # zero momentum is kept by the free-floating rollout up to RK4 truncation (momentum is not
     # a linear invariant of the state, so RK4 drifts O(dt^4): 5e-7 measured at dt = 0.1 s)
@@ -119,8 +121,13 @@ def test_evaluation_is_consistent(arm7_model):
 
 def test_loss_gradient_matches_finite_differences(arm7_model):
     problem = make_problem(
-        arm7_model, num_steps=15, duration=1.5, joint_limits=(Q0 - 0.05, Q0 + 1.0), torque_limit=np.full(7, 2.0),
-        target_rotation=jnp.eye(3), project_limits=False,
+        arm7_model,
+        num_steps=15,
+        duration=1.5,
+        joint_limits=(Q0 - 0.05, Q0 + 1.0),
+        torque_limit=np.full(7, 2.0),
+        target_rotation=jnp.eye(3),
+        project_limits=False,
     )
     coefficients = line_guess(problem)[0] + 0.02
     loss, grad = jax.value_and_grad(lambda c: sdjax.plan_loss(problem, c))(coefficients)
@@ -224,7 +231,10 @@ def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_mode
     # 20 RK4 steps leave a discretisation error (measured 4.8e-5 m and 1.4e-5 rad at 80 steps;
     # 80 and 160 steps agree to 5e-7), so the bound is 0.1 mm, the planning issue's accuracy
     assert float(check.position_error) < 1e-4, float(check.position_error)
-    assert float(check.base_attitude_change) < float(straight.base_attitude_change) / 100, (float(check.base_attitude_change), float(straight.base_attitude_change))
+    assert float(check.base_attitude_change) < float(straight.base_attitude_change) / 100, (
+        float(check.base_attitude_change),
+        float(straight.base_attitude_change),
+    )
     ratio = float(plan.torque_ratio)
     assert ratio > 1.0  # this fast motion exceeds 20 N m: the time-scaling check below is not vacuous
     slow = sdjax.simulate_plan(fine(np.sqrt(ratio), steps=20), plan.coefficients, continuous=True)
@@ -233,7 +243,9 @@ def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_mode
     assert abs(float(jnp.max(jnp.abs(slow.tau))) / 20.0 - 1.0) < 1e-3
     assert float(slow.base_attitude_change) < float(straight.base_attitude_change) / 100
     with pytest.raises(ValueError, match="unknowns"):
-        sdjax.reactionless_plan(make_problem(arm7_model, num_steps=5, duration=1.0, num_coefficients=1, target_rotation=np.eye(3)))
+        sdjax.reactionless_plan(
+            make_problem(arm7_model, num_steps=5, duration=1.0, num_coefficients=1, target_rotation=np.eye(3))
+        )
     with pytest.raises(ValueError, match="tolerance"):
         sdjax.reactionless_plan(problem, tolerance=0.0)
 
@@ -241,7 +253,9 @@ def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_mode
 @pytest.mark.slow
 def test_optimisation_reaches_target_within_limits_and_beats_straight_line(arm7_model):
     lower, upper = Q0 - 0.4, Q0 + 0.4
-    problem = make_problem(arm7_model, num_steps=20, duration=2.0, joint_limits=(lower, upper), torque_limit=np.full(7, 20.0))
+    problem = make_problem(
+        arm7_model, num_steps=20, duration=2.0, joint_limits=(lower, upper), torque_limit=np.full(7, 20.0)
+    )
     baseline = sdjax.straight_line_plan(problem, refine_iterations=4)
     # Gauss-Newton through the rollout puts the straight line on the target
     assert float(baseline.evaluation.position_error) < 1e-6

@@ -73,7 +73,9 @@ def test_base_attitude_of_a_known_spin(sample_model):
     np.testing.assert_allclose(attitude["roll"].get_ydata(), 0.0, atol=1e-9)
     np.testing.assert_allclose(attitude["pitch"].get_ydata(), 0.0, atol=1e-9)
     wrapped = np.abs((angle + np.pi) % (2 * np.pi) - np.pi)
-    np.testing.assert_allclose(attitude["angle from start"].get_ydata(), np.degrees(wrapped), atol=1e-9)  # atan2 form: round-off
+    np.testing.assert_allclose(
+        attitude["angle from start"].get_ydata(), np.degrees(wrapped), atol=1e-9
+    )  # atan2 form: round-off
     np.testing.assert_array_equal(_lines(position_ax)["x"].get_ydata(), position[:, 0])
 
 
@@ -90,7 +92,9 @@ def test_momentum_and_energy_figures(run):
     fig = plotting.plot_energy(model, traj)  # quantities computed here
     top, bottom = fig.axes
     lines = _lines(top)
-    np.testing.assert_allclose(lines["kinetic"].get_ydata(), values["kinetic_energy"], rtol=1e-12, atol=1e-15)  # recomputed: round-off
+    np.testing.assert_allclose(
+        lines["kinetic"].get_ydata(), values["kinetic_energy"], rtol=1e-12, atol=1e-15
+    )  # recomputed: round-off
     assert np.max(lines["kinetic"].get_ydata()) > 0.1  # the arms moved
     # Energy balance: total energy minus the joint work is constant (RK4 error < 1e-8 J).
     assert np.max(np.abs(_lines(bottom)["E - E(0) - W"].get_ydata())) < 1e-8
@@ -118,7 +122,9 @@ def test_stick_figure_geometry(run, arm7_model):
         bone = figure.segments[:, 2 * k + 1]
         length = np.linalg.norm(bone[:, 1] - bone[:, 0], axis=-1)
         if kind == "R":
-            np.testing.assert_allclose(length, np.linalg.norm(np.asarray(model.centroid_to_joint[k])), rtol=1e-12)  # round-off
+            np.testing.assert_allclose(
+                length, np.linalg.norm(np.asarray(model.centroid_to_joint[k])), rtol=1e-12
+            )  # round-off
     # Fixed cubic limits enclosing every point of every frame.
     limits = figure.limits()
     ranges = limits[:, 1] - limits[:, 0]
@@ -139,9 +145,15 @@ def test_base_box_has_the_base_inertia(name, request):
     sides = np.linalg.norm(edges, axis=1)
     axes = edges / sides[:, None]
     mass = float(model.base_mass)
-    principal = mass / 12.0 * np.array([sides[1] ** 2 + sides[2] ** 2, sides[0] ** 2 + sides[2] ** 2, sides[0] ** 2 + sides[1] ** 2])
+    principal = (
+        mass
+        / 12.0
+        * np.array([sides[1] ** 2 + sides[2] ** 2, sides[0] ** 2 + sides[2] ** 2, sides[0] ** 2 + sides[1] ** 2])
+    )
     inertia = axes.T @ np.diag(principal) @ axes
-    np.testing.assert_allclose(inertia, np.asarray(model.base_inertia), rtol=1e-10, atol=1e-10 * float(np.max(principal)))  # eigh round-off
+    np.testing.assert_allclose(
+        inertia, np.asarray(model.base_inertia), rtol=1e-10, atol=1e-10 * float(np.max(principal))
+    )  # eigh round-off
 
 
 def test_plot_frame(run):

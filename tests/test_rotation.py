@@ -17,7 +17,11 @@ RTOL = 1e-14
 
 def test_rpy_is_rx_ry_rz():
     a, b, c = 0.3, -0.7, 1.1
-    expected = expm(rot.skew(jnp.array([a, 0.0, 0.0]))) @ expm(rot.skew(jnp.array([0.0, b, 0.0]))) @ expm(rot.skew(jnp.array([0.0, 0.0, c])))
+    expected = (
+        expm(rot.skew(jnp.array([a, 0.0, 0.0])))
+        @ expm(rot.skew(jnp.array([0.0, b, 0.0])))
+        @ expm(rot.skew(jnp.array([0.0, 0.0, c])))
+    )
     # expm's Pade approximation is accurate to ~1e-15.
     assert_close(rot.rpy_to_matrix(jnp.array([a, b, c])), expected, 1e-13, "Rx Ry Rz")
 

@@ -18,7 +18,10 @@ def _law():
 
 
 def _max_difference(a, b):
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)), initial=0.0)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    return max(
+        float(np.max(np.abs(np.asarray(x) - np.asarray(y)), initial=0.0))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,9 @@ def test_duration_and_start_time(pd_run):
 def test_progress_callback_and_bar(pd_run, capsys):
     model, state, reference = pd_run
     calls = []
-    simulate(model, state, 0.02, 60, _law(), chunk_steps=25, progress=lambda done, total, s: calls.append((done, total, s)))
+    simulate(
+        model, state, 0.02, 60, _law(), chunk_steps=25, progress=lambda done, total, s: calls.append((done, total, s))
+    )
     assert [(d, t) for d, t, _ in calls] == [(25, 60), (50, 60), (60, 60)]
     # The state handed to the callback is the state after `done` steps.
     for done, _, s in calls:
@@ -124,7 +129,9 @@ def test_quantities_conservation_and_energy_balance(pd_run):
     assert values["joint_work"][-1] > 0.1  # the arms did move (not a vacuous balance)
     # Rows are the per-state values of the momentum functions.
     last = jax.tree.map(lambda x: x[-1], traj.states)
-    np.testing.assert_allclose(values["kinetic_energy"][-1], float(sdjax.kinetic_energy(model, last)), rtol=1e-12)  # vmap vs single call: round-off
+    np.testing.assert_allclose(
+        values["kinetic_energy"][-1], float(sdjax.kinetic_energy(model, last)), rtol=1e-12
+    )  # vmap vs single call: round-off
 
 
 def test_run_file_round_trip(pd_run, tmp_path):

@@ -21,9 +21,18 @@ def random_sv(model, seed):
     n = model.num_joints
     SV = sd.init_SV(model)
     SV.update(
-        R0=rng.normal(size=3), A0=sd.rpy2dc(rng.normal(size=3)).T, v0=rng.normal(size=3), w0=rng.normal(size=3),
-        vd0=rng.normal(size=3), wd0=rng.normal(size=3), q=rng.normal(size=n), qd=rng.normal(size=n), qdd=rng.normal(size=n),
-        F0=rng.normal(size=3), T0=rng.normal(size=3), tau=rng.normal(size=n),
+        R0=rng.normal(size=3),
+        A0=sd.rpy2dc(rng.normal(size=3)).T,
+        v0=rng.normal(size=3),
+        w0=rng.normal(size=3),
+        vd0=rng.normal(size=3),
+        wd0=rng.normal(size=3),
+        q=rng.normal(size=n),
+        qd=rng.normal(size=n),
+        qdd=rng.normal(size=n),
+        F0=rng.normal(size=3),
+        T0=rng.normal(size=3),
+        tau=rng.normal(size=n),
     )
     fe, te = np.zeros((3, n)), np.zeros((3, n))
     links = np.asarray(model.end_point_link) - 1
@@ -79,8 +88,8 @@ def test_jacobian_layouts(system):
     assert jt.shape == (3, n * n)
     for i in range(n):
         J = oracle.point_jacobian_joints(AA, PP, i, RR[i])
-        assert_close(jt[:, i * n:(i + 1) * n], J[:3], RTOL, f"JJ_t block {i + 1}")
-        assert_close(jr[:, i * n:(i + 1) * n], J[3:], RTOL, f"JJ_r block {i + 1}")
+        assert_close(jt[:, i * n : (i + 1) * n], J[:3], RTOL, f"JJ_t block {i + 1}")
+        assert_close(jr[:, i * n : (i + 1) * n], J[3:], RTOL, f"JJ_r block {i + 1}")
     ends = oracle.end_points(AA, RR)
     H = oracle.inertia_matrix(SV["R0"], SV["A0"], AA, RR, PP)
     for e, link in enumerate(model.end_point_link):
@@ -100,16 +109,34 @@ def test_r_ne_and_f_dyn(system):
     AA = oracle.rotations(SV["A0"], SV["q"])
     RR, _ = oracle.positions(SV["R0"], SV["A0"], AA, SV["q"])
     # r_ne: Fe/Te are the loads on the environment (eq 3.32, SpaceDyn v2r1).
-    expected = oracle.newton_euler(SV["R0"], SV["A0"], AA, RR, SV["q"], SV["v0"], SV["w0"], SV["vd0"], SV["wd0"], SV["qd"], SV["qdd"], SV["Fe"], SV["Te"])
+    expected = oracle.newton_euler(
+        SV["R0"],
+        SV["A0"],
+        AA,
+        RR,
+        SV["q"],
+        SV["v0"],
+        SV["w0"],
+        SV["vd0"],
+        SV["wd0"],
+        SV["qd"],
+        SV["qdd"],
+        SV["Fe"],
+        SV["Te"],
+    )
     assert_close(sd.r_ne(model, SV), expected, RTOL, "r_ne")
     # f_dyn: Fe/Te applied to the robot (eq 3.29).
-    expected = oracle.forward_dynamics(SV["R0"], SV["A0"], SV["q"], SV["v0"], SV["w0"], SV["qd"], SV["F0"], SV["T0"], SV["tau"], SV["Fe"], SV["Te"])
+    expected = oracle.forward_dynamics(
+        SV["R0"], SV["A0"], SV["q"], SV["v0"], SV["w0"], SV["qd"], SV["F0"], SV["T0"], SV["tau"], SV["Fe"], SV["Te"]
+    )
     out = sd.f_dyn(model, SV)
     assert_close(np.concatenate([out["vd0"], out["wd0"], out["qdd"]]), expected, 1e-9, "f_dyn")  # solve: cond(H)
     # gravity= overrides the model's gravity.
     g = np.array([0.0, 0.0, -9.81])
     oracle_g = SpaceDynOracle(lp, gravity=g)
-    expected = oracle_g.forward_dynamics(SV["R0"], SV["A0"], SV["q"], SV["v0"], SV["w0"], SV["qd"], SV["F0"], SV["T0"], SV["tau"], SV["Fe"], SV["Te"])
+    expected = oracle_g.forward_dynamics(
+        SV["R0"], SV["A0"], SV["q"], SV["v0"], SV["w0"], SV["qd"], SV["F0"], SV["T0"], SV["tau"], SV["Fe"], SV["Te"]
+    )
     out = sd.f_dyn(model, SV, gravity=g)
     assert_close(np.concatenate([out["vd0"], out["wd0"], out["qdd"]]), expected, 1e-9, "f_dyn with gravity=")
 
@@ -189,7 +216,9 @@ def test_model_from_lp_with_shared_file():
     data.pop("description")
     model = sd.model_from_lp(data)
     assert model.num_joints == 6 and model.end_point_link == (3, 6)
-    assert jnp.allclose(sd.calc_hh(model, sd.init_SV(model)), sd.calc_hh(spacedyn_sample(), sd.init_SV(model)), rtol=0, atol=0)
+    assert jnp.allclose(
+        sd.calc_hh(model, sd.init_SV(model)), sd.calc_hh(spacedyn_sample(), sd.init_SV(model)), rtol=0, atol=0
+    )
 
 
 def test_fixed_base_functions(system):
@@ -207,13 +236,17 @@ def test_fixed_base_functions(system):
     h = oracle.inertia_matrix(SV["R0"], SV["A0"], AA, RR, PP)
     # The oracle's floating forward dynamics with the base force of a still base removed: the
     # joint rows of H a + c = f with a_base = 0, solved on the joint block.
-    bias = oracle.newton_euler(SV["R0"], SV["A0"], AA, RR, SV["q"], zero, zero, zero, zero, SV["qd"], np.zeros(n), -SV["Fe"], -SV["Te"])
+    bias = oracle.newton_euler(
+        SV["R0"], SV["A0"], AA, RR, SV["q"], zero, zero, zero, zero, SV["qd"], np.zeros(n), -SV["Fe"], -SV["Te"]
+    )
     expected = np.linalg.solve(h[6:, 6:], SV["tau"] - bias[6:])
     out = sd.f_dyn_fix(model, SV)
     assert_close(out["qdd"], expected, 1e-9, "f_dyn_fix")  # a solve: cond(H_m) * eps
     assert np.all(np.asarray(out["vd0"]) == 0) and np.all(np.asarray(out["wd0"]) == 0)
     # i_dyn_fix: the oracle's Newton-Euler with a still base (r_ne's sign of Fe/Te).
-    expected = oracle.newton_euler(SV["R0"], SV["A0"], AA, RR, SV["q"], zero, zero, zero, zero, SV["qd"], SV["qdd"], SV["Fe"], SV["Te"])
+    expected = oracle.newton_euler(
+        SV["R0"], SV["A0"], AA, RR, SV["q"], zero, zero, zero, zero, SV["qd"], SV["qdd"], SV["Fe"], SV["Te"]
+    )
     force = np.asarray(sd.i_dyn_fix(model, SV))
     assert_close(force, expected, RTOL, "i_dyn_fix")
     # The mount wrench holds a free base still: f_dyn of the floating model with F0/T0 = that

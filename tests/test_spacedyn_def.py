@@ -55,7 +55,12 @@ def test_layout_variants_give_the_same_model():
     assert_same_model(model_from_def(variant), reference)
     # EE as 0/1 flags (SpaceDyn's SE), and CtoE/rpyE labelled by link number.
     assert_same_model(model_from_def(SAMPLE.replace("EE[ 0 0 1 0 0 2 ]", "EE[ 0 0 1 0 0 1 ]")), reference)
-    by_link = SAMPLE.replace("CtoE_1", "CtoE_3").replace("CtoE_2", "CtoE_6").replace("rpyE_1", "rpyE_3").replace("rpyE_2", "rpyE_6")
+    by_link = (
+        SAMPLE.replace("CtoE_1", "CtoE_3")
+        .replace("CtoE_2", "CtoE_6")
+        .replace("rpyE_1", "rpyE_3")
+        .replace("rpyE_2", "rpyE_6")
+    )
     assert_same_model(model_from_def(by_link), reference)
     # Values spread over lines, inline comments, several inertia entries on one line, no rpyE.
     compact = SAMPLE.replace("BB[ 0 1 2 0 4 5 ]", "BB[ 0 1 2   # arm 1\n 0 4 5 ]  # arm 2")
@@ -74,8 +79,13 @@ def test_end_point_numbers_and_inertia_products():
     assert model.end_point_link == (3, 6)
     np.testing.assert_array_equal(model.centroid_to_end_point, [[0, 0.5, 0], [0, 0.7, 0]])
     # Products of inertia are the tensor's off-diagonal entries, symmetric.
-    text = SAMPLE.replace("###Link0\nI11= 10\nI22= 10\nI33= 10\nI12= 0\nI13= 0\nI23= 0", "###Link0\nI11= 10\nI22= 9\nI33= 8\nI12= -0.5\nI13= 0.25\nI23= -0.125")
-    np.testing.assert_array_equal(model_from_def(text).base_inertia, [[10, -0.5, 0.25], [-0.5, 9, -0.125], [0.25, -0.125, 8]])
+    text = SAMPLE.replace(
+        "###Link0\nI11= 10\nI22= 10\nI33= 10\nI12= 0\nI13= 0\nI23= 0",
+        "###Link0\nI11= 10\nI22= 9\nI33= 8\nI12= -0.5\nI13= 0.25\nI23= -0.125",
+    )
+    np.testing.assert_array_equal(
+        model_from_def(text).base_inertia, [[10, -0.5, 0.25], [-0.5, 9, -0.125], [0.25, -0.125, 8]]
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -92,7 +102,9 @@ def test_round_trip(seed, tmp_path):
 
 
 def test_writer_refuses_passive_joints():
-    with pytest.raises(ValueError, match=r"model_to_def: link 1 \('link1'\) has joint_stiffness .* the .def format has none"):
+    with pytest.raises(
+        ValueError, match=r"model_to_def: link 1 \('link1'\) has joint_stiffness .* the .def format has none"
+    ):
         model_to_def(random_model(0, 3, passive=True))
 
 
@@ -105,39 +117,84 @@ def _edit(old: str, new: str) -> str:
     "text, message",
     [
         (_edit("###LINK_NUMBER 7", "###LINK_NUMBERS"), "missing ###LINK_NUMBER line|line 6: LINK_NUMBER expects one"),
-        (_edit("###LINK_NUMBER 7", "###LINK_NUMBER seven"), "line 6: LINK_NUMBER expects one non-negative integer, got 'seven'"),
-        (_edit("###LINK_NUMBER 7", "###LINK_NUMBER 7\n###LINK_NUMBER 7"), r"line 7: LINK_NUMBER given twice \(first on line 6\)"),
+        (
+            _edit("###LINK_NUMBER 7", "###LINK_NUMBER seven"),
+            "line 6: LINK_NUMBER expects one non-negative integer, got 'seven'",
+        ),
+        (
+            _edit("###LINK_NUMBER 7", "###LINK_NUMBER 7\n###LINK_NUMBER 7"),
+            r"line 7: LINK_NUMBER given twice \(first on line 6\)",
+        ),
         (_edit("###LINK_NUMBER 7", "###LINK_NUMBER 99999"), "line 6: LINK_NUMBER 99999 exceeds the limit"),
         (_edit("###LINK_NUMBER 7", ""), "missing ###LINK_NUMBER line"),
-        (_edit("###LINK_NUMBER 7", "###LINK_NUMBER 5"), r"line 9: BB: expected 4 entries \(LINK_NUMBER 5 bodies on line 6\) or 5 \(links\), got 6"),
-        (_edit("BB[ 0 1 2 0 4 5 ]", "BB[ 0 1 2 0 4 6 ]"), "line 9: BB: entry 6 is 6; the parent of link 6 must be a lower body 0..5"),
+        (
+            _edit("###LINK_NUMBER 7", "###LINK_NUMBER 5"),
+            r"line 9: BB: expected 4 entries \(LINK_NUMBER 5 bodies on line 6\) or 5 \(links\), got 6",
+        ),
+        (
+            _edit("BB[ 0 1 2 0 4 5 ]", "BB[ 0 1 2 0 4 6 ]"),
+            "line 9: BB: entry 6 is 6; the parent of link 6 must be a lower body 0..5",
+        ),
         (_edit("BB[ 0 1 2 0 4 5 ]", "BB[ 0 1 2 0 4 1.5 ]"), "line 9: BB: '1.5' is not an integer"),
-        (_edit("J_type[ 0 0 1 0 0 1 ]", "J_type[ 0 0 2 0 0 1 ]"), r"line 12: J_type: entry 3 is 2; unknown joint type \(0 = revolute, 1 = prismatic\)"),
+        (
+            _edit("J_type[ 0 0 1 0 0 1 ]", "J_type[ 0 0 2 0 0 1 ]"),
+            r"line 12: J_type: entry 3 is 2; unknown joint type \(0 = revolute, 1 = prismatic\)",
+        ),
         (_edit("J_type[ 0 0 1 0 0 1 ]", "J_type[ 0 0 1 0 0 ]"), r"line 12: J_type: expected 6 value\(s\), got 5"),
         (_edit("J_type[ 0 0 1 0 0 1 ]", ""), r"missing block J_type\["),
-        (_edit("EE[ 0 0 1 0 0 2 ]", "EE[ 0 0 1 0 0 3 ]"), r"line 15: EE: end-point numbers \[1, 3\] must be 0/1 flags or exactly 1..2"),
+        (
+            _edit("EE[ 0 0 1 0 0 2 ]", "EE[ 0 0 1 0 0 3 ]"),
+            r"line 15: EE: end-point numbers \[1, 3\] must be 0/1 flags or exactly 1..2",
+        ),
         (_edit("EE[ 0 0 1 0 0 2 ]", "EE[ 0 0 1 0 0 -1 ]"), "line 15: EE: entries must be 0"),
         (_edit("rpy2[ 90 0 0 ]", "rpy2[ 90 zero 0 ]"), "line 19: rpy2: 'zero' is not a number"),
         (_edit("rpy2[ 90 0 0 ]", "rpy2[ 90 inf 0 ]"), "line 19: rpy2: 'inf' is not a finite number"),
         (_edit("rpy2[ 90 0 0 ]", "rpy2[ 90 0 ]"), r"line 19: rpy2: expected 3 value\(s\), got 2"),
         (_edit("rpy3[ 0 0 0 ]", ""), r"missing block rpy3\["),
         (_edit("rpy3[ 0 0 0 ]", "rpy3[ 0 0 0 ]\nrpy3[ 0 0 0 ]"), r"line 21: rpy3 given twice \(first on line 20\)"),
-        (_edit("rpy6[ 0 0 0 ]", "rpy6[ 0 0 0 ]\nrpy7[ 0 0 0 ]"), r"line 24: rpy7: unknown or unused key \(links 1..6, end points 1..2\)"),
+        (
+            _edit("rpy6[ 0 0 0 ]", "rpy6[ 0 0 0 ]\nrpy7[ 0 0 0 ]"),
+            r"line 24: rpy7: unknown or unused key \(links 1..6, end points 1..2\)",
+        ),
         (_edit("CtoJ_0_4", "CtoJ_1_4"), r"line 36: CtoJ_1_4: link 4 has parent 0 in BB \(line 9\); expected CtoJ_0_4"),
         (_edit("CtoJ_4_5[ 0 0 0.5 ]", ""), r"missing block CtoJ_4_5\["),
-        (_edit("JtoC_2_2[ 0 0 0.5 ]", "JtoC_2_2[ 0 0 0.5 ]\nCtoJ_2_2[ 0 0 -0.5 ]"), r"line 32: CtoJ_2_2: link 2 has both JtoC_2_2 \(line 31\) and CtoJ_2_2; give one"),
+        (
+            _edit("JtoC_2_2[ 0 0 0.5 ]", "JtoC_2_2[ 0 0 0.5 ]\nCtoJ_2_2[ 0 0 -0.5 ]"),
+            r"line 32: CtoJ_2_2: link 2 has both JtoC_2_2 \(line 31\) and CtoJ_2_2; give one",
+        ),
         (_edit("JtoC_0_0[ 0 0 0 ]", "JtoC_0_0[ 0 0 1 ]"), r"line 26: JtoC_0_0: must be \[ 0 0 0 \]"),
         (_edit("JtoC_5_5[ 0 0 0.5 ]", ""), r"missing block JtoC_5_5\["),
-        (_edit("CtoE_2", "CtoE_4"), r"CtoE blocks \[1, 4\]: expected CtoE_1..CtoE_2 .* or CtoE_<link> for the end-point links \[3, 6\]"),
-        (_edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 ]"), r"line 54: mass: expected 7 value\(s\), got 6"),
-        (_edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 -10 ]"), r"link_mass\[5\]: link 6 \('link6'\) mass must be non-negative"),
-        (_edit("###Link6\nI11= 1\n", "###Link6\n"), r"I11=: expected 7 entries \(base and 6 links, in order\), got 6 \(lines"),
+        (
+            _edit("CtoE_2", "CtoE_4"),
+            r"CtoE blocks \[1, 4\]: expected CtoE_1..CtoE_2 .* or CtoE_<link> for the end-point links \[3, 6\]",
+        ),
+        (
+            _edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 ]"),
+            r"line 54: mass: expected 7 value\(s\), got 6",
+        ),
+        (
+            _edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 -10 ]"),
+            r"link_mass\[5\]: link 6 \('link6'\) mass must be non-negative",
+        ),
+        (
+            _edit("###Link6\nI11= 1\n", "###Link6\n"),
+            r"I11=: expected 7 entries \(base and 6 links, in order\), got 6 \(lines",
+        ),
         (_edit("###Link6\nI11= 1\n", "###Link6\nI11= one\n"), "line 110: I11: 'one' is not a number"),
         (_edit("###Link6\nI11= 1\n", "###Link6\nI11=\n"), r"line 110: I11: expected 1 value\(s\), got 0"),
-        (_edit("BB[ 0 1 2 0 4 5 ]", "BB[ 0 1 2 0 4 5"), r"line 9: BB\[ has no closing '\]' before the next block on line 12"),
-        (_edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 10"), r"line 54: mass\[ has no closing '\]'$"),
+        (
+            _edit("BB[ 0 1 2 0 4 5 ]", "BB[ 0 1 2 0 4 5"),
+            r"line 9: BB\[ has no closing '\]' before the next block on line 12",
+        ),
+        (
+            _edit("mass[ 100 10 10 10 10 10 10 ]", "mass[ 100 10 10 10 10 10 10"),
+            r"line 54: mass\[ has no closing '\]'$",
+        ),
         (_edit("###EOF 777", "EOF 777"), "line 117: cannot read 'EOF 777'"),
-        (_edit("###Link2\nI11= 1\nI22= 0.1\nI33= 1", "###Link2\nI11= 1\nI22= 0.1\nI33= -5"), "link 2.*not positive semidefinite"),
+        (
+            _edit("###Link2\nI11= 1\nI22= 0.1\nI33= 1", "###Link2\nI11= 1\nI22= 0.1\nI33= -5"),
+            "link 2.*not positive semidefinite",
+        ),
     ],
 )
 def test_malformed(text, message):
@@ -149,7 +206,9 @@ def test_unphysical_inertia_is_accepted_as_spacedyn_does():
     """Principal moments (1, 0.1, 5) break the triangle inequality: SpaceDyn simulates such
     a model, so the reader accepts it with one warning naming the link; "physical" refuses."""
     text = _edit("###Link2\nI11= 1\nI22= 0.1\nI33= 1", "###Link2\nI11= 1\nI22= 0.1\nI33= 5")
-    with pytest.warns(UserWarning, match=r"\.def text: the inertia tensors of link 2 .* violate the triangle inequality"):
+    with pytest.warns(
+        UserWarning, match=r"\.def text: the inertia tensors of link 2 .* violate the triangle inequality"
+    ):
         model = model_from_def(text)
     assert float(model.link_inertia[1, 2, 2]) == 5.0
     with pytest.raises(ValueError, match=r"link 2.*triangle inequality.*inertia_check='positive_definite'"):

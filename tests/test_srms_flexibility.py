@@ -25,7 +25,11 @@ def srms():
 
 
 def random_terms(rng, n):
-    return np.asarray(ma.cantilever_terms(rng.uniform(0.5, 3.0, n), rng.uniform(1e5, 1e6, n), rng.uniform(1e5, 1e6, n), rng.uniform(1e5, 1e6, n)))
+    return np.asarray(
+        ma.cantilever_terms(
+            rng.uniform(0.5, 3.0, n), rng.uniform(1e5, 1e6, n), rng.uniform(1e5, 1e6, n), rng.uniform(1e5, 1e6, n)
+        )
+    )
 
 
 def test_beam_flexibility_sparsity_matches_eq_b7():
@@ -33,7 +37,15 @@ def test_beam_flexibility_sparsity_matches_eq_b7():
     terms[3], terms[4] = -0.5, 0.5  # keep the bending blocks positive definite
     y = np.asarray(ma.beam_flexibility(terms))
     seed = np.zeros((6, 6))  # eq B-7, seed order [M; F] -> [rotation; displacement], 1-based (i, j)
-    for (i, j), v in {(1, 1): terms[0], (2, 2): terms[1], (3, 3): terms[2], (2, 6): terms[3], (3, 5): terms[4], (5, 5): terms[5], (6, 6): terms[6]}.items():
+    for (i, j), v in {
+        (1, 1): terms[0],
+        (2, 2): terms[1],
+        (3, 3): terms[2],
+        (2, 6): terms[3],
+        (3, 5): terms[4],
+        (5, 5): terms[5],
+        (6, 6): terms[6],
+    }.items():
         seed[i - 1, j - 1] = seed[j - 1, i - 1] = v
     perm = [3, 4, 5, 0, 1, 2]  # sdjax order [F; M] -> [displacement; rotation]
     np.testing.assert_array_equal(y, seed[np.ix_(perm, perm)])
@@ -47,9 +59,13 @@ def test_cantilever_terms_are_beam_theory():
     y = np.asarray(ma.beam_flexibility(ma.cantilever_terms(length, ei_y, ei_z, gj)))
     load = np.array([0.0, 0.0, 10.0, 0.0, 0.0, 0.0])
     # The cantilever terms are these closed forms, so only the matrix product rounds: 1e-15.
-    np.testing.assert_allclose(y @ load, [0, 0, 10 * length**3 / (3 * ei_y), 0, -10 * length**2 / (2 * ei_y), 0], rtol=1e-15)
+    np.testing.assert_allclose(
+        y @ load, [0, 0, 10 * length**3 / (3 * ei_y), 0, -10 * length**2 / (2 * ei_y), 0], rtol=1e-15
+    )
     load = np.array([0.0, 10.0, 0.0, 4.0, 0.0, 0.0])  # F_y and a torque about x
-    np.testing.assert_allclose(y @ load, [0, 10 * length**3 / (3 * ei_z), 0, 4 * length / gj, 0, 10 * length**2 / (2 * ei_z)], rtol=1e-15)
+    np.testing.assert_allclose(
+        y @ load, [0, 10 * length**3 / (3 * ei_z), 0, 4 * length / gj, 0, 10 * length**2 / (2 * ei_z)], rtol=1e-15
+    )
 
 
 def test_chain_of_collinear_beams_is_one_beam():
@@ -166,13 +182,35 @@ def test_static_loads_match_seed_formulas(srms):
     kin = ma.arm_kinematics(srms, q)
     wrench = np.asarray(ma.end_effector_wrench(srms, q, np.array([300.0, -200.0, 150.0, 80.0, -60.0, 40.0])))
     fe, me = wrench[:3], wrench[3:]
-    r = {k: np.asarray(kin.joint_position[k - 1]) for k in range(2, 6)}  # r2B shoulder, r3B elbow, r4B wrist pitch, r5B wrist yaw
+    r = {
+        k: np.asarray(kin.joint_position[k - 1]) for k in range(2, 6)
+    }  # r2B shoulder, r3B elbow, r4B wrist pitch, r5B wrist yaw
     r[6] = np.asarray(kin.tip_position)  # r6B: where M_e, F_e act
     t = {k: np.asarray(kin.link_rotation[k - 1]).T for k in (2, 3, 4, 5)}  # T2B shoulder yaw .. T5B wrist
     t[6] = np.asarray(kin.link_rotation[6]).T  # T6B hand (link 6; wrist roll sits at the wrist yaw joint)
     mom = lambda k: me + np.cross(r[6] - r[k], fe)  # noqa: E731
-    expected_m = [-t[2] @ mom(2), t[3] @ mom(2), -t[3] @ mom(3), t[4] @ mom(3), -t[4] @ mom(4), t[5] @ mom(4), -t[5] @ mom(5), t[6] @ mom(5), -t[6] @ me]
-    expected_v = [-t[2] @ fe, t[3] @ fe, -t[3] @ fe, t[4] @ fe, -t[4] @ fe, t[5] @ fe, -t[5] @ fe, t[6] @ fe, -t[6] @ fe]
+    expected_m = [
+        -t[2] @ mom(2),
+        t[3] @ mom(2),
+        -t[3] @ mom(3),
+        t[4] @ mom(3),
+        -t[4] @ mom(4),
+        t[5] @ mom(4),
+        -t[5] @ mom(5),
+        t[6] @ mom(5),
+        -t[6] @ me,
+    ]
+    expected_v = [
+        -t[2] @ fe,
+        t[3] @ fe,
+        -t[3] @ fe,
+        t[4] @ fe,
+        -t[4] @ fe,
+        t[5] @ fe,
+        -t[5] @ fe,
+        t[6] @ fe,
+        -t[6] @ fe,
+    ]
     m, v = ma.seed_joint_loads(srms, q, wrench)
     scale = np.abs(expected_m).max()
     np.testing.assert_allclose(np.asarray(m), expected_m, atol=1e-12 * scale)  # same products, different order
@@ -188,7 +226,9 @@ def test_static_loads_virtual_work_and_equilibrium(srms, seed):
     tau = 500.0 * rng.normal(size=6)
     wrench = ma.end_effector_wrench(srms, q, tau)
     loads = ma.member_loads(srms, q, wrench)
-    np.testing.assert_allclose(np.asarray(loads.inboard_moment[:, 2]), tau, rtol=1e-9, atol=1e-9 * np.abs(tau).max())  # J^-T then J^T
+    np.testing.assert_allclose(
+        np.asarray(loads.inboard_moment[:, 2]), tau, rtol=1e-9, atol=1e-9 * np.abs(tau).max()
+    )  # J^-T then J^T
     kin = ma.arm_kinematics(srms, q)
     rot = np.asarray(kin.link_rotation[1:])
     inboard = np.asarray(kin.joint_position)
@@ -198,4 +238,6 @@ def test_static_loads_virtual_work_and_equilibrium(srms, seed):
         m_in, m_out = rot[k] @ np.asarray(loads.inboard_moment[k]), rot[k] @ np.asarray(loads.outboard_moment[k])
         scale = np.abs(np.asarray(wrench)).max() * 20.0
         np.testing.assert_allclose(f_in + f_out, 0.0, atol=1e-12 * scale)
-        np.testing.assert_allclose(m_in + m_out + np.cross(outboard[k] - inboard[k], f_out), 0.0, atol=1e-12 * scale)  # moments about joint k
+        np.testing.assert_allclose(
+            m_in + m_out + np.cross(outboard[k] - inboard[k], f_out), 0.0, atol=1e-12 * scale
+        )  # moments about joint k

@@ -48,7 +48,10 @@ def test_vmap_over_states_equals_loop(model):
 
 def test_vmap_over_models_equals_loop(model):
     rng = np.random.default_rng(1)
-    models = [eqx.tree_at(lambda m: (m.link_mass, m.base_mass), model, (model.link_mass * s, model.base_mass * s)) for s in rng.uniform(0.5, 2.0, 4)]
+    models = [
+        eqx.tree_at(lambda m: (m.link_mass, m.base_mass), model, (model.link_mass * s, model.base_mass * s))
+        for s in rng.uniform(0.5, 2.0, 4)
+    ]
     stacked = sdjax.stack_models(models)
     state = random_state(model, 1)
     tau = jnp.ones(model.num_joints)
@@ -67,7 +70,11 @@ def test_gradients_against_finite_differences(model):
     tau = jnp.linspace(-0.5, 0.5, model.num_joints)
 
     def fd_of_params(link_mass, link_inertia, offsets, q, qd, tau):
-        m = eqx.tree_at(lambda m: (m.link_mass, m.link_inertia, m.parent_centroid_to_joint), model, (link_mass, link_inertia, offsets))
+        m = eqx.tree_at(
+            lambda m: (m.link_mass, m.link_inertia, m.parent_centroid_to_joint),
+            model,
+            (link_mass, link_inertia, offsets),
+        )
         s = eqx.tree_at(lambda s: (s.q, s.qd), state, (q, qd))
         return _fd(m, s, tau)
 
@@ -80,17 +87,36 @@ def test_gradients_against_finite_differences(model):
         s = sdjax.State(state.base_position, quat, state.base_linear_velocity, state.base_angular_velocity, q, qd)
         return jnp.concatenate(sdjax.inverse_dynamics(model, s, jnp.ones(6), qdd))
 
-    check_grads(rne_of_state, (state.base_quaternion, state.q, state.qd, jnp.ones(model.num_joints)), order=1, modes=("fwd", "rev"), eps=1e-6)
+    check_grads(
+        rne_of_state,
+        (state.base_quaternion, state.q, state.qd, jnp.ones(model.num_joints)),
+        order=1,
+        modes=("fwd", "rev"),
+        eps=1e-6,
+    )
 
 
 def _fd_of_loads(model, state):
     def fd_of_loads(quat, q, base_force, end_force, end_torque):
         s = eqx.tree_at(lambda s: (s.base_quaternion, s.q), state, (quat, q))
-        base_acc, qdd = sdjax.forward_dynamics(model, s, jnp.ones(model.num_joints), base_force=base_force, end_point_force=end_force, end_point_torque=end_torque)
+        base_acc, qdd = sdjax.forward_dynamics(
+            model,
+            s,
+            jnp.ones(model.num_joints),
+            base_force=base_force,
+            end_point_force=end_force,
+            end_point_torque=end_torque,
+        )
         return jnp.concatenate([base_acc, qdd])
 
     ne = model.num_end_points
-    return jax.jit(fd_of_loads), (state.base_quaternion, state.q, jnp.array([1.0, -2.0, 0.5]), jnp.ones((ne, 3)), -jnp.ones((ne, 3)))
+    return jax.jit(fd_of_loads), (
+        state.base_quaternion,
+        state.q,
+        jnp.array([1.0, -2.0, 0.5]),
+        jnp.ones((ne, 3)),
+        -jnp.ones((ne, 3)),
+    )
 
 
 def test_forward_dynamics_derivatives_of_applied_loads(model):
@@ -121,16 +147,32 @@ def test_gradient_of_whole_model(model):
     grads = jax.grad(loss)(model)
     direction = jax.tree.map(lambda x: jnp.asarray(np.random.default_rng(3).normal(size=x.shape)), model)
     # The inertia tensors must stay symmetric along the direction.
-    direction = eqx.tree_at(lambda m: (m.link_inertia, m.base_inertia), direction,
-                            (0.5 * (direction.link_inertia + jnp.swapaxes(direction.link_inertia, 1, 2)) * 1e-3,
-                             0.5 * (direction.base_inertia + direction.base_inertia.T) * 1e-3))
+    direction = eqx.tree_at(
+        lambda m: (m.link_inertia, m.base_inertia),
+        direction,
+        (
+            0.5 * (direction.link_inertia + jnp.swapaxes(direction.link_inertia, 1, 2)) * 1e-3,
+            0.5 * (direction.base_inertia + direction.base_inertia.T) * 1e-3,
+        ),
+    )
     analytic = sum(jnp.sum(g * d) for g, d in zip(jax.tree.leaves(grads), jax.tree.leaves(direction)))
     eps = 1e-6
     plus = loss(jax.tree.map(lambda x, d: x + eps * d, model, direction))
     minus = loss(jax.tree.map(lambda x, d: x - eps * d, model, direction))
     # Central difference: O(eps^2) truncation, O(1e-16 |loss| / eps) round-off.
     assert_close(analytic, (plus - minus) / (2 * eps), 1e-6, "directional derivative")
-    for name in ("link_mass", "link_inertia", "parent_centroid_to_joint", "centroid_to_joint", "joint_rpy", "gravity", "joint_stiffness", "joint_damping", "base_mass", "base_inertia"):
+    for name in (
+        "link_mass",
+        "link_inertia",
+        "parent_centroid_to_joint",
+        "centroid_to_joint",
+        "joint_rpy",
+        "gravity",
+        "joint_stiffness",
+        "joint_damping",
+        "base_mass",
+        "base_inertia",
+    ):
         assert bool(jnp.any(getattr(grads, name) != 0)), name
 
 
@@ -144,10 +186,16 @@ def test_no_nan_gradients_at_zero():
         s = sdjax.State(state.base_position, quat, state.base_linear_velocity, w0, q, qd)
         traj = sdjax.rollout(m, s, 0.01, 3, lambda t, x: -x.qd, integrator="euler")
         end = jax.tree.map(lambda x: x[-1], traj.states)
-        return (jnp.sum(end.base_quaternion) + jnp.sum(sdjax.forward_dynamics(m, s)[1]) + sdjax.kinetic_energy(m, s)
-                + jnp.sum(sdjax.angular_momentum(m, s, about="com")))
+        return (
+            jnp.sum(end.base_quaternion)
+            + jnp.sum(sdjax.forward_dynamics(m, s)[1])
+            + sdjax.kinetic_energy(m, s)
+            + jnp.sum(sdjax.angular_momentum(m, s, about="com"))
+        )
 
-    grads = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(state.base_quaternion, state.q, state.qd, state.base_angular_velocity, model.link_mass)
+    grads = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(
+        state.base_quaternion, state.q, state.qd, state.base_angular_velocity, model.link_mass
+    )
     for g in grads:
         assert bool(jnp.all(jnp.isfinite(g)))
 
@@ -177,7 +225,9 @@ def test_chunked_batches_equal_per_sample(monkeypatch, dtype, rtol):
     model = random_model(5, 14, gravity=True, passive=True).astype(dtype)
     assert dynamics.batch_chunk_size(model.num_velocities) == 32
     batch = 75  # two chunks of 32 and a remainder of 11
-    states = jax.tree.map(lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, 500 + k) for k in range(batch)])
+    states = jax.tree.map(
+        lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, 500 + k) for k in range(batch)]
+    )
     taus = jnp.asarray(np.random.default_rng(5).normal(size=(batch, model.num_joints)), dtype)
     loss = lambda m, s, t: jnp.sum(jnp.sin(_fd(m, s, t)))
     values = jax.jit(jax.vmap(_fd, in_axes=(None, 0, 0)))(model, states, taus)

@@ -121,7 +121,9 @@ def test_against_pinocchio_urdf_parser(name):
     damping = np.asarray(model.joint_damping)
     for k, state in enumerate(states):
         rot = np.asarray(state.base_rotation)
-        r0, v0, w0 = (np.asarray(x) for x in (state.base_position, state.base_linear_velocity, state.base_angular_velocity))
+        r0, v0, w0 = (
+            np.asarray(x) for x in (state.base_position, state.base_linear_velocity, state.base_angular_velocity)
+        )
         q, qd = np.asarray(state.q), np.asarray(state.qd)
         q_pin = np.zeros(pm.nq)
         q_pin[:3] = r0 - rot @ c
@@ -200,7 +202,15 @@ def test_joint_data_and_documented_choices():
     model = info.model
     assert info.root_link == "bus"
     assert model.name == "satellite_arm7"
-    assert info.joint_names == ("shoulder_yaw", "shoulder_pitch", "upper_arm_roll", "elbow", "forearm_extend", "wrist_tilt", "wrist_roll")
+    assert info.joint_names == (
+        "shoulder_yaw",
+        "shoulder_pitch",
+        "upper_arm_roll",
+        "elbow",
+        "forearm_extend",
+        "wrist_tilt",
+        "wrist_roll",
+    )
     assert model.joint_type == ("R", "R", "R", "R", "P", "R", "R")
     # <dynamics damping> is kept (viscous, like sdjax's D); friction and limits are not.
     np.testing.assert_array_equal(model.joint_damping, [0.8, 0, 0.5, 0, 20.0, 0, 0])
@@ -240,15 +250,21 @@ def test_fixed_merge_matches_single_link():
       <inertia ixx="5" ixy="0" ixz="0" iyy="6" iyz="0" izz="7"/></inertial></link>
       <joint name="j" type="revolute"><parent link="b"/><child link="a"/><origin xyz="0.3 0 0"/>
       <axis xyz="0 1 0"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>"""
-    split = head + """<link name="a"><inertial><origin xyz="0.1 0 0"/><mass value="2"/>
+    split = (
+        head
+        + """<link name="a"><inertial><origin xyz="0.1 0 0"/><mass value="2"/>
       <inertia ixx="0.01" ixy="0" ixz="0" iyy="0.02" iyz="0" izz="0.02"/></inertial></link>
       <joint name="f" type="fixed"><parent link="a"/><child link="a2"/><origin xyz="0.4 0 0" rpy="0 0 1.5707963267948966"/></joint>
       <link name="a2"><inertial><origin xyz="0.2 -0.1 0" rpy="0 0 0"/><mass value="3"/>
       <inertia ixx="0.03" ixy="0" ixz="0" iyy="0.01" iyz="0" izz="0.025"/></inertial></link></robot>"""
+    )
     f = lambda x: repr(float(x))  # noqa: E731
-    whole = head + f"""<link name="a"><inertial><origin xyz="{f(c[0])} {f(c[1])} {f(c[2])}"/><mass value="{f(m)}"/>
+    whole = (
+        head
+        + f"""<link name="a"><inertial><origin xyz="{f(c[0])} {f(c[1])} {f(c[2])}"/><mass value="{f(m)}"/>
       <inertia ixx="{f(inertia[0, 0])}" ixy="{f(inertia[0, 1])}" ixz="{f(inertia[0, 2])}" iyy="{f(inertia[1, 1])}"
        iyz="{f(inertia[1, 2])}" izz="{f(inertia[2, 2])}"/></inertial></link></robot>"""
+    )
     a, b = model_from_urdf(split, end_points=()), model_from_urdf(whole, end_points=())
     state = random_state(a, 3)
     # Same dynamics to round-off of O(1) sums (1e-13 relative).
@@ -326,32 +342,130 @@ def _robot(*parts: str) -> str:
 @pytest.mark.parametrize(
     "text, message",
     [
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "floating", "b", "a", "")), "joint 'j': type 'floating' is not supported"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "planar", "b", "a", "")), "joint 'j': type 'planar' is not supported"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "spherical", "b", "a", "")), "joint 'j': unknown joint type 'spherical'"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>')), "joint 'j': <mimic joint='k'> couples it"),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "floating", "b", "a", "")),
+            "joint 'j': type 'floating' is not supported",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "planar", "b", "a", "")),
+            "joint 'j': type 'planar' is not supported",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "spherical", "b", "a", "")),
+            "joint 'j': unknown joint type 'spherical'",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>')),
+            "joint 'j': <mimic joint='k'> couples it",
+        ),
         (_robot(_BASE, _LINK.format("a")), r"several root links \['b', 'a'\]"),
-        (_robot(_BASE, _LINK.format("a"), _LINK.format("c"), _JOINT.format("j", "revolute", "b", "a", ""), _JOINT.format("k", "revolute", "c", "a", "")), "link 'a' is the child of joints 'j' and 'k'"),
-        (_robot(_BASE, _LINK.format("a"), _LINK.format("c"), _JOINT.format("j", "revolute", "a", "c", ""), _JOINT.format("k", "revolute", "c", "a", "")), r"links \['a', 'c'\] are not connected to the root 'b'"),
+        (
+            _robot(
+                _BASE,
+                _LINK.format("a"),
+                _LINK.format("c"),
+                _JOINT.format("j", "revolute", "b", "a", ""),
+                _JOINT.format("k", "revolute", "c", "a", ""),
+            ),
+            "link 'a' is the child of joints 'j' and 'k'",
+        ),
+        (
+            _robot(
+                _BASE,
+                _LINK.format("a"),
+                _LINK.format("c"),
+                _JOINT.format("j", "revolute", "a", "c", ""),
+                _JOINT.format("k", "revolute", "c", "a", ""),
+            ),
+            r"links \['a', 'c'\] are not connected to the root 'b'",
+        ),
         (_robot(_LINK.format("a"), _JOINT.format("j", "revolute", "a", "a", "")), "no root link"),
         (_robot(_BASE, _JOINT.format("j", "revolute", "b", "ghost", "")), "joint 'j': link 'ghost' is not defined"),
-        (_robot(_BASE, '<link name="a"/>', _JOINT.format("j", "revolute", "b", "a", "")), r"joint 1 \(link 1 \('a'\)\) moves no mass or inertia"),
-        (_robot(_BASE, '<link name="a"/>', _LINK.format("c"), _JOINT.format("j", "revolute", "b", "a", ""), _JOINT.format("k", "revolute", "a", "c", "")), r"inertia matrix is singular at q = \[0.0, 0.0\].*massless"),  # two coaxial joints around a massless link
-        (_robot('<link name="b"/>', _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", "")), r"the base \(root link 'b'\) has no mass"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<axis xyz="0 0 0"/>')), r"joint 'j' <axis xyz>: the joint axis must be non-zero"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<axis xyz="1 0"/>')), r"joint 'j' <axis xyz>: expected 3 number\(s\)"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin xyz="0 0 abc"/>')), r"joint 'j' <origin xyz>: expected 3 number\(s\), got '0 0 abc'"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin rpy="0 nan 0"/>')), r"joint 'j' <origin rpy>: values must be finite"),
-        (_robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<dynamics damping="-1"/>')), r"joint 'j' <dynamics damping>: must be non-negative"),
-        (_robot(_BASE, _LINK.format("a"), '<joint name="j"><parent link="b"/><child link="a"/></joint>'), "joint 'j': missing type attribute"),
-        (_robot(_BASE, _LINK.format("a"), '<joint name="j" type="fixed"><parent link="b"/></joint>'), r"joint 'j': missing <child link=...>"),
+        (
+            _robot(_BASE, '<link name="a"/>', _JOINT.format("j", "revolute", "b", "a", "")),
+            r"joint 1 \(link 1 \('a'\)\) moves no mass or inertia",
+        ),
+        (
+            _robot(
+                _BASE,
+                '<link name="a"/>',
+                _LINK.format("c"),
+                _JOINT.format("j", "revolute", "b", "a", ""),
+                _JOINT.format("k", "revolute", "a", "c", ""),
+            ),
+            r"inertia matrix is singular at q = \[0.0, 0.0\].*massless",
+        ),  # two coaxial joints around a massless link
+        (
+            _robot('<link name="b"/>', _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", "")),
+            r"the base \(root link 'b'\) has no mass",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<axis xyz="0 0 0"/>')),
+            r"joint 'j' <axis xyz>: the joint axis must be non-zero",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<axis xyz="1 0"/>')),
+            r"joint 'j' <axis xyz>: expected 3 number\(s\)",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin xyz="0 0 abc"/>')),
+            r"joint 'j' <origin xyz>: expected 3 number\(s\), got '0 0 abc'",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin rpy="0 nan 0"/>')),
+            r"joint 'j' <origin rpy>: values must be finite",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<dynamics damping="-1"/>')),
+            r"joint 'j' <dynamics damping>: must be non-negative",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), '<joint name="j"><parent link="b"/><child link="a"/></joint>'),
+            "joint 'j': missing type attribute",
+        ),
+        (
+            _robot(_BASE, _LINK.format("a"), '<joint name="j" type="fixed"><parent link="b"/></joint>'),
+            r"joint 'j': missing <child link=...>",
+        ),
         (_robot(_BASE, _LINK.format("a"), _LINK.format("a")), "duplicate link name 'a'"),
-        (_robot(_BASE, _LINK.format("a"), _LINK.format("c"), _JOINT.format("j", "fixed", "b", "a", ""), _JOINT.format("j", "fixed", "b", "c", "")), "duplicate joint name 'j'"),
-        (_robot('<link name="b"><inertial><mass value="-1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link>'), r"link 'b' <inertial>: mass must be non-negative"),
-        (_robot('<link name="b"><inertial><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link>'), r"link 'b' <inertial>: missing <mass>"),
-        (_robot('<link name="b"><inertial><mass value="1"/></inertial></link>'), r"link 'b' <inertial>: missing <inertia>"),
-        (_robot('<link name="b"><inertial><mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0"/></inertial></link>'), r"link 'b' <inertial> <inertia izz>: missing"),
-        (_robot('<link name="b"><inertial><mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="5"/></inertial></link>'), "triangle inequality"),
+        (
+            _robot(
+                _BASE,
+                _LINK.format("a"),
+                _LINK.format("c"),
+                _JOINT.format("j", "fixed", "b", "a", ""),
+                _JOINT.format("j", "fixed", "b", "c", ""),
+            ),
+            "duplicate joint name 'j'",
+        ),
+        (
+            _robot(
+                '<link name="b"><inertial><mass value="-1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link>'
+            ),
+            r"link 'b' <inertial>: mass must be non-negative",
+        ),
+        (
+            _robot(
+                '<link name="b"><inertial><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial></link>'
+            ),
+            r"link 'b' <inertial>: missing <mass>",
+        ),
+        (
+            _robot('<link name="b"><inertial><mass value="1"/></inertial></link>'),
+            r"link 'b' <inertial>: missing <inertia>",
+        ),
+        (
+            _robot(
+                '<link name="b"><inertial><mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0"/></inertial></link>'
+            ),
+            r"link 'b' <inertial> <inertia izz>: missing",
+        ),
+        (
+            _robot(
+                '<link name="b"><inertial><mass value="1"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="5"/></inertial></link>'
+            ),
+            "triangle inequality",
+        ),
         (_robot("<link/>"), "<link> without a name"),
         (_robot('<joint type="fixed"/>'), "<joint> without a name"),
         (_robot(), "no <link> elements"),
@@ -375,8 +489,14 @@ def test_refusals_end_points_and_files(tmp_path):
         model_from_urdf(arm, end_points="tool0")
     with pytest.raises(ValueError, match="base_link 'gripper': the root link of the URDF tree is 'bus'"):
         model_from_urdf(arm, base_link="gripper")
-    two_leaves = _robot(_BASE, _LINK.format("a"), '<link name="t1"/><link name="t2"/>', _JOINT.format("j", "revolute", "b", "a", ""),
-                        _JOINT.format("f1", "fixed", "a", "t1", ""), _JOINT.format("f2", "fixed", "a", "t2", ""))
+    two_leaves = _robot(
+        _BASE,
+        _LINK.format("a"),
+        '<link name="t1"/><link name="t2"/>',
+        _JOINT.format("j", "revolute", "b", "a", ""),
+        _JOINT.format("f1", "fixed", "a", "t1", ""),
+        _JOINT.format("f2", "fixed", "a", "t2", ""),
+    )
     both = model_from_urdf(two_leaves)  # two frames on one link: both kept, in document order
     assert both.end_point_link == (1, 1) and both.end_point_names == ("t1", "t2")
     assert model_from_urdf(two_leaves, end_points=["t2"]).end_point_link == (1,)
@@ -464,7 +584,9 @@ def test_fixed_base_against_pinocchio():
         np.testing.assert_allclose(q_back, q_pin, rtol=0, atol=1e-15)  # cos/sin of arctan2 of them
 
 
-_PLANAR_WORLD = '<link name="world"/><joint name="float" type="planar"><parent link="world"/><child link="b"/>{0}</joint>'
+_PLANAR_WORLD = (
+    '<link name="world"/><joint name="float" type="planar"><parent link="world"/><child link="b"/>{0}</joint>'
+)
 
 
 def test_world_joint_sets_the_base_mode():
@@ -479,11 +601,18 @@ def test_world_joint_sets_the_base_mode():
     # The same arrays as the file without the world link, given the mode explicitly.
     explicit = model_from_urdf(_robot(*chain), base="planar")
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(np.all(a == b)), planar, explicit))
-    free = model_from_urdf(_robot('<link name="world"/><joint name="f" type="floating"><parent link="world"/><child link="b"/></joint>', *chain))
+    free = model_from_urdf(
+        _robot(
+            '<link name="world"/><joint name="f" type="floating"><parent link="world"/><child link="b"/></joint>',
+            *chain,
+        )
+    )
     assert free.base == "floating" and free.link_names == ("a",)
     # Overrides: a file without a world link as a fixed base, a welded world as a floating one.
     assert model_from_urdf(_robot(*chain), base="fixed").base == "fixed"
-    welded = _robot('<link name="world"/><joint name="w" type="fixed"><parent link="world"/><child link="b"/></joint>', *chain)
+    welded = _robot(
+        '<link name="world"/><joint name="w" type="fixed"><parent link="world"/><child link="b"/></joint>', *chain
+    )
     assert model_from_urdf(welded).base == "fixed"
     assert model_from_urdf(welded, base="floating").base == "floating"
     # A massless world welded to a massless link: fine for a fixed base, refused floating.
@@ -494,7 +623,14 @@ def test_world_joint_sets_the_base_mode():
     with pytest.raises(ValueError, match="plane of this planar joint has normal"):
         model_from_urdf(_robot(_PLANAR_WORLD.format(""), *chain))  # default axis x: a vertical plane
     with pytest.raises(ValueError, match="link 'world' joins the tree by the planar joint 'float'.*only joint"):
-        model_from_urdf(_robot(_PLANAR_WORLD.format('<axis xyz="0 0 1"/>'), *chain, _LINK.format("c"), _JOINT.format("k", "fixed", "world", "c", "")))
+        model_from_urdf(
+            _robot(
+                _PLANAR_WORLD.format('<axis xyz="0 0 1"/>'),
+                *chain,
+                _LINK.format("c"),
+                _JOINT.format("k", "fixed", "world", "c", ""),
+            )
+        )
     with pytest.raises(ValueError, match="base: unknown base mode 'hovering'"):
         model_from_urdf(_robot(*chain), base="hovering")
 
@@ -515,7 +651,10 @@ def test_mimic_joints_against_pinocchio():
     model, couplings = info.model, info.couplings
     n = model.num_joints
     followers = {c.follower: c for c in couplings}
-    assert [(c.follower, c.leader, float(c.multiplier), float(c.offset)) for c in couplings] == [(2, 1, 2.0, 0.1), (5, 4, 1.0, 0.005)]
+    assert [(c.follower, c.leader, float(c.multiplier), float(c.offset)) for c in couplings] == [
+        (2, 1, 2.0, 0.1),
+        (5, 4, 1.0, 0.005),
+    ]
     independent = [k for k in range(n) if k not in followers]
     g = np.zeros((n, len(independent)))  # qd = G qd_independent
     for col, k in enumerate(independent):
@@ -542,7 +681,9 @@ def test_mimic_joints_against_pinocchio():
         for j in range(1, pm.njoints):
             if pm.nqs[j]:
                 jf = pm_full.getJointId(pm.names[j])
-                q_pin[pm.idx_qs[j] : pm.idx_qs[j] + pm.nqs[j]] = q_full[pm_full.idx_qs[jf] : pm_full.idx_qs[jf] + pm.nqs[j]]
+                q_pin[pm.idx_qs[j] : pm.idx_qs[j] + pm.nqs[j]] = q_full[
+                    pm_full.idx_qs[jf] : pm_full.idx_qs[jf] + pm.nqs[j]
+                ]
         v_pin = perm @ np.asarray(qd)[independent]
         data = pm.createData()  # (Pinocchio 4.1's crba on a mimic model reads stale data when reused)
         m = pin.crba(pm, data, q_pin)
@@ -567,13 +708,25 @@ def test_mimic_joints_against_pinocchio():
 @pytest.mark.parametrize(
     "joints, message",
     [
-        (_JOINT.format("j", "revolute", "b", "a", '<mimic joint="nope"/>') + _JOINT.format("k", "revolute", "a", "c", ""), "joint 'j' <mimic joint='nope'>: no revolute, continuous or prismatic joint"),
-        (_JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>') + _JOINT.format("k", "fixed", "a", "c", ""), "joint 'j' <mimic joint='k'>: no revolute"),
         (
-            _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>') + _JOINT.format("k", "revolute", "a", "c", '<mimic joint="j"/>'),
+            _JOINT.format("j", "revolute", "b", "a", '<mimic joint="nope"/>')
+            + _JOINT.format("k", "revolute", "a", "c", ""),
+            "joint 'j' <mimic joint='nope'>: no revolute, continuous or prismatic joint",
+        ),
+        (
+            _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>') + _JOINT.format("k", "fixed", "a", "c", ""),
+            "joint 'j' <mimic joint='k'>: no revolute",
+        ),
+        (
+            _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>')
+            + _JOINT.format("k", "revolute", "a", "c", '<mimic joint="j"/>'),
             "mimics another itself",
         ),
-        (_JOINT.format("j", "revolute", "b", "a", '<mimic joint="k" multiplier="x"/>') + _JOINT.format("k", "revolute", "a", "c", ""), "<mimic multiplier>: expected 1 number"),
+        (
+            _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k" multiplier="x"/>')
+            + _JOINT.format("k", "revolute", "a", "c", ""),
+            "<mimic multiplier>: expected 1 number",
+        ),
     ],
 )
 def test_mimic_refusals(joints, message):
@@ -583,7 +736,13 @@ def test_mimic_refusals(joints, message):
 
 
 def test_mimic_on_a_fixed_joint_is_ignored():
-    text = _robot(_BASE, _LINK.format("a"), _LINK.format("c"), _JOINT.format("j", "fixed", "b", "a", '<mimic joint="k"/>'), _JOINT.format("k", "revolute", "a", "c", ""))
+    text = _robot(
+        _BASE,
+        _LINK.format("a"),
+        _LINK.format("c"),
+        _JOINT.format("j", "fixed", "b", "a", '<mimic joint="k"/>'),
+        _JOINT.format("k", "revolute", "a", "c", ""),
+    )
     info = import_urdf(text)  # nothing to couple: loads with the default too
     assert info.model.num_joints == 1 and info.couplings == ()
 

@@ -67,7 +67,11 @@ def test_capsules_join_the_joints_centroids_and_end_points(tree):
     assert geometry.segment_start.shape == (4, len(expected), 3)
     for k in range(4):
         kin = sdjax.forward_kinematics(model, jax.tree.map(lambda x: x[k], states))
-        points = {"c": np.asarray(kin.centroid), "j": np.asarray(kin.joint_position), "e": np.asarray(kin.end_point_position)}
+        points = {
+            "c": np.asarray(kin.centroid),
+            "j": np.asarray(kin.joint_position),
+            "e": np.asarray(kin.end_point_position),
+        }
         centre, wxyz, length = G.segment_poses(geometry.segment_start[k], geometry.segment_end[k])
         axis = _quat_wxyz_to_matrix(wxyz)[:, :, 2]  # the cylinder's z axis
         start, end = centre - 0.5 * length[:, None] * axis, centre + 0.5 * length[:, None] * axis
@@ -89,9 +93,15 @@ def test_segment_poses_of_edge_directions():
     np.testing.assert_allclose(length, np.linalg.norm(end, axis=1), rtol=1e-15)  # one sqrt
     np.testing.assert_allclose(centre, 0.5 * end)
     rotation = _quat_wxyz_to_matrix(wxyz)
-    np.testing.assert_allclose(np.einsum("sij,sjk->sik", rotation, np.swapaxes(rotation, 1, 2)), np.broadcast_to(np.eye(3), (4, 3, 3)), atol=1e-15)
+    np.testing.assert_allclose(
+        np.einsum("sij,sjk->sik", rotation, np.swapaxes(rotation, 1, 2)),
+        np.broadcast_to(np.eye(3), (4, 3, 3)),
+        atol=1e-15,
+    )
     moving = length > 0
-    np.testing.assert_allclose(rotation[moving, :, 2] * length[moving, None], end[moving], atol=1e-15)  # unit quaternions, round-off
+    np.testing.assert_allclose(
+        rotation[moving, :, 2] * length[moving, None], end[moving], atol=1e-15
+    )  # unit quaternions, round-off
 
 
 @pytest.mark.parametrize("inertia", [np.diag([2.0, 3.0, 4.0]), [[5.0, 0.5, -0.3], [0.5, 4.0, 0.2], [-0.3, 0.2, 3.0]]])
@@ -108,7 +118,9 @@ def test_base_box_has_the_principal_moments_and_axes_of_the_base(inertia):
     box = _quat_wxyz_to_matrix(G.attitudes(geometry)["box"][0])  # as sent to viser
     world = box @ np.diag(moments) @ box.T
     a0 = np.asarray(sdjax.quat_to_matrix(state.base_quaternion))
-    np.testing.assert_allclose(world, a0 @ np.asarray(inertia) @ a0.T, atol=1e-12 * np.max(moments))  # float64 round-off
+    np.testing.assert_allclose(
+        world, a0 @ np.asarray(inertia) @ a0.T, atol=1e-12 * np.max(moments)
+    )  # float64 round-off
 
 
 def test_center_of_mass_and_momentum_markers(tree):
@@ -125,11 +137,17 @@ def test_center_of_mass_and_momentum_markers(tree):
         r, rotation = np.asarray(kin.centroid), np.asarray(kin.rotation)
         v, w = (np.asarray(x) for x in sdjax.link_velocities(model, state))
         com = masses @ r / masses.sum()
-        spin = np.einsum("bij,bjk,blk,bl->i", rotation, inertias, rotation, w) + np.sum(masses[:, None] * np.cross(r - com, v), axis=0)
+        spin = np.einsum("bij,bjk,blk,bl->i", rotation, inertias, rotation, w) + np.sum(
+            masses[:, None] * np.cross(r - com, v), axis=0
+        )
         scale = float(np.max(np.abs(spin))) + 1.0
         np.testing.assert_allclose(geometry.center_of_mass[k], com, atol=1e-12)  # round-off, metres
-        np.testing.assert_allclose(geometry.linear_momentum[k], masses @ v, atol=1e-11 * (1.0 + np.abs(masses @ v).max()))  # round-off
-        np.testing.assert_allclose(geometry.angular_momentum[k], spin, atol=1e-11 * scale)  # round-off of sums of products
+        np.testing.assert_allclose(
+            geometry.linear_momentum[k], masses @ v, atol=1e-11 * (1.0 + np.abs(masses @ v).max())
+        )  # round-off
+        np.testing.assert_allclose(
+            geometry.angular_momentum[k], spin, atol=1e-11 * scale
+        )  # round-off of sums of products
 
 
 def _rod_model(radius: float, mass: float = 2.0, length: float = 1.0):
@@ -217,20 +235,36 @@ def test_a_diverged_run_is_drawn_until_it_diverges(sample_model):
     start = G.scene_geometry(sample_model, np.arange(1.0), jax.tree.map(lambda x: x[:1], states))
     for got, want in zip(G.camera_pose([geometry], 0.8), G.camera_pose([start], 0.8)):
         np.testing.assert_allclose(got, want, rtol=1e-12)  # same points, same arithmetic
-    centre, wxyz, length = G.segment_poses(geometry.segment_start[3], geometry.segment_end[3])  # no warnings (errors here)
+    centre, wxyz, length = G.segment_poses(
+        geometry.segment_start[3], geometry.segment_end[3]
+    )  # no warnings (errors here)
     assert np.all(np.isnan(centre))
 
 
 BAD_INPUTS = [
-    (lambda m, s: jax.tree.map(lambda x: x[..., :0] if x.ndim == 2 and x.shape[-1] == 6 else x, s), "trajectory.states.q: 0 joint coordinates, but model 'spacedyn_sample' has 6 joints"),
+    (
+        lambda m, s: jax.tree.map(lambda x: x[..., :0] if x.ndim == 2 and x.shape[-1] == 6 else x, s),
+        "trajectory.states.q: 0 joint coordinates, but model 'spacedyn_sample' has 6 joints",
+    ),
     (lambda m, s: jax.tree.map(lambda x: x[0], s), "trajectory.states.q: expected shape (T, n) or (B, T, n)"),
-    (lambda m, s: eqx.tree_at(lambda t: t.base_position, s, s.base_position[:2]),  # tree_at skips State's own check
-     "trajectory.states.base_position: expected shape (3, 3) to match states.q (3, 6), got (2, 3)"),
-    (lambda m, s: sdjax.Trajectory(jnp.arange(2.0), s, sdjax.make_controls(m)), "trajectory.time: expected shape (3,) (one time per state), got (2,)"),
-    (lambda m, s: sdjax.Trajectory(jnp.array([0.0, 1.0, 1.0]), s, sdjax.make_controls(m)), "trajectory.time: times must be finite and increasing"),
+    (
+        lambda m, s: eqx.tree_at(lambda t: t.base_position, s, s.base_position[:2]),  # tree_at skips State's own check
+        "trajectory.states.base_position: expected shape (3, 3) to match states.q (3, 6), got (2, 3)",
+    ),
+    (
+        lambda m, s: sdjax.Trajectory(jnp.arange(2.0), s, sdjax.make_controls(m)),
+        "trajectory.time: expected shape (3,) (one time per state), got (2,)",
+    ),
+    (
+        lambda m, s: sdjax.Trajectory(jnp.array([0.0, 1.0, 1.0]), s, sdjax.make_controls(m)),
+        "trajectory.time: times must be finite and increasing",
+    ),
     (lambda m, s: [], "trajectory: expected at least one trajectory, got an empty list"),
     (lambda m, s: [s, [s]], "trajectory[1]: expected a Trajectory or a State, got a nested list"),
-    (lambda m, s: np.zeros((3, 6)), "trajectory: expected a sdjax Trajectory, a State with a time axis or a list of them, got ndarray"),
+    (
+        lambda m, s: np.zeros((3, 6)),
+        "trajectory: expected a sdjax Trajectory, a State with a time axis or a list of them, got ndarray",
+    ),
 ]
 
 
@@ -250,11 +284,16 @@ def test_bad_labels_models_and_opacity(sample_model):
     for kwargs, message in [
         (dict(labels=["a"]), "labels: expected 2 labels (one per trajectory), got 1"),
         (dict(labels=["a", "a"]), "labels: expected distinct labels"),
-        (dict(models=[sample_model]), "model: expected a Model or a list of 2 Models (one per trajectory), got 1 items"),
+        (
+            dict(models=[sample_model]),
+            "model: expected a Model or a list of 2 Models (one per trajectory), got 1 items",
+        ),
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             G.scene_geometries(kwargs.pop("models", sample_model), items, **kwargs)
-    with pytest.raises(ValueError, match=re.escape("opacity: expected one number or 2 (one per trajectory), got shape (3,)")):
+    with pytest.raises(
+        ValueError, match=re.escape("opacity: expected one number or 2 (one per trajectory), got shape (3,)")
+    ):
         _opacities([1.0, 0.5, 0.5], 2, [False, False])
     with pytest.raises(ValueError, match=re.escape("opacity: expected values in (0, 1], got [1.0, 0.0]")):
         _opacities([1.0, 0.0], 2, [False, False])
@@ -321,7 +360,9 @@ def test_scene_follows_the_timeline(sample_model, sample_run):
     set_time refuses bad indices; play() advances the time and stops."""
     from sdjax import viewer
 
-    coarse = sdjax.Trajectory(sample_run.time[::4], jax.tree.map(lambda x: x[::4], sample_run.states), sample_run.controls)
+    coarse = sdjax.Trajectory(
+        sample_run.time[::4], jax.tree.map(lambda x: x[::4], sample_run.states), sample_run.controls
+    )
     shown = viewer.show(sample_model, [sample_run, coarse], labels=["executed", "planned"], port=0, momentum=True)
     try:
         for index in (0, 7, 20, -1):
@@ -335,13 +376,18 @@ def test_scene_follows_the_timeline(sample_model, sample_run):
                 np.testing.assert_allclose(robot.joints.batched_positions, geometry.joint_position[k], atol=1e-6)
             first = shown.geometries[0]
             # Started at rest: the momentum is a conserved zero, no arrow (both ends on the centre of mass).
-            np.testing.assert_allclose(shown._robots[0].momentum.points, np.broadcast_to(first.center_of_mass[index], (2, 2, 3)), atol=1e-6)
+            np.testing.assert_allclose(
+                shown._robots[0].momentum.points, np.broadcast_to(first.center_of_mass[index], (2, 2, 3)), atol=1e-6
+            )
         assert f'src="{shown.url}"' in shown._repr_html_()  # Jupyter shows the page inline
         with pytest.raises(IndexError, match="set_time: index 21 out of range for 21 samples"):
             shown.set_time(21)
         with pytest.raises(TypeError, match="set_time: index must be an integer sample index, got float"):
             shown.set_time(1.5)
-        with pytest.raises(ValueError, match=re.escape("set_visible: no trajectory labelled 'nominal'; labels are ['executed', 'planned']")):
+        with pytest.raises(
+            ValueError,
+            match=re.escape("set_visible: no trajectory labelled 'nominal'; labels are ['executed', 'planned']"),
+        ):
             shown.set_visible("nominal", False)
         shown.set_time(0)
         shown.play()
@@ -370,7 +416,13 @@ def _projector(camera):
     def project(points):
         d = np.asarray(points) - position
         depth = d @ forward
-        return np.stack([0.5 * camera.image_width + focal * (d @ right) / depth, 0.5 * camera.image_height + focal * (d @ down) / depth], -1)
+        return np.stack(
+            [
+                0.5 * camera.image_width + focal * (d @ right) / depth,
+                0.5 * camera.image_height + focal * (d @ down) / depth,
+            ],
+            -1,
+        )
 
     return project
 
@@ -384,7 +436,9 @@ def _on(mask, pixels, reach=2):
     return np.array(out)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium); the browser test needs it")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium); the browser test needs it"
+)
 def test_robot_is_drawn_and_scrubbed_in_a_real_browser(sample_model, sample_run, tmp_path):
     """Headless Chromium (software WebGL) opens the viewer: the robot's pixels are where its
     joints project through the browser's own camera, the links have their material's colour,
@@ -402,7 +456,9 @@ def test_robot_is_drawn_and_scrubbed_in_a_real_browser(sample_model, sample_run,
         shown.server.gui.main_panel.minimize()  # keep the GUI panel off the robot
         shown.set_visible("reach", False)  # first the empty scene: the background
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--use-angle=swiftshader", "--enable-unsafe-swiftshader"])
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=["--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
+            )
             try:
                 page = browser.new_page(viewport={"width": 1000, "height": 800})
                 page.goto(shown.url)
@@ -416,7 +472,9 @@ def test_robot_is_drawn_and_scrubbed_in_a_real_browser(sample_model, sample_run,
                     while time.monotonic() - start < timeout:
                         time.sleep(0.3)
                         current = screenshot()
-                        if np.array_equal(current, previous) and (unlike is None or not np.array_equal(current, unlike)):
+                        if np.array_equal(current, previous) and (
+                            unlike is None or not np.array_equal(current, unlike)
+                        ):
                             return current
                         previous = current
                     raise TimeoutError("the page did not settle")
@@ -450,7 +508,9 @@ def test_robot_is_drawn_and_scrubbed_in_a_real_browser(sample_model, sample_run,
                 moved = np.abs(last - first).max(axis=-1) > 40
                 robot_last = np.abs(last - background).max(axis=-1) > 40
                 assert np.all(_on(robot_last, project(geometry.joint_position[-1])))
-                far = np.linalg.norm(project(geometry.joint_position[-1]) - joints, axis=-1) > 10  # joints that moved on screen
+                far = (
+                    np.linalg.norm(project(geometry.joint_position[-1]) - joints, axis=-1) > 10
+                )  # joints that moved on screen
                 assert far.any() and np.all(_on(moved, project(geometry.joint_position[-1])[far]))
                 Image.fromarray(last.astype(np.uint8)).save(tmp_path / "last.png")  # for a look when it fails
             finally:

@@ -30,7 +30,9 @@ def _stack(states):
 
 def _random_state(model, seed):
     rng = np.random.default_rng(seed)
-    return sdjax.make_state(model, base_position=rng.normal(size=3), base_rpy=rng.normal(size=3), q=rng.normal(size=model.num_joints))
+    return sdjax.make_state(
+        model, base_position=rng.normal(size=3), base_rpy=rng.normal(size=3), q=rng.normal(size=model.num_joints)
+    )
 
 
 def _quat_wxyz_to_matrix(wxyz):
@@ -68,7 +70,9 @@ def test_urdf_visuals_are_where_pinocchio_places_them(tmp_path):
     text = ARM.read_text().replace("../meshes/wedge.obj", str(PKG / "meshes" / "wedge.obj"))
     (tmp_path / "arm.urdf").write_text(text)
     pin_model = pin.buildModelFromUrdf(str(tmp_path / "arm.urdf"), pin.JointModelFreeFlyer())
-    visual = pin.buildGeomFromUrdf(pin_model, str(tmp_path / "arm.urdf"), pin.GeometryType.VISUAL, package_dirs=[str(DATA)])
+    visual = pin.buildGeomFromUrdf(
+        pin_model, str(tmp_path / "arm.urdf"), pin.GeometryType.VISUAL, package_dirs=[str(DATA)]
+    )
     count, names = collections.Counter(), []
     for s in shapes:  # Pinocchio names a link's k-th visual "<link>_<k>"
         names.append(f"{s.link}_{count[s.link]}")
@@ -101,7 +105,9 @@ def test_mesh_file_names_are_resolved(tmp_path, monkeypatch):
     urdf_dir = PKG / "urdf"
     monkeypatch.delenv("ROS_PACKAGE_PATH", raising=False)
     assert resolve_mesh_path("package://visual_pkg/meshes/wedge.stl", urdf_dir) == stl  # walking up
-    assert resolve_mesh_path("package://visual_pkg/meshes/wedge.stl", None) is None  # URDF text: no folder to walk up from
+    assert (
+        resolve_mesh_path("package://visual_pkg/meshes/wedge.stl", None) is None
+    )  # URDF text: no folder to walk up from
     assert resolve_mesh_path("package://visual_pkg/meshes/wedge.stl", None, [DATA]) == stl
     assert resolve_mesh_path("package://visual_pkg/meshes/missing.stl", urdf_dir, [DATA]) is None
     assert resolve_mesh_path("../meshes/wedge.obj", urdf_dir) == obj
@@ -129,7 +135,9 @@ def test_mesh_scale_is_applied():
     np.testing.assert_allclose(meshes["wedge_pkg"].bounds, [[0, 0, 0], WEDGE], atol=1e-7)  # STL stores float32
     np.testing.assert_allclose(meshes["wedge_rel"].bounds, [[0, 0, 0], WEDGE * [2.0, 1.0, 0.5]], atol=1e-15)
     np.testing.assert_allclose(meshes["hull"].extents, [0.6, 0.5, 0.4], rtol=1e-15)
-    np.testing.assert_allclose(meshes["tube"].bounds, [[-0.05, -0.05, -0.2], [0.05, 0.05, 0.2]], atol=1e-15)  # along z, centred
+    np.testing.assert_allclose(
+        meshes["tube"].bounds, [[-0.05, -0.05, -0.2], [0.05, 0.05, 0.2]], atol=1e-15
+    )  # along z, centred
 
 
 def _urdf(visuals_xml: str) -> str:
@@ -153,7 +161,9 @@ def test_missing_mesh_warns_once_and_the_body_keeps_its_capsules():
     with pytest.warns(UserWarning) as record:
         drawn, failed = drawn_shapes(info.visuals)
     assert len(record) == 1
-    assert "URDF string: link 'arm' <visual> 1: mesh file 'package://nowhere/arm.dae' not found" in str(record[0].message)
+    assert "URDF string: link 'arm' <visual> 1: mesh file 'package://nowhere/arm.dae' not found" in str(
+        record[0].message
+    )
     assert "body 1 ('arm') is drawn from its inertia instead" in str(record[0].message)
     assert [d.shape.body for d in drawn] == [0] and failed == {1}
 
@@ -265,10 +275,14 @@ def test_mjcf_visuals_are_where_mujoco_places_its_geoms():
         # The authored mesh: vertices scaled (1 2 1), turned 45 degrees about z, at (0.1 0 0) in body "fore".
         fore = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "fore")
         c, s = np.cos(np.pi / 4), np.sin(np.pi / 4)
-        authored = np.array([[0, 0, 0], [0.1, 0, 0], [0, 0.4, 0], [0, 0, 0.3]]) @ np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]).T + [0.1, 0, 0]
+        authored = np.array([[0, 0, 0], [0.1, 0, 0], [0, 0.4, 0], [0, 0, 0.3]]) @ np.array(
+            [[c, -s, 0], [s, c, 0], [0, 0, 1]]
+        ).T + [0.1, 0, 0]
         expected = d.xpos[fore] + authored @ d.xmat[fore].reshape(3, 3).T
         drawn = position[5] + shapes[5].vertices @ rotation[5].T
-        np.testing.assert_allclose(np.sort(drawn, axis=0), np.sort(expected, axis=0), atol=1e-9)  # MuJoCo stores vertices as float32, recentred: ~1e-9 m
+        np.testing.assert_allclose(
+            np.sort(drawn, axis=0), np.sort(expected, axis=0), atol=1e-9
+        )  # MuJoCo stores vertices as float32, recentred: ~1e-9 m
 
 
 # ------------------------------------------------------------------------------------------
@@ -343,7 +357,11 @@ def test_show_poses_the_shapes_on_their_body_frames():
         assert np.all(first.bone_keep == 0) and not first.box.visible
         np.testing.assert_array_equal(first.joints.batched_scales, 0.0)
         shown.set_meshes(False)
-        assert np.all(first.bone_keep == 1) and first.box.visible and not any(f.visible for f in first.body_frames.values())
+        assert (
+            np.all(first.bone_keep == 1)
+            and first.box.visible
+            and not any(f.visible for f in first.body_frames.values())
+        )
         assert np.all(first.joints.batched_scales > 0)
     finally:
         shown.close()
@@ -417,7 +435,9 @@ def test_shapes_are_drawn_in_a_real_browser():
     try:
         shown.server.gui.main_panel.minimize()
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--use-angle=swiftshader", "--enable-unsafe-swiftshader"])
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=["--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
+            )
             try:
                 page = browser.new_page(viewport={"width": 800, "height": 700})
                 page.goto(shown.url)
@@ -425,13 +445,20 @@ def test_shapes_are_drawn_in_a_real_browser():
                 while time.monotonic() - start < 60:  # until two screenshots 0.3 s apart agree, with the robot on them
                     time.sleep(0.3)
                     shot = np.asarray(Image.open(io.BytesIO(page.screenshot())).convert("RGB")).astype(np.int32)
-                    if previous is not None and np.array_equal(shot, previous) and shown.server.get_clients() and np.any(shot.max(axis=-1) < 200):
+                    if (
+                        previous is not None
+                        and np.array_equal(shot, previous)
+                        and shown.server.get_clients()
+                        and np.any(shot.max(axis=-1) < 200)
+                    ):
                         break
                     previous = shot
                 project = _projector(next(iter(shown.server.get_clients().values())).camera)
                 kin = sdjax.forward_kinematics(info.model, state)
                 _, position = world_poses(info.visuals, kin.rotation, kin.centroid)
-                Image.fromarray(shot.astype(np.uint8)).save(pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "sdjax_visuals.png")  # for a look when it fails
+                Image.fromarray(shot.astype(np.uint8)).save(
+                    pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "sdjax_visuals.png"
+                )  # for a look when it fails
                 x, y = np.round(project(position[[0, 2]])).astype(int)
                 hull, tube = shot[x[1], x[0]], shot[y[1], y[0]]
                 assert hull[0] > hull[2] + 60 and hull[1] > hull[2] + 30, hull  # lit gold: red > green > blue

@@ -62,7 +62,11 @@ def _on_slope(model, angle, height, speed, wheel_rate):
     rotation = jnp.array([[c, 0.0, -s], [0.0, 1.0, 0.0], [s, 0.0, c]])
     normal, uphill = rotation[:, 2], rotation[:, 0]
     return sdjax.make_state(
-        model, base_position=height * normal, base_rotation=rotation, base_linear_velocity=speed * uphill, qd=jnp.full(model.num_joints, wheel_rate)
+        model,
+        base_position=height * normal,
+        base_rotation=rotation,
+        base_linear_velocity=speed * uphill,
+        qd=jnp.full(model.num_joints, wheel_rate),
     )
 
 
@@ -207,7 +211,9 @@ def test_rover_on_slope_load_transfer_and_traction_balance():
 
 def _rolling_start(model, speed):
     sink = _mass(model) * G / 4 / STIFFNESS
-    return sdjax.make_state(model, base_position=[0.0, 0.0, 0.25 - sink], base_linear_velocity=[speed, 0.0, 0.0], qd=jnp.full(4, speed / R))
+    return sdjax.make_state(
+        model, base_position=[0.0, 0.0, 0.25 - sink], base_linear_velocity=[speed, 0.0, 0.0], qd=jnp.full(4, speed / R)
+    )
 
 
 def test_free_rolling_keeps_its_speed_without_slip():
@@ -235,7 +241,9 @@ def test_driving_and_braking_force_obeys_newton_on_the_vehicle():
     num_steps = 1000
 
     def drive(torque):
-        traj = sdjax.rollout(model, _rolling_start(model, 0.3), DT, num_steps, jnp.full((num_steps, 4), torque), environment=env)
+        traj = sdjax.rollout(
+            model, _rolling_start(model, 0.3), DT, num_steps, jnp.full((num_steps, 4), torque), environment=env
+        )
         momentum = jax.vmap(lambda s: sdjax.linear_momentum(model, s))(traj.states)
         diag = jax.vmap(lambda s: sw.wheel_diagnostics(model, s, wheels, sc.Plane(), params))(traj.states)
         linear, angular = jax.vmap(lambda s: sdjax.link_velocities(model, s))(traj.states)
@@ -268,12 +276,17 @@ def test_ramp_height_field_equals_inclined_plane():
     field = sc.HeightField(np.tan(angle) * x[:, None] + 0.0 * x[None, :], origin=(-2.0, -2.0), spacing=0.25)
     state = _on_slope(model, angle, 0.25 - 0.002, 0.3, 1.9)
     state = eqx.tree_at(lambda s: s.qd, state, jnp.asarray([1.9, 2.1, 2.0, 1.8]))
-    loads = [eqx.filter_jit(sw.wheel_environment(model, wheels, terrain, params))(0.0, state) for terrain in (plane, field)]
+    loads = [
+        eqx.filter_jit(sw.wheel_environment(model, wheels, terrain, params))(0.0, state) for terrain in (plane, field)
+    ]
     assert float(jnp.abs(loads[0].base_force).max()) > 50  # in contact
     # The bicubic field reproduces a sampled plane exactly: equal loads up to round-off.
     for name in ("tau", "base_force", "base_torque"):
         np.testing.assert_allclose(getattr(loads[1], name), getattr(loads[0], name), rtol=1e-9, atol=1e-9)
-    runs = [sdjax.rollout(model, state, DT, 400, environment=sw.wheel_environment(model, wheels, terrain, params)) for terrain in (plane, field)]
+    runs = [
+        sdjax.rollout(model, state, DT, 400, environment=sw.wheel_environment(model, wheels, terrain, params))
+        for terrain in (plane, field)
+    ]
     # 0.2 s of climbing: the two terrains' round-off differences grow only mildly (1e-12 measured).
     np.testing.assert_allclose(runs[1].states.base_position, runs[0].states.base_position, atol=1e-9)
 
@@ -290,7 +303,9 @@ def test_magic_formula_inverse_and_smoothness():
     assert bool(jnp.isnan(FORMULA.slip(1.01)))  # beyond the peak
     # MF(x)/x -> B C at zero, smooth across it (even in x).
     np.testing.assert_allclose(FORMULA.over_slip(jnp.asarray(0.0)), B * C, rtol=1e-15)
-    np.testing.assert_allclose(FORMULA.over_slip(jnp.asarray(1e-20)), B * C, rtol=1e-15)  # MF(x)/x = B C (1 - O(B^2 x^2))
+    np.testing.assert_allclose(
+        FORMULA.over_slip(jnp.asarray(1e-20)), B * C, rtol=1e-15
+    )  # MF(x)/x = B C (1 - O(B^2 x^2))
     np.testing.assert_allclose(float(sw.MagicFormula(shape_factor=0.8).peak()), np.sin(0.4 * np.pi), rtol=1e-15)
     # Gradients of the loads at standstill and zero slip are finite.
     model, wheels = wheeled_rover()
@@ -308,7 +323,9 @@ def test_jit_vmap_and_gradient_of_distance_against_finite_differences():
     def distance(torque, friction, speed=0.3):
         params = sc.ContactParameters(STIFFNESS, 300.0, friction=friction, slip_velocity=EPS, smoothing=1e-5)
         env = sw.wheel_environment(model, wheels, sc.Plane(), params)
-        traj = sdjax.rollout(model, _rolling_start(model, speed), DT, num_steps, jnp.full((num_steps, 4), torque), environment=env)
+        traj = sdjax.rollout(
+            model, _rolling_start(model, speed), DT, num_steps, jnp.full((num_steps, 4), torque), environment=env
+        )
         return traj.states.base_position[-1, 0]
 
     # jit == eager on the loads.

@@ -110,7 +110,9 @@ def _vector(name: str, value: Any, n: int) -> np.ndarray:
     except (TypeError, ValueError) as err:
         raise ValueError(f"model_from_dh: {name} must be real numbers ({err})") from None
     if arr.shape != (n,):
-        raise ValueError(f"model_from_dh: {name} expected shape ({n},) (one value per joint, n={n} from d), got {arr.shape}")
+        raise ValueError(
+            f"model_from_dh: {name} expected shape ({n},) (one value per joint, n={n} from d), got {arr.shape}"
+        )
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         raise ValueError(f"model_from_dh: {name}[{bad[0]}] (joint {bad[0] + 1}) is not finite ({arr[bad[0]]})")
@@ -180,7 +182,9 @@ def model_from_dh(
     except (TypeError, ValueError) as err:
         raise ValueError(f"model_from_dh: d must be real numbers ({err})") from None
     if d_arr.ndim != 1 or d_arr.size == 0:
-        raise ValueError(f"model_from_dh: d expected a non-empty (N,) vector (one value per joint), got shape {d_arr.shape}")
+        raise ValueError(
+            f"model_from_dh: d expected a non-empty (N,) vector (one value per joint), got shape {d_arr.shape}"
+        )
     n = d_arr.shape[0]
     if n > MAX_LINKS:
         raise ValueError(f"model_from_dh: {n} joints exceeds the limit of {MAX_LINKS}")
@@ -193,9 +197,13 @@ def model_from_dh(
         raise ValueError(f"model_from_dh: joint_type expected {n} entries (one per joint), got {len(types)}")
     for k, t in enumerate(types):
         if t not in JOINT_TYPES:
-            raise ValueError(f"model_from_dh: joint_type[{k}] (joint {k + 1}) is {t!r}; expected 'R' (revolute) or 'P' (prismatic)")
+            raise ValueError(
+                f"model_from_dh: joint_type[{k}] (joint {k + 1}) is {t!r}; expected 'R' (revolute) or 'P' (prismatic)"
+            )
     for nonpositive in np.flatnonzero(~(p["link_mass"] > 0)):
-        raise ValueError(f"model_from_dh: link_mass[{nonpositive}] (link {nonpositive + 1}) must be positive, got {p['link_mass'][nonpositive]}")
+        raise ValueError(
+            f"model_from_dh: link_mass[{nonpositive}] (link {nonpositive + 1}) must be positive, got {p['link_mass'][nonpositive]}"
+        )
     inertia_l = _array("link_inertia", link_inertia, (n, 3, 3))
     mount = _array("mount_position", mount_position, (3,))
     euler = _array("mount_euler", mount_euler, (3,))
@@ -331,7 +339,9 @@ def model_from_dh_file(path: str | os.PathLike, dtype: Any = None) -> Model:
         raise ValueError(f"{where(lines[k][0])}: 'joints' must be followed by the column header and at least one row")
     header_line, header = lines[k + 1]
     if tuple(header) not in (DH_COLUMNS, DH_COLUMNS + DH_PASSIVE_COLUMNS):
-        raise ValueError(f"{where(header_line)}: the column header must be {' '.join(DH_COLUMNS)} [stiffness damping], got {' '.join(header)!r}")
+        raise ValueError(
+            f"{where(header_line)}: the column header must be {' '.join(DH_COLUMNS)} [stiffness damping], got {' '.join(header)!r}"
+        )
     rows = lines[k + 2 :]
     if not rows:
         raise ValueError(f"{where(header_line)}: the joint table has no rows")
@@ -347,7 +357,11 @@ def model_from_dh_file(path: str | os.PathLike, dtype: Any = None) -> Model:
         table.append(numbers(number, "the row values after the type", tokens[1:]))
     t = np.array(table)
     col = {c: t[:, j - 1] for j, c in enumerate(header) if j > 0}
-    setting = {key: numbers(number, key, values) for key, (number, values) in settings.items() if key not in ("name", "angle_unit")}
+    setting = {
+        key: numbers(number, key, values)
+        for key, (number, values) in settings.items()
+        if key not in ("name", "angle_unit")
+    }
     passive = len(header) > len(DH_COLUMNS)
     return model_from_dh(
         d=col["d"],

@@ -15,7 +15,9 @@ import numpy as np
 from sdjax.model import MAX_MAGNITUDE
 
 
-def numeric_array(prefix: str, name: str, value: Any, shape: tuple[int, ...], *, matlab_vectors: bool = False) -> np.ndarray:
+def numeric_array(
+    prefix: str, name: str, value: Any, shape: tuple[int, ...], *, matlab_vectors: bool = False
+) -> np.ndarray:
     """``value`` as a finite float64 array of ``shape``, or a ``ValueError`` naming ``name``.
 
     Arguments:

@@ -168,7 +168,12 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
     link_keys = _LINK_KEYS | ({"end_point"} if version == 1 else set())
     for k, link in enumerate(links):
         where = f"model.links[{k}]"
-        _check_keys(where, link, link_keys, {"parent", "joint_type", "mass", "inertia", "parent_centroid_to_joint", "centroid_to_joint"})
+        _check_keys(
+            where,
+            link,
+            link_keys,
+            {"parent", "joint_type", "mass", "inertia", "parent_centroid_to_joint", "centroid_to_joint"},
+        )
         p = link["parent"]
         if isinstance(p, bool) or not isinstance(p, int):
             raise ValueError(f"{where}.parent: expected an integer body index (0 = base), got {p!r}")
@@ -187,11 +192,15 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
             _check_keys(f"{where}.end_point", end, _END_KEYS_V1, {"centroid_to_end_point"})
             end_links.append(k + 1)
             end_names.append(f"end_point{len(end_links)}")
-            end_offset.append(_number_array(f"{where}.end_point.centroid_to_end_point", end["centroid_to_end_point"], (3,)))
+            end_offset.append(
+                _number_array(f"{where}.end_point.centroid_to_end_point", end["centroid_to_end_point"], (3,))
+            )
             end_rpy.append(_number_array(f"{where}.end_point.rpy", end.get("rpy", [0, 0, 0]), (3,)))
 
     if "end_points" in data and version == 1:
-        raise ValueError("model.end_points: version 1 files give end points per link (links[k].end_point); use version 2")
+        raise ValueError(
+            "model.end_points: version 1 files give end points per link (links[k].end_point); use version 2"
+        )
     ends = data.get("end_points", [])
     if not isinstance(ends, list):
         raise ValueError(f"model.end_points: expected a list, got {type(ends).__name__}")

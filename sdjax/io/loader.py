@@ -42,6 +42,8 @@ _READERS: dict[str, Callable[..., Model]] = {
     ".xml": lambda path, dtype: _model_from_mjcf(path, dtype=dtype),
     ".mjcf": lambda path, dtype: _model_from_mjcf(path, dtype=dtype),
 }
+
+
 def _model_from_mjcf(path: str, dtype: Any) -> Model:
     from sdjax.io.mjcf_import import model_from_mjcf  # needs the optional mujoco package
 

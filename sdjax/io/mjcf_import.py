@@ -121,24 +121,36 @@ def _refuse_unsupported(label: str, m: Any, name: Any) -> None:
         raise ValueError(f"{label}: equality constraints {names} (closed loops, welds, couplings) are not supported")
     for t in range(m.ntendon):
         if m.tendon_stiffness[t] != 0 or m.tendon_damping[t] != 0:
-            raise ValueError(f"{label}: tendon {name(mujoco.mjtObj.mjOBJ_TENDON, t)!r} has stiffness or damping; passive tendons are not supported")
+            raise ValueError(
+                f"{label}: tendon {name(mujoco.mjtObj.mjOBJ_TENDON, t)!r} has stiffness or damping; passive tendons are not supported"
+            )
     for b in range(1, m.nbody):
         if m.body_gravcomp[b] != 0:
-            raise ValueError(f"{label}: body {name(mujoco.mjtObj.mjOBJ_BODY, b)!r} has gravcomp; gravity compensation is not supported")
+            raise ValueError(
+                f"{label}: body {name(mujoco.mjtObj.mjOBJ_BODY, b)!r} has gravcomp; gravity compensation is not supported"
+            )
     for j in range(m.njnt):
         joint = repr(name(mujoco.mjtObj.mjOBJ_JOINT, j))
         body = repr(name(mujoco.mjtObj.mjOBJ_BODY, int(m.jnt_bodyid[j])))
         kind = int(m.jnt_type[j])
         if kind == _BALL:
-            raise ValueError(f"{label}: joint {joint} of body {body} is a ball joint; sdjax joints are hinges or slides (use three hinges)")
+            raise ValueError(
+                f"{label}: joint {joint} of body {body} is a ball joint; sdjax joints are hinges or slides (use three hinges)"
+            )
         if kind == _FREE and m.body_parentid[m.jnt_bodyid[j]] != 0:
-            raise ValueError(f"{label}: joint {joint} of body {body} is a free joint below the root; only the base moves freely in sdjax")
+            raise ValueError(
+                f"{label}: joint {joint} of body {body} is a free joint below the root; only the base moves freely in sdjax"
+            )
         dof = int(m.jnt_dofadr[j])
         if kind in (_HINGE, _SLIDE):
             if m.dof_armature[dof] != 0:
-                raise ValueError(f"{label}: joint {joint} has armature {float(m.dof_armature[dof])}; rotor inertia is not modelled in sdjax")
+                raise ValueError(
+                    f"{label}: joint {joint} has armature {float(m.dof_armature[dof])}; rotor inertia is not modelled in sdjax"
+                )
             if m.dof_frictionloss[dof] != 0:
-                raise ValueError(f"{label}: joint {joint} has frictionloss {float(m.dof_frictionloss[dof])}; dry friction is not modelled in sdjax")
+                raise ValueError(
+                    f"{label}: joint {joint} has frictionloss {float(m.dof_frictionloss[dof])}; dry friction is not modelled in sdjax"
+                )
             if m.jnt_stiffness[j] != 0 and m.qpos_spring[m.jnt_qposadr[j]] != 0:
                 raise ValueError(
                     f"{label}: joint {joint} has a spring (stiffness {float(m.jnt_stiffness[j])}) with rest position "
@@ -149,8 +161,20 @@ def _refuse_unsupported(label: str, m: Any, name: Any) -> None:
 #: The compiled arrays this reader uses (besides integer topology), checked to be finite and of a
 #: sane size before any arithmetic; quaternions and axes must also have a direction.
 _NUMERIC_FIELDS = (
-    "body_pos", "body_quat", "body_mass", "body_inertia", "body_ipos", "body_iquat", "jnt_pos", "jnt_axis",
-    "jnt_stiffness", "qpos_spring", "qpos0", "dof_damping", "site_pos", "site_quat",
+    "body_pos",
+    "body_quat",
+    "body_mass",
+    "body_inertia",
+    "body_ipos",
+    "body_iquat",
+    "jnt_pos",
+    "jnt_axis",
+    "jnt_stiffness",
+    "qpos_spring",
+    "qpos0",
+    "dof_damping",
+    "site_pos",
+    "site_quat",
 )
 
 
@@ -160,9 +184,13 @@ def _refuse_out_of_range(label: str, m: Any) -> None:
         bad = np.argwhere(~(np.abs(values) <= MAX_MAGNITUDE))
         if bad.size:
             row = int(bad[0][0])
-            raise ValueError(f"{label}: compiled {field}[{row}] = {values[row].tolist()} is not finite or beyond {MAX_MAGNITUDE:g} in size")
+            raise ValueError(
+                f"{label}: compiled {field}[{row}] = {values[row].tolist()} is not finite or beyond {MAX_MAGNITUDE:g} in size"
+            )
     for field in ("body_quat", "body_iquat", "site_quat", "jnt_axis"):  # normalised by the reader
-        norms = np.linalg.norm(np.asarray(getattr(m, field), dtype=np.float64).reshape(-1, 3 if field == "jnt_axis" else 4), axis=1)
+        norms = np.linalg.norm(
+            np.asarray(getattr(m, field), dtype=np.float64).reshape(-1, 3 if field == "jnt_axis" else 4), axis=1
+        )
         for zero in np.flatnonzero(~(norms > 0.0)):  # MuJoCo compiles an overflowing quat or axis to zero
             raise ValueError(f"{label}: compiled {field}[{int(zero)}] is zero (a quaternion or axis with no direction)")
 
@@ -213,12 +241,20 @@ def import_mjcf(
     body_names = [element_name(mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}" for b in range(m.nbody)]
     body_names[0] = WORLD_LINK
     moving = _moving_bodies(m)
-    free_roots = [b for b in range(1, m.nbody) if m.body_parentid[b] == 0 and m.body_jntnum[b] and m.jnt_type[m.body_jntadr[b]] == _FREE]
+    free_roots = [
+        b
+        for b in range(1, m.nbody)
+        if m.body_parentid[b] == 0 and m.body_jntnum[b] and m.jnt_type[m.body_jntadr[b]] == _FREE
+    ]
     if len(free_roots) > 1:
-        raise ValueError(f"{label}: several free bodies {[body_names[b] for b in free_roots]}; sdjax simulates one system with one base")
+        raise ValueError(
+            f"{label}: several free bodies {[body_names[b] for b in free_roots]}; sdjax simulates one system with one base"
+        )
 
     geom_name = lambda g: element_name(mujoco.mjtObj.mjOBJ_GEOM, g)  # noqa: E731
-    links: dict[str, TreeLink] = {WORLD_LINK: TreeLink(WORLD_LINK, visuals=mjcf_body_visuals(m, 0, label, WORLD_LINK, geom_name))}
+    links: dict[str, TreeLink] = {
+        WORLD_LINK: TreeLink(WORLD_LINK, visuals=mjcf_body_visuals(m, 0, label, WORLD_LINK, geom_name))
+    }
     joints: list[TreeJoint] = []
     anchor = {0: np.zeros(3)}  # origin of each body's (last) link frame in the body frame
     link_of = {0: WORLD_LINK}  # the link that carries each body
@@ -242,9 +278,31 @@ def import_mjcf(
         adr, count = int(m.body_jntadr[b]), int(m.body_jntnum[b])
         body_link = unique(body_names[b])
         if count == 0:
-            joints.append(TreeJoint(unique(f"{body_names[b]}_weld"), "fixed", previous, body_link, rotation, position, np.array([0.0, 0.0, 1.0]), 0.0))
+            joints.append(
+                TreeJoint(
+                    unique(f"{body_names[b]}_weld"),
+                    "fixed",
+                    previous,
+                    body_link,
+                    rotation,
+                    position,
+                    np.array([0.0, 0.0, 1.0]),
+                    0.0,
+                )
+            )
         elif m.jnt_type[adr] == _FREE:
-            joints.append(TreeJoint(unique(element_name(mujoco.mjtObj.mjOBJ_JOINT, adr) or f"{body_names[b]}_free"), "floating", previous, body_link, rotation, position, np.array([0.0, 0.0, 1.0]), 0.0))
+            joints.append(
+                TreeJoint(
+                    unique(element_name(mujoco.mjtObj.mjOBJ_JOINT, adr) or f"{body_names[b]}_free"),
+                    "floating",
+                    previous,
+                    body_link,
+                    rotation,
+                    position,
+                    np.array([0.0, 0.0, 1.0]),
+                    0.0,
+                )
+            )
         else:
             for k in range(count):
                 j = adr + k
@@ -260,7 +318,18 @@ def import_mjcf(
                 joint_position = position + rotation @ (point - origin - (0.0 if hinge else ref) * axis)
                 child = body_link if k == count - 1 else unique(f"{body_names[b]}#{k + 1}")
                 joint_name = element_name(mujoco.mjtObj.mjOBJ_JOINT, j) or f"{body_names[b]}_joint{k + 1}"
-                joints.append(TreeJoint(unique(joint_name), "continuous" if hinge else "prismatic", previous, child, joint_rotation, joint_position, axis, float(m.dof_damping[m.jnt_dofadr[j]])))
+                joints.append(
+                    TreeJoint(
+                        unique(joint_name),
+                        "continuous" if hinge else "prismatic",
+                        previous,
+                        child,
+                        joint_rotation,
+                        joint_position,
+                        axis,
+                        float(m.dof_damping[m.jnt_dofadr[j]]),
+                    )
+                )
                 joint_ids.append(j)
                 if child != body_link:
                     links[child] = TreeLink(child)
@@ -274,7 +343,10 @@ def import_mjcf(
             np.asarray(m.body_ipos[b], np.float64) - origin,
             principal @ np.diag(np.asarray(m.body_inertia[b], np.float64)) @ principal.T,
             # Geoms: MuJoCo body frame -> link frame (same axes, origin on the last joint's anchor).
-            [v.moved(-1, v.rotation, v.position - origin) for v in mjcf_body_visuals(m, b, label, body_names[b], geom_name)],
+            [
+                v.moved(-1, v.rotation, v.position - origin)
+                for v in mjcf_body_visuals(m, b, label, body_names[b], geom_name)
+            ],
         )
     for s in range(m.nsite):
         b = int(m.site_bodyid[s])
@@ -282,17 +354,39 @@ def import_mjcf(
             continue  # on dropped scenery, or on the world beside a free-flying system
         site = unique(element_name(mujoco.mjtObj.mjOBJ_SITE, s) or f"site{s}")
         links[site] = TreeLink(site)
-        joints.append(TreeJoint(unique(f"{site}_site"), "fixed", link_of[b], site, _rotation_wxyz(m.site_quat[s]), np.asarray(m.site_pos[s], np.float64) - anchor[b], np.array([0.0, 0.0, 1.0]), 0.0))
+        joints.append(
+            TreeJoint(
+                unique(f"{site}_site"),
+                "fixed",
+                link_of[b],
+                site,
+                _rotation_wxyz(m.site_quat[s]),
+                np.asarray(m.site_pos[s], np.float64) - anchor[b],
+                np.array([0.0, 0.0, 1.0]),
+                0.0,
+            )
+        )
     if len(links) == 1:
         raise ValueError(f"{label}: no bodies")
-    model_name = name if name is not None else bytes(m.names).split(b"\0", 1)[0].decode() or "mjcf_model"  # names start with the model's
+    model_name = (
+        name if name is not None else bytes(m.names).split(b"\0", 1)[0].decode() or "mjcf_model"
+    )  # names start with the model's
     tree = tree_import(
-        label, links, joints, base_link=None, name=model_name, end_points=end_points,
+        label,
+        links,
+        joints,
+        base_link=None,
+        name=model_name,
+        end_points=end_points,
         gravity=np.asarray(m.opt.gravity, np.float64) if gravity is None else gravity,
-        dtype=dtype, inertia_check=inertia_check, base=None,
+        dtype=dtype,
+        inertia_check=inertia_check,
+        base=None,
     )
     # tree_import numbers the joints depth-first in document order; map them back by name.
-    by_name = {joint.name: j for joint, j in zip([jt for jt in joints if jt.kind in ("continuous", "prismatic")], joint_ids)}
+    by_name = {
+        joint.name: j for joint, j in zip([jt for jt in joints if jt.kind in ("continuous", "prismatic")], joint_ids)
+    }
     ids = tuple(by_name[joint_name] for joint_name in tree.joint_names)
     stiffness = np.array([float(m.jnt_stiffness[j]) for j in ids])
     model = edit_model(tree.model, joint_stiffness=stiffness) if np.any(stiffness) else tree.model

@@ -42,7 +42,12 @@ class NpzArchive:
         try:
             self._zip = zipfile.ZipFile(self.name)
             members = self._zip.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as err:  # NotImplementedError: unknown zip versions, methods
+        except (
+            zipfile.BadZipFile,
+            OSError,
+            ValueError,
+            NotImplementedError,
+        ) as err:  # NotImplementedError: unknown zip versions, methods
             raise ValueError(f"{self.name}: not a {what} (.npz archive): {err}") from None
         self.entries = {m[: -len(".npy")]: m for m in members if m.endswith(".npy")}
 
@@ -70,10 +75,14 @@ class NpzArchive:
                     raise ValueError(f".npy format version {version} (sdjax writes 1.0)")
                 shape, _, dtype = _HEADER_READERS[version](f)  # the header only, no data
         except Exception as err:  # damaged zip member or .npy header: numpy raises several types
-            raise ValueError(f"{self.name}: entry {entry!r} is not a readable array ({type(err).__name__}: {err})") from None
+            raise ValueError(
+                f"{self.name}: entry {entry!r} is not a readable array ({type(err).__name__}: {err})"
+            ) from None
         return tuple(int(s) for s in shape), np.dtype(dtype)
 
-    def array(self, entry: str, shape: tuple[int | None, ...] | None = None, kinds: str = "biuf", leading: int | None = None) -> np.ndarray:
+    def array(
+        self, entry: str, shape: tuple[int | None, ...] | None = None, kinds: str = "biuf", leading: int | None = None
+    ) -> np.ndarray:
         """The entry's array, after checking its header: numeric kind in ``kinds``, ``shape``
         (``None`` entries match any size) or the ``leading`` axis length, and
         :data:`MAX_ENTRY_BYTES`."""
@@ -82,12 +91,16 @@ class NpzArchive:
             raise ValueError(f"{self.name}: entry {entry!r} has shape {found}, expected a leading axis of {leading}")
         if dtype.hasobject or dtype.kind not in kinds:
             raise ValueError(f"{self.name}: entry {entry!r} has dtype {dtype}, expected numbers")
-        if shape is not None and (len(found) != len(shape) or any(s is not None and s != f for s, f in zip(shape, found))):
+        if shape is not None and (
+            len(found) != len(shape) or any(s is not None and s != f for s, f in zip(shape, found))
+        ):
             expected = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
             raise ValueError(f"{self.name}: entry {entry!r} has shape {found}, expected {expected}")
         size = math.prod(found) * dtype.itemsize
         if size > MAX_ENTRY_BYTES:
-            raise ValueError(f"{self.name}: entry {entry!r} would take {size / 1024**3:.1f} GiB (limit {MAX_ENTRY_BYTES / 1024**3:.0f} GiB)")
+            raise ValueError(
+                f"{self.name}: entry {entry!r} would take {size / 1024**3:.1f} GiB (limit {MAX_ENTRY_BYTES / 1024**3:.0f} GiB)"
+            )
         try:
             with self._zip.open(self.entries[entry]) as f:
                 return np.lib.format.read_array(f, allow_pickle=False)
@@ -108,9 +121,13 @@ class NpzArchive:
         """A 0-d text entry holding JSON (sdjax's ``meta``), decoded."""
         found, dtype = self.header(entry)
         if dtype.kind != "U" or found != ():
-            raise ValueError(f"{self.name}: entry {entry!r} is not a text entry (dtype {dtype}, shape {found}); not a {self.what}")
+            raise ValueError(
+                f"{self.name}: entry {entry!r} is not a text entry (dtype {dtype}, shape {found}); not a {self.what}"
+            )
         if dtype.itemsize // 4 > MAX_TEXT_CHARS:
-            raise ValueError(f"{self.name}: entry {entry!r} holds {dtype.itemsize // 4} characters (limit {MAX_TEXT_CHARS})")
+            raise ValueError(
+                f"{self.name}: entry {entry!r} holds {dtype.itemsize // 4} characters (limit {MAX_TEXT_CHARS})"
+            )
         text = str(self.array(entry, (), kinds="U"))
         try:
             return json.loads(text)

@@ -129,7 +129,10 @@ def to_pinocchio(model: Model, base_pose: State | None = None) -> PinocchioTwin:
     else:
         pose = pin.SE3(np.asarray(base_pose.base_rotation, np.float64), np.asarray(base_pose.base_position, np.float64))
     if model.base == "floating":
-        joint_id[0], base_placement = pm.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), "base"), pin.SE3.Identity()
+        joint_id[0], base_placement = (
+            pm.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), "base"),
+            pin.SE3.Identity(),
+        )
     elif model.base == "planar":
         slider_x = pm.addJoint(0, pin.JointModelPX(), pin.SE3.Identity(), "base_x")
         slider_y = pm.addJoint(slider_x, pin.JointModelPY(), pin.SE3.Identity(), "base_y")
@@ -150,7 +153,9 @@ def to_pinocchio(model: Model, base_pose: State | None = None) -> PinocchioTwin:
         if p == 0:
             placement = base_placement * placement
         joint_id[i] = pm.addJoint(joint_id[p], joint_model, placement, model.link_names[i - 1])
-        pm.appendBodyToJoint(joint_id[i], pin.Inertia(float(masses[i - 1]), -cj[i - 1], inertias[i - 1]), pin.SE3.Identity())
+        pm.appendBodyToJoint(
+            joint_id[i], pin.Inertia(float(masses[i - 1]), -cj[i - 1], inertias[i - 1]), pin.SE3.Identity()
+        )
     end_rot = np.asarray(rpy_to_matrix(model.end_point_rpy), np.float64).reshape(-1, 3, 3)
     cte = np.asarray(model.centroid_to_end_point, np.float64)
     frame_id = []
@@ -191,7 +196,13 @@ def pinocchio_coordinates(twin: PinocchioTwin, state: State) -> tuple[np.ndarray
         t[3:, 3:] = twin.permutation
         yaw = planar_yaw(state, np.asarray(twin.base_placement.rotation))
         q_pin = np.concatenate([np.asarray(state.base_position)[:2], [yaw], joints])
-        nu_sd = np.concatenate([np.asarray(state.base_linear_velocity)[:2], np.asarray(state.base_angular_velocity)[2:], np.asarray(state.qd)])
+        nu_sd = np.concatenate(
+            [
+                np.asarray(state.base_linear_velocity)[:2],
+                np.asarray(state.base_angular_velocity)[2:],
+                np.asarray(state.qd),
+            ]
+        )
     else:
         t, q_pin, nu_sd = twin.permutation, joints, np.asarray(state.qd, np.float64)
     return q_pin, t @ nu_sd, t

@@ -85,7 +85,9 @@ def model_from_reference_pose(
     centroids = np.asarray(link_centroid, dtype=np.float64).reshape(n, 3)
     inertias = np.asarray(link_inertia, dtype=np.float64).reshape(n, 3, 3)
     ne = len(end_point_link)
-    end_positions = np.zeros((ne, 3)) if end_point_position is None else np.asarray(end_point_position, np.float64).reshape(ne, 3)
+    end_positions = (
+        np.zeros((ne, 3)) if end_point_position is None else np.asarray(end_point_position, np.float64).reshape(ne, 3)
+    )
     for k, p in enumerate(parent):
         if not 0 <= p <= k:
             raise ValueError(f"parent[{k}]: link {k + 1} has parent {p}; parents must be lower-numbered (0 = base)")
@@ -109,12 +111,22 @@ def model_from_reference_pose(
         rotations.append(_frame_with_z(z, hints + base_axes))
     body_centroids = np.vstack([np.zeros(3), centroids])
 
-    parent_centroid_to_joint = np.stack(
-        [rotations[parent[k]].T @ (joints[k] - body_centroids[parent[k]]) for k in range(n)]
-    ) if n else np.zeros((0, 3))
-    centroid_to_joint = np.stack([rotations[k + 1].T @ (joints[k] - centroids[k]) for k in range(n)]) if n else np.zeros((0, 3))
-    joint_rpy = np.stack([matrix_to_rpy_numpy(rotations[parent[k]].T @ rotations[k + 1]) for k in range(n)]) if n else np.zeros((0, 3))
-    local_inertia = np.stack([rotations[k + 1].T @ inertias[k] @ rotations[k + 1] for k in range(n)]) if n else np.zeros((0, 3, 3))
+    parent_centroid_to_joint = (
+        np.stack([rotations[parent[k]].T @ (joints[k] - body_centroids[parent[k]]) for k in range(n)])
+        if n
+        else np.zeros((0, 3))
+    )
+    centroid_to_joint = (
+        np.stack([rotations[k + 1].T @ (joints[k] - centroids[k]) for k in range(n)]) if n else np.zeros((0, 3))
+    )
+    joint_rpy = (
+        np.stack([matrix_to_rpy_numpy(rotations[parent[k]].T @ rotations[k + 1]) for k in range(n)])
+        if n
+        else np.zeros((0, 3))
+    )
+    local_inertia = (
+        np.stack([rotations[k + 1].T @ inertias[k] @ rotations[k + 1] for k in range(n)]) if n else np.zeros((0, 3, 3))
+    )
     centroid_to_end = np.zeros((ne, 3))
     end_rpy = np.zeros((ne, 3))
     for e, link in enumerate(end_point_link):

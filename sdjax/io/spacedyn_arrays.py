@@ -47,7 +47,9 @@ def _require_zero(name: str, values: np.ndarray, columns: np.ndarray, rule: str)
     nonzero = np.argwhere((values != 0) & columns[None, :])
     if nonzero.size:
         row, col = (int(i) for i in nonzero[0])
-        raise ValueError(f"SpaceDyn {name}({row + 1}, {col + 1}) (1-based) is {values[row, col]} but must be zero: {rule}")
+        raise ValueError(
+            f"SpaceDyn {name}({row + 1}, {col + 1}) (1-based) is {values[row, col]} but must be zero: {rule}"
+        )
 
 
 def model_from_spacedyn_arrays(
@@ -141,7 +143,9 @@ def model_from_spacedyn_arrays(
                 expected[b - 1, j] = 1
         got = _array("SS", SS, (n, n))
         if not np.array_equal(got, expected):
-            raise ValueError(f"SpaceDyn SS: does not match BB = {bb.tolist()} (expected {expected.astype(int).tolist()})")
+            raise ValueError(
+                f"SpaceDyn SS: does not match BB = {bb.tolist()} (expected {expected.astype(int).tolist()})"
+            )
     if S0 is not None:
         got = _array("S0", S0, (n,))
         if not np.array_equal(got, (bb == 0).astype(float)):
@@ -190,7 +194,9 @@ def model_from_lp(lp: Mapping[str, Any], **kwargs: Any) -> Model:
     if "num_q" in lp:
         num_q = np.asarray(lp["num_q"])  # a number, or MATLAB's 1 x 1 array
         if num_q.size != 1 or num_q.reshape(()).item() != np.asarray(lp["BB"]).size:
-            raise ValueError(f"SpaceDyn LP.num_q = {num_q.tolist()} does not match len(BB) = {np.asarray(lp['BB']).size}")
+            raise ValueError(
+                f"SpaceDyn LP.num_q = {num_q.tolist()} does not match len(BB) = {np.asarray(lp['BB']).size}"
+            )
     args = {k: lp[k] for k in required}
     return model_from_spacedyn_arrays(**args, SS=lp.get("SS"), S0=lp.get("S0"), mass=lp.get("mass"), **kwargs)
 

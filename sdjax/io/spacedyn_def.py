@@ -80,7 +80,9 @@ class _Entry:
 
     def numbers(self, count: int | None = None) -> np.ndarray:
         if count is not None and len(self.tokens) != count:
-            raise ValueError(f"{self.where()}: expected {count} value(s), got {len(self.tokens)} ({' '.join(self.tokens)!r})")
+            raise ValueError(
+                f"{self.where()}: expected {count} value(s), got {len(self.tokens)} ({' '.join(self.tokens)!r})"
+            )
         values = []
         for token in self.tokens:
             try:
@@ -116,7 +118,9 @@ def _scan(text: str) -> tuple[tuple[int, int] | None, dict[str, _Entry], dict[st
             if link_number is not None:
                 raise ValueError(f"line {number}: LINK_NUMBER given twice (first on line {link_number[1]})")
             if len(tokens) != 1 or not tokens[0].isdigit():
-                raise ValueError(f"line {number}: LINK_NUMBER expects one non-negative integer, got {' '.join(tokens)!r}")
+                raise ValueError(
+                    f"line {number}: LINK_NUMBER expects one non-negative integer, got {' '.join(tokens)!r}"
+                )
             link_number = (int(tokens[0]), number)
             continue
         body = raw.split("#", 1)[0].strip()
@@ -132,7 +136,9 @@ def _scan(text: str) -> tuple[tuple[int, int] | None, dict[str, _Entry], dict[st
                         raise ValueError(f"line {start}: {key}[ has no closing ']'")
                     more = lines[k].split("#", 1)[0]
                     if "[" in more:
-                        raise ValueError(f"line {start}: {key}[ has no closing ']' before the next block on line {k + 1}")
+                        raise ValueError(
+                            f"line {start}: {key}[ has no closing ']' before the next block on line {k + 1}"
+                        )
                     parts.append(more)
                     closed = "]" in more
                     k += 1
@@ -142,7 +148,9 @@ def _scan(text: str) -> tuple[tuple[int, int] | None, dict[str, _Entry], dict[st
                     raise ValueError(f"line {start}: {key} given twice (first on line {blocks[key].line})")
                 blocks[key] = _Entry(key, inside.split(), start)
             elif entry:
-                inertia[entry.group(1)].append(_Entry(entry.group(1), [entry.group(2)] if entry.group(2) else [], number))
+                inertia[entry.group(1)].append(
+                    _Entry(entry.group(1), [entry.group(2)] if entry.group(2) else [], number)
+                )
                 body = body[entry.end() :].strip()
             else:
                 raise ValueError(f"line {number}: cannot read {body!r} (expected KEY[ values ] or Ixy= value)")
@@ -202,7 +210,9 @@ def model_from_def(
     parent = bb_entry.integers(n)
     for i, p in enumerate(parent, start=1):
         if not 0 <= p < i:
-            raise ValueError(f"{bb_entry.where()}: entry {i} is {p}; the parent of link {i} must be a lower body 0..{i - 1} (0 = base)")
+            raise ValueError(
+                f"{bb_entry.where()}: entry {i} is {p}; the parent of link {i} must be a lower body 0..{i - 1} (0 = base)"
+            )
     jt_entry = block("J_type")
     joint_type = []
     for i, t in enumerate(jt_entry.integers(n), start=1):
@@ -214,7 +224,9 @@ def model_from_def(
     end_links = [i for i, e in enumerate(ee, start=1) if e != 0]
     ne = len(end_links)
     if any(e < 0 for e in ee):
-        raise ValueError(f"{ee_entry.where()}: entries must be 0 (no end point) or a positive end-point number, got {ee}")
+        raise ValueError(
+            f"{ee_entry.where()}: entries must be 0 (no end point) or a positive end-point number, got {ee}"
+        )
     if any(e != 1 for e in ee if e):
         numbers = sorted(e for e in ee if e)
         if numbers != list(range(1, ne + 1)):
@@ -231,11 +243,15 @@ def model_from_def(
         if key not in blocks:
             other = [k for k in blocks if re.fullmatch(rf"CtoJ_\d+_{i}", k) and k != f"CtoJ_{i}_{i}"]
             if other:
-                raise ValueError(f"{blocks[other[0]].where()}: link {i} has parent {parent[i - 1]} in BB (line {bb_entry.line}); expected {key}")
+                raise ValueError(
+                    f"{blocks[other[0]].where()}: link {i} has parent {parent[i - 1]} in BB (line {bb_entry.line}); expected {key}"
+                )
         pcj[i - 1] = block(key).numbers(3)
         jtoc, ctoj = f"JtoC_{i}_{i}", f"CtoJ_{i}_{i}"
         if jtoc in blocks and ctoj in blocks:
-            raise ValueError(f"{blocks[ctoj].where()}: link {i} has both {jtoc} (line {blocks[jtoc].line}) and {ctoj}; give one")
+            raise ValueError(
+                f"{blocks[ctoj].where()}: link {i} has both {jtoc} (line {blocks[jtoc].line}) and {ctoj}; give one"
+            )
         if ctoj in blocks:
             cj[i - 1] = block(ctoj).numbers(3)  # centroid -> joint, as named
         else:
@@ -269,7 +285,9 @@ def model_from_def(
         entries = inertia[key]
         if len(entries) != n + 1:
             lines = f" (lines {[e.line for e in entries]})" if entries else ""
-            raise ValueError(f"{key}=: expected {n + 1} entries (base and {n} links, in order), got {len(entries)}{lines}")
+            raise ValueError(
+                f"{key}=: expected {n + 1} entries (base and {n} links, in order), got {len(entries)}{lines}"
+            )
         values[key] = np.array([e.numbers(1)[0] for e in entries])
     for a, b, key in ((0, 0, "I11"), (1, 1, "I22"), (2, 2, "I33"), (0, 1, "I12"), (0, 2, "I13"), (1, 2, "I23")):
         tensors[:, a, b] = tensors[:, b, a] = values[key]
@@ -314,7 +332,9 @@ def model_to_def(model: Model) -> str:
     for field in ("joint_stiffness", "joint_damping"):
         values = np.asarray(getattr(model, field), np.float64)
         for nonzero in np.flatnonzero(values != 0):
-            raise ValueError(f"model_to_def: link {nonzero + 1} ({model.link_names[nonzero]!r}) has {field} {values[nonzero]}; the .def format has none")
+            raise ValueError(
+                f"model_to_def: link {nonzero + 1} ({model.link_names[nonzero]!r}) has {field} {values[nonzero]}; the .def format has none"
+            )
     n = model.num_joints
     ee = [0] * n
     for e, link in enumerate(model.end_point_link, start=1):
@@ -344,7 +364,11 @@ def model_to_def(model: Model) -> str:
     out.append("###Relative_Coordinate_For_End-Effector_[deg]")
     erpy = np.rad2deg(np.asarray(model.end_point_rpy, np.float64))
     out += [f"rpyE_{e}[ {_row(erpy[e - 1])} ]" for e in range(1, model.num_end_points + 1)]
-    out += ["###Mass_Parameter", f"mass[ {_row(np.concatenate([[model.base_mass], model.link_mass]))} ]", "###Inertia_Matrix"]
+    out += [
+        "###Mass_Parameter",
+        f"mass[ {_row(np.concatenate([[model.base_mass], model.link_mass]))} ]",
+        "###Inertia_Matrix",
+    ]
     tensors = [np.asarray(model.base_inertia, np.float64)] + list(np.asarray(model.link_inertia, np.float64))
     for k, t in enumerate(tensors):
         out.append(f"###Link{k}")

@@ -38,7 +38,12 @@ def _is_struct(value: Any) -> bool:
 
     if isinstance(value, mat_struct):
         return True
-    return isinstance(value, np.ndarray) and value.dtype == object and value.size == 1 and isinstance(value.flat[0], mat_struct)
+    return (
+        isinstance(value, np.ndarray)
+        and value.dtype == object
+        and value.size == 1
+        and isinstance(value.flat[0], mat_struct)
+    )
 
 
 def _struct_fields(value: Any) -> dict[str, Any]:
@@ -58,7 +63,9 @@ def _plain(field: str, value: Any) -> Any:
         items = [_plain(field, item) for item in array.ravel()]
         if all(isinstance(item, str) for item in items):
             return items
-        raise ValueError(f"SpaceDyn LP.{field}: a cell array of {[type(item).__name__ for item in items][:3]}; expected numbers or chars")
+        raise ValueError(
+            f"SpaceDyn LP.{field}: a cell array of {[type(item).__name__ for item in items][:3]}; expected numbers or chars"
+        )
     return array
 
 
@@ -71,7 +78,21 @@ def _plain(field: str, value: Any) -> Any:
 # class's parts. Only what SpaceDyn's LP needs is accepted (numeric, logical, char, struct and
 # cell arrays); sizes must agree with the dimensions and fit inside their parent.
 
-_MAT_NUMBER_BYTES = {1: 1, 2: 1, 3: 2, 4: 2, 5: 4, 6: 4, 7: 4, 9: 8, 12: 8, 13: 8, 16: 1, 17: 2, 18: 4}  # miINT8..miUTF32
+_MAT_NUMBER_BYTES = {
+    1: 1,
+    2: 1,
+    3: 2,
+    4: 2,
+    5: 4,
+    6: 4,
+    7: 4,
+    9: 8,
+    12: 8,
+    13: 8,
+    16: 1,
+    17: 2,
+    18: 4,
+}  # miINT8..miUTF32
 _MI_INT8, _MI_INT32, _MI_UINT32, _MI_MATRIX, _MI_COMPRESSED = 1, 5, 6, 14, 15
 _MI_UTF8_16 = (16, 17)
 _MX_CELL, _MX_STRUCT, _MX_OBJECT, _MX_CHAR, _MX_SPARSE = 1, 2, 3, 4, 5
@@ -127,7 +148,9 @@ class _MatReader:
         self.budget -= len(inner)
         return inner
 
-    def part(self, data: bytes, at: int, end: int, what: str, kinds: tuple[int, ...] | None = None) -> tuple[int, bytes, int]:
+    def part(
+        self, data: bytes, at: int, end: int, what: str, kinds: tuple[int, ...] | None = None
+    ) -> tuple[int, bytes, int]:
         kind, nbytes, start, after = self.tag(data, at, end)
         if kind not in _MAT_NUMBER_BYTES or (kinds is not None and kind not in kinds):
             raise ValueError(f"byte {at}: {what} of element type {kind}")
@@ -157,7 +180,9 @@ class _MatReader:
                 kind, values, at = self.part(data, at, end, "array data")
                 variable_width = mx_class == _MX_CHAR and kind in _MI_UTF8_16  # multi-byte characters
                 if len(values) != count * _MAT_NUMBER_BYTES[kind] and not variable_width:
-                    raise ValueError(f"byte {at}: {len(values)} data bytes for a {'x'.join(map(str, dims.tolist()))} array")
+                    raise ValueError(
+                        f"byte {at}: {len(values)} data bytes for a {'x'.join(map(str, dims.tolist()))} array"
+                    )
         elif mx_class == _MX_SPARSE:  # row indices, column starts, values (and imaginary parts)
             for what in ("row indices", "column starts", "values") + (("imaginary values",) if is_complex else ()):
                 _, _, at = self.part(data, at, end, f"sparse {what}")
@@ -171,7 +196,9 @@ class _MatReader:
                 raise ValueError(f"byte {at}: field names of {len(names)} bytes in width {width}")
             count *= len(names) // width
         elif mx_class != _MX_CELL:
-            raise ValueError(f"byte {at}: array class {mx_class}, which this reader does not take (numbers, chars, structs, cells, sparse)")
+            raise ValueError(
+                f"byte {at}: array class {mx_class}, which this reader does not take (numbers, chars, structs, cells, sparse)"
+            )
         if mx_class in (_MX_STRUCT, _MX_OBJECT, _MX_CELL):
             for _ in range(count):
                 kind, nbytes, start, at = self.tag(data, at, end)
@@ -221,7 +248,9 @@ def lp_from_mat(path: str | os.PathLike, variable: str | None = None) -> dict[st
     try:
         contents = scipy.io.loadmat(path, squeeze_me=False, struct_as_record=False)
     except NotImplementedError:
-        raise ValueError(f"{path}: a MATLAB -v7.3 (HDF5) file; re-save it with save('{os.path.basename(path)}', 'LP', '-v7')") from None
+        raise ValueError(
+            f"{path}: a MATLAB -v7.3 (HDF5) file; re-save it with save('{os.path.basename(path)}', 'LP', '-v7')"
+        ) from None
     except Exception as err:  # SciPy raises ValueError, TypeError, OSError, ... on corrupt files
         raise ValueError(f"{path}: not a readable MATLAB .mat file ({type(err).__name__}: {err})") from None
     variables = {key: value for key, value in contents.items() if not key.startswith("__")}
@@ -240,7 +269,9 @@ def lp_from_mat(path: str | os.PathLike, variable: str | None = None) -> dict[st
         elif "BB" in variables:
             fields = variables  # saved with -struct: one variable per field
         else:
-            raise ValueError(f"{path}: no SpaceDyn link parameters (a struct with a BB field, or a BB variable); the file holds {sorted(variables)}")
+            raise ValueError(
+                f"{path}: no SpaceDyn link parameters (a struct with a BB field, or a BB variable); the file holds {sorted(variables)}"
+            )
     return {name: _plain(name, value) for name, value in fields.items()}
 
 

@@ -321,7 +321,11 @@ def _z_to_axis(axis: np.ndarray) -> np.ndarray:
 
 
 def _world_root(
-    label: str, root: str, links: dict[str, TreeLink], children: dict[str, list[TreeJoint]], parent_joint: dict[str, TreeJoint]
+    label: str,
+    root: str,
+    links: dict[str, TreeLink],
+    children: dict[str, list[TreeJoint]],
+    parent_joint: dict[str, TreeJoint],
 ) -> tuple[str, str]:
     """The base link and the base mode a URDF tree implies (see :func:`import_urdf`).
 
@@ -434,8 +438,17 @@ def import_urdf(
         links[link.name] = link
     joints = [_parse_joint(element) for element in robot.findall("joint")]
     return tree_import(
-        label, links, joints, base_link=base_link, name=name if name is not None else robot.get("name", "urdf_model"),
-        end_points=end_points, gravity=gravity, dtype=dtype, inertia_check=inertia_check, base=base, mimic=mimic,
+        label,
+        links,
+        joints,
+        base_link=base_link,
+        name=name if name is not None else robot.get("name", "urdf_model"),
+        end_points=end_points,
+        gravity=gravity,
+        dtype=dtype,
+        inertia_check=inertia_check,
+        base=base,
+        mimic=mimic,
     )
 
 
@@ -496,7 +509,9 @@ def tree_import(
         if joint.kind in _REFUSED:
             raise ValueError(f"joint {joint.name!r}: type {joint.kind!r} is not supported: {_REFUSED[joint.kind]}")
     if base_link is not None and base_link != root:
-        raise ValueError(f"base_link {base_link!r}: the root link of the URDF tree is {root!r} (sdjax's base is the root)")
+        raise ValueError(
+            f"base_link {base_link!r}: the root link of the URDF tree is {root!r} (sdjax's base is the root)"
+        )
 
     # Depth-first pre-order walk (children in document order): the body of each link (a new
     # body at each moving joint, so parent < child and every subtree is contiguous) and the
@@ -587,7 +602,11 @@ def tree_import(
         b = body_of[link_name]
         rot, pos = pose[link_name]
         for shape in links[link_name].visuals:
-            visuals.append(shape.moved(b, frame[b].T @ rot @ shape.rotation, frame[b].T @ (rot @ shape.position + pos - centroid[b])))
+            visuals.append(
+                shape.moved(
+                    b, frame[b].T @ rot @ shape.rotation, frame[b].T @ (rot @ shape.position + pos - centroid[b])
+                )
+            )
     cte = np.zeros((len(chosen), 3))
     erpy = np.zeros((len(chosen), 3))
     for e, ln in enumerate(chosen):
@@ -650,9 +669,13 @@ def _couplings(moving: list[TreeJoint], joints: list[TreeJoint], mimic: str) -> 
     out = []
     for j, (leader, multiplier, offset) in followers:
         if leader not in index:
-            raise ValueError(f"joint {j.name!r} <mimic joint={leader!r}>: no revolute, continuous or prismatic joint of that name")
+            raise ValueError(
+                f"joint {j.name!r} <mimic joint={leader!r}>: no revolute, continuous or prismatic joint of that name"
+            )
         if moving[index[leader]].mimic is not None:
-            raise ValueError(f"joint {j.name!r} <mimic joint={leader!r}>: that joint mimics another itself; mimic the first leader")
+            raise ValueError(
+                f"joint {j.name!r} <mimic joint={leader!r}>: that joint mimics another itself; mimic the first leader"
+            )
         out.append(JointCoupling(index[j.name], index[leader], multiplier, offset))
     return tuple(out)
 
@@ -835,7 +858,9 @@ def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
     _inertial(base, float(model.base_mass), np.zeros(3), np.asarray(model.base_inertia, np.float64))
     if model.base != "floating":
         ET.SubElement(robot, "link", name=WORLD_LINK)
-        mount = ET.SubElement(robot, "joint", name=f"{base_name}_{model.base}_joint", type="fixed" if model.base == "fixed" else "planar")
+        mount = ET.SubElement(
+            robot, "joint", name=f"{base_name}_{model.base}_joint", type="fixed" if model.base == "fixed" else "planar"
+        )
         ET.SubElement(mount, "origin", xyz="0.0 0.0 0.0", rpy="0.0 0.0 0.0")
         ET.SubElement(mount, "parent", link=WORLD_LINK)
         ET.SubElement(mount, "child", link=base_name)

@@ -118,10 +118,14 @@ class VisualShape:
 
     def moved(self, body: int, rotation: np.ndarray, position: np.ndarray) -> VisualShape:
         """This shape on ``body`` at the pose ``(rotation, position)`` there."""
-        return dataclasses.replace(self, body=int(body), rotation=np.asarray(rotation, np.float64), position=np.asarray(position, np.float64))
+        return dataclasses.replace(
+            self, body=int(body), rotation=np.asarray(rotation, np.float64), position=np.asarray(position, np.float64)
+        )
 
 
-def world_poses(visuals: Sequence[VisualShape], body_rotation: Any, body_position: Any) -> tuple[np.ndarray, np.ndarray]:
+def world_poses(
+    visuals: Sequence[VisualShape], body_rotation: Any, body_position: Any
+) -> tuple[np.ndarray, np.ndarray]:
     """Poses of shapes in the inertial frame.
 
     Arguments:
@@ -152,7 +156,9 @@ def package_dirs_from_env() -> list[str]:
     return [d for d in os.environ.get("ROS_PACKAGE_PATH", "").split(os.pathsep) if d]
 
 
-def resolve_mesh_path(uri: str, base_dir: str | os.PathLike | None, package_dirs: Sequence[str | os.PathLike] = ()) -> str | None:
+def resolve_mesh_path(
+    uri: str, base_dir: str | os.PathLike | None, package_dirs: Sequence[str | os.PathLike] = ()
+) -> str | None:
     """Absolute path of a URDF mesh file name, or ``None`` when no such file exists.
 
     Arguments:
@@ -233,7 +239,11 @@ def urdf_materials(label: str, robot: ET.Element) -> dict[str, np.ndarray]:
 
 
 def urdf_link_visuals(
-    label: str, link: ET.Element, materials: dict[str, np.ndarray], base_dir: str | None, package_dirs: Sequence[str | os.PathLike] = ()
+    label: str,
+    link: ET.Element,
+    materials: dict[str, np.ndarray],
+    base_dir: str | None,
+    package_dirs: Sequence[str | os.PathLike] = (),
 ) -> list[VisualShape]:
     """The ``<visual>`` shapes of one URDF ``<link>``, posed in the **URDF link frame** (``body``
     is -1 until :func:`sdjax.io.urdf.tree_import` places them on their sdjax body)."""
@@ -248,7 +258,14 @@ def urdf_link_visuals(
     return out
 
 
-def _urdf_visual(where: str, visual: ET.Element, materials: dict[str, np.ndarray], base_dir: str | None, package_dirs: Sequence[Any], link: str) -> VisualShape:
+def _urdf_visual(
+    where: str,
+    visual: ET.Element,
+    materials: dict[str, np.ndarray],
+    base_dir: str | None,
+    package_dirs: Sequence[Any],
+    link: str,
+) -> VisualShape:
     origin = visual.find("origin")
     rotation, position = np.eye(3), np.zeros(3)
     if origin is not None:
@@ -266,13 +283,19 @@ def _urdf_visual(where: str, visual: ET.Element, materials: dict[str, np.ndarray
     elif tag == "sphere":
         size = _floats(f"{at} radius>", shape.get("radius"), 1)
     elif tag in ("cylinder", "capsule"):
-        size = np.concatenate([_floats(f"{at} radius>", shape.get("radius"), 1), _floats(f"{at} length>", shape.get("length"), 1)])
+        size = np.concatenate(
+            [_floats(f"{at} radius>", shape.get("radius"), 1), _floats(f"{at} length>", shape.get("length"), 1)]
+        )
     elif tag == "mesh":
         uri = shape.get("filename")
         if not uri:
             raise _Skip(f"{at} filename>: missing")
         text = shape.get("scale")
-        size = np.full(3, float(_floats(f"{at} scale>", text, 1)[0])) if text is not None and len(text.split()) == 1 else _floats(f"{at} scale>", text, 3, (1.0, 1.0, 1.0))
+        size = (
+            np.full(3, float(_floats(f"{at} scale>", text, 1)[0]))
+            if text is not None and len(text.split()) == 1
+            else _floats(f"{at} scale>", text, 3, (1.0, 1.0, 1.0))
+        )
         mesh_file = resolve_mesh_path(uri, base_dir, package_dirs)
     else:
         raise _Skip(f"{where} <geometry>: unknown shape <{tag}>; expected box, sphere, cylinder, capsule or mesh")
@@ -284,7 +307,9 @@ def _urdf_visual(where: str, visual: ET.Element, materials: dict[str, np.ndarray
         rgba = _color(f"{where} <material>", material)
         if rgba is None:
             rgba = materials.get(material.get("name", ""))
-    return VisualShape(-1, rotation, position, tag, size, rgba, mesh_file, uri, link=link, name=visual.get("name", ""), source=where)
+    return VisualShape(
+        -1, rotation, position, tag, size, rgba, mesh_file, uri, link=link, name=visual.get("name", ""), source=where
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -301,7 +326,11 @@ def mjcf_body_visuals(m: Any, body: int, label: str, body_name: str, geom_name: 
     **MuJoCo body frame** (``body`` is -1 until placed; module docstring: which geoms)."""
     from sdjax.io.mjcf_import import _rotation_wxyz
 
-    geoms = [g for g in range(int(m.body_geomadr[body]), int(m.body_geomadr[body]) + int(m.body_geomnum[body])) if int(m.geom_group[g]) in MJCF_VISUAL_GROUPS]
+    geoms = [
+        g
+        for g in range(int(m.body_geomadr[body]), int(m.body_geomadr[body]) + int(m.body_geomnum[body]))
+        if int(m.geom_group[g]) in MJCF_VISUAL_GROUPS
+    ]
     visual_only = [g for g in geoms if m.geom_contype[g] == 0 and m.geom_conaffinity[g] == 0]
     out = []
     for g in visual_only or geoms:
@@ -356,7 +385,9 @@ def _mesh_name(m: Any, mesh: int) -> str:
 # Files.
 
 
-def load_visuals(path: str | os.PathLike, *, package_dirs: Sequence[str | os.PathLike] = (), **options: Any) -> tuple[VisualShape, ...]:
+def load_visuals(
+    path: str | os.PathLike, *, package_dirs: Sequence[str | os.PathLike] = (), **options: Any
+) -> tuple[VisualShape, ...]:
     """The visual shapes of a model file, by suffix: ``.urdf`` (:func:`sdjax.io.import_urdf`
     with ``options``), ``.xml``/``.mjcf`` (:func:`sdjax.io.mjcf_import.import_mjcf`); ``()``
     for the other model files (they hold no visual geometry).

@@ -60,7 +60,15 @@ from sdjax.integrate import runge_kutta4
 from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import end_point_frames, forward_kinematics, joint_motion_axes, relative_frames
 from sdjax.model import Model, check_inertia
-from sdjax.rotation import matrix_to_quat, matrix_to_rotation_vector, quat_normalize, quat_rate, quat_to_matrix, rpy_to_matrix, skew
+from sdjax.rotation import (
+    matrix_to_quat,
+    matrix_to_rotation_vector,
+    quat_normalize,
+    quat_rate,
+    quat_to_matrix,
+    rpy_to_matrix,
+    skew,
+)
 from sdjax._checks import check_vector, is_traced
 from sdjax.state import State, make_state
 
@@ -113,7 +121,9 @@ class MasslessArmSystem(eqx.Module):
         if not isinstance(arm, Model):
             raise ValueError(f"MasslessArmSystem.arm: expected an sdjax Model, got {type(arm).__name__}")
         if arm.base != "floating":
-            raise ValueError(f"MasslessArmSystem.arm: the orbiter floats freely; model {arm.name!r} has a {arm.base} base")
+            raise ValueError(
+                f"MasslessArmSystem.arm: the orbiter floats freely; model {arm.name!r} has a {arm.base} base"
+            )
         dtype = arm.dtype
         self.arm = arm
 
@@ -145,11 +155,26 @@ class MasslessArmSystem(eqx.Module):
             raise ValueError(
                 f"MasslessArmSystem.arm: end point 0 must be the end-effector tip on link 6, got end points on links {arm.end_point_link}"
             )
-        leaves = (self.payload_mass, self.payload_inertia, self.payload_to_tip, self.payload_rotation, self.singular_threshold, self.max_damping)
+        leaves = (
+            self.payload_mass,
+            self.payload_inertia,
+            self.payload_to_tip,
+            self.payload_rotation,
+            self.singular_threshold,
+            self.max_damping,
+        )
         if is_traced(*leaves):
             return
         for name, value in zip(
-            ("payload_mass", "payload_inertia", "payload_to_tip", "payload_rotation", "singular_threshold", "max_damping"), leaves
+            (
+                "payload_mass",
+                "payload_inertia",
+                "payload_to_tip",
+                "payload_rotation",
+                "singular_threshold",
+                "max_damping",
+            ),
+            leaves,
         ):
             if not np.all(np.isfinite(np.asarray(value, np.float64))):
                 raise ValueError(f"MasslessArmSystem.{name}: value is not finite ({np.asarray(value).tolist()})")
@@ -158,7 +183,9 @@ class MasslessArmSystem(eqx.Module):
         check_inertia("payload_inertia", "the payload", np.asarray(self.payload_inertia, np.float64))
         rot = np.asarray(self.payload_rotation, np.float64)
         if np.max(np.abs(rot @ rot.T - np.eye(3))) > 1e-9 or np.linalg.det(rot) < 0:
-            raise ValueError(f"MasslessArmSystem.payload_rotation: expected a proper rotation matrix, got {rot.tolist()}")
+            raise ValueError(
+                f"MasslessArmSystem.payload_rotation: expected a proper rotation matrix, got {rot.tolist()}"
+            )
         for name in ("singular_threshold", "max_damping"):
             if not float(getattr(self, name)) >= 0:
                 raise ValueError(f"MasslessArmSystem.{name}: must be non-negative, got {float(getattr(self, name))}")
@@ -208,7 +235,9 @@ class MasslessArmState(eqx.Module):
             size = 4 if field.endswith("quaternion") else 6 if field == "q" else 3
             shape = jnp.shape(getattr(self, field))
             if shape != (size,):
-                raise ValueError(f"MasslessArmState.{field}: expected shape ({size},), got {shape} (batch states with jax.vmap)")
+                raise ValueError(
+                    f"MasslessArmState.{field}: expected shape ({size},), got {shape} (batch states with jax.vmap)"
+                )
 
 
 class ExternalLoads(eqx.Module):
@@ -484,7 +513,9 @@ def state_derivative(
 # States consistent with the arm (eqs 2-13, 2-14) and the closure diagnostic.
 
 
-def payload_pose(system: MasslessArmSystem, orbiter_position: Any, orbiter_rotation: Any, q: Any) -> tuple[Array, Array]:
+def payload_pose(
+    system: MasslessArmSystem, orbiter_position: Any, orbiter_rotation: Any, q: Any
+) -> tuple[Array, Array]:
     """Payload pose from the orbiter pose and the joint angles, eqs 2-13 and 2-14.
 
     ``B2 = B1 B12`` with ``B12`` = (orbiter -> longeron -> joints -> end effector) then
@@ -543,7 +574,11 @@ def make_massless_state(
     q = _check_q(q, dtype)
     qd = check_vector("make_massless_state: qd", qd, (6,), dtype)
     r1 = check_vector("make_massless_state: orbiter_position", orbiter_position, (3,), dtype)
-    b1 = jnp.eye(3, dtype=dtype) if orbiter_rotation is None else check_vector("make_massless_state: orbiter_rotation", orbiter_rotation, (3, 3), dtype)
+    b1 = (
+        jnp.eye(3, dtype=dtype)
+        if orbiter_rotation is None
+        else check_vector("make_massless_state: orbiter_rotation", orbiter_rotation, (3, 3), dtype)
+    )
     v1 = check_vector("make_massless_state: orbiter_velocity", orbiter_velocity, (3,), dtype)
     w1 = check_vector("make_massless_state: orbiter_angular_velocity", orbiter_angular_velocity, (3,), dtype)
     kin = arm_kinematics(system, q)
@@ -573,8 +608,20 @@ def kinetic_energy(system: MasslessArmSystem, state: MasslessArmState) -> Array:
     """``()`` kinetic energy of orbiter and payload (the arm has none), J."""
     total = jnp.zeros((), state.q.dtype)
     for m, inertia, quat, v, w in (
-        (system.orbiter_mass, system.orbiter_inertia, state.orbiter_quaternion, state.orbiter_velocity, state.orbiter_angular_velocity),
-        (system.payload_mass, system.payload_inertia, state.payload_quaternion, state.payload_velocity, state.payload_angular_velocity),
+        (
+            system.orbiter_mass,
+            system.orbiter_inertia,
+            state.orbiter_quaternion,
+            state.orbiter_velocity,
+            state.orbiter_angular_velocity,
+        ),
+        (
+            system.payload_mass,
+            system.payload_inertia,
+            state.payload_quaternion,
+            state.payload_velocity,
+            state.payload_angular_velocity,
+        ),
     ):
         wb = quat_to_matrix(quat).T @ w
         total = total + 0.5 * m * (v @ v) + 0.5 * wb @ (inertia @ wb)
@@ -587,8 +634,22 @@ def momentum(system: MasslessArmSystem, state: MasslessArmState) -> Array:
     p = jnp.zeros((3,), state.q.dtype)
     angular = jnp.zeros((3,), state.q.dtype)
     for m, inertia, r, quat, v, w in (
-        (system.orbiter_mass, system.orbiter_inertia, state.orbiter_position, state.orbiter_quaternion, state.orbiter_velocity, state.orbiter_angular_velocity),
-        (system.payload_mass, system.payload_inertia, state.payload_position, state.payload_quaternion, state.payload_velocity, state.payload_angular_velocity),
+        (
+            system.orbiter_mass,
+            system.orbiter_inertia,
+            state.orbiter_position,
+            state.orbiter_quaternion,
+            state.orbiter_velocity,
+            state.orbiter_angular_velocity,
+        ),
+        (
+            system.payload_mass,
+            system.payload_inertia,
+            state.payload_position,
+            state.payload_quaternion,
+            state.payload_velocity,
+            state.payload_angular_velocity,
+        ),
     ):
         rot = quat_to_matrix(quat)
         p = p + m * v
@@ -724,12 +785,18 @@ def simulate(
         new = rk4_step(system, state, dt, tau, loads)
         if check:
             sigma = jnp.linalg.svd(kin.jacobian, compute_uv=False)[-1]
-            new = eqx.error_if(new, sigma < system.singular_threshold, "simulate: the arm reached a singular configuration (J^-1 does not exist)")
+            new = eqx.error_if(
+                new,
+                sigma < system.singular_threshold,
+                "simulate: the arm reached a singular configuration (J^-1 does not exist)",
+            )
             finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new)]))
             new = eqx.error_if(new, ~finite, "simulate: the state became non-finite")
         return (new, k + 1), (new, tau, qd, wrench)
 
-    (_, _), (states, tau, qd, wrench) = lax.scan(step, (initial_state, jnp.asarray(0, jnp.int32)), sequence, length=num_steps)
+    (_, _), (states, tau, qd, wrench) = lax.scan(
+        step, (initial_state, jnp.asarray(0, jnp.int32)), sequence, length=num_steps
+    )
     history = jax.tree.map(lambda x0, xs: jnp.concatenate([x0[None], xs]), initial_state, states)
     time = t0 + jnp.arange(num_steps + 1, dtype=dtype) * dt
     return MasslessArmTrajectory(time=time, states=history, tau=tau, joint_rates=qd, wrench=wrench)

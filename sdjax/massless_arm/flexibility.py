@@ -65,7 +65,9 @@ def _check_terms(terms: Array) -> None:
         # Positive semi-definite bending blocks: strain energy cannot be negative.
         for a, c, name in ((y["y22"], y["y66"], "y26"), (y["y33"], y["y55"], "y35")):
             if y[name] ** 2 > a * c * (1 + 1e-12):  # round-off margin on an exact cantilever (det = L^4/12 EI^2 > 0)
-                raise ValueError(f"beam_flexibility: {where}: {name}^2 = {y[name] ** 2:.6g} exceeds the product of its diagonal terms ({a * c:.6g}): not a flexibility matrix")
+                raise ValueError(
+                    f"beam_flexibility: {where}: {name}^2 = {y[name] ** 2:.6g} exceeds the product of its diagonal terms ({a * c:.6g}): not a flexibility matrix"
+                )
 
 
 def beam_flexibility(terms: Any) -> Array:
@@ -102,7 +104,9 @@ def beam_flexibility(terms: Any) -> Array:
     return seed[..., _TO_SDJAX, :][..., :, _TO_SDJAX]
 
 
-def cantilever_terms(length: Any, bending_stiffness_y: Any, bending_stiffness_z: Any, torsional_stiffness: Any) -> Array:
+def cantilever_terms(
+    length: Any, bending_stiffness_y: Any, bending_stiffness_z: Any, torsional_stiffness: Any
+) -> Array:
     """The seven terms of a uniform Euler-Bernoulli cantilever along x (clamped at its root,
     loaded at its end).
 
@@ -117,9 +121,20 @@ def cantilever_terms(length: Any, bending_stiffness_y: Any, bending_stiffness_z:
     Returns:
         ``(..., 7)`` terms in :data:`BEAM_TERMS` order.
     """
-    length, eiy, eiz, gj = jnp.broadcast_arrays(*(jnp.asarray(x) for x in (length, bending_stiffness_y, bending_stiffness_z, torsional_stiffness)))
+    length, eiy, eiz, gj = jnp.broadcast_arrays(
+        *(jnp.asarray(x) for x in (length, bending_stiffness_y, bending_stiffness_z, torsional_stiffness))
+    )
     return jnp.stack(
-        [length / gj, length / eiy, length / eiz, -(length**2) / (2 * eiy), length**2 / (2 * eiz), length**3 / (3 * eiz), length**3 / (3 * eiy)], -1
+        [
+            length / gj,
+            length / eiy,
+            length / eiz,
+            -(length**2) / (2 * eiy),
+            length**2 / (2 * eiz),
+            length**3 / (3 * eiz),
+            length**3 / (3 * eiy),
+        ],
+        -1,
     )
 
 
@@ -226,7 +241,11 @@ def joint_flexibility_matrix(system: MasslessArmSystem, flexibility: ArmFlexibil
         ``(6, 6)`` symmetric, rad per N m.
     """
     q = _check_q(q, system.dtype)
-    y = arm_flexibility_matrix(system, flexibility, q) if isinstance(flexibility, ArmFlexibility) else check_vector("joint_flexibility_matrix: Y", flexibility, (6, 6), q.dtype)
+    y = (
+        arm_flexibility_matrix(system, flexibility, q)
+        if isinstance(flexibility, ArmFlexibility)
+        else check_vector("joint_flexibility_matrix: Y", flexibility, (6, 6), q.dtype)
+    )
     jac = _arm_kinematics(system.arm, q).jacobian
     left = _solve(system, jac, y)  # J^-1 Y
     yj = _solve(system, jac, left.T).T  # (J^-1 (J^-1 Y)^T)^T = J^-1 Y J^-T (Y symmetric)

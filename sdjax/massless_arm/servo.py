@@ -24,7 +24,13 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import Array
 
-from sdjax.control import DEFAULT_MAX_DAMPING, DEFAULT_SINGULAR_THRESHOLD, solve_damped_least_squares, split_task_target, task_error
+from sdjax.control import (
+    DEFAULT_MAX_DAMPING,
+    DEFAULT_SINGULAR_THRESHOLD,
+    solve_damped_least_squares,
+    split_task_target,
+    task_error,
+)
 from sdjax.massless_arm.dynamics import _arm_kinematics
 from sdjax.model import Model
 from sdjax._checks import check_vector, float_array
@@ -44,8 +50,18 @@ class JointRateServo(eqx.Module):
 
     def __init__(self, gain: Any, torque_limit: Any = float("inf"), dtype: Any = None):
         dtype = jnp.result_type(float) if dtype is None else dtype
-        self.gain = float_array("JointRateServo: gain", gain, shape=(6,), dtype=dtype, scalar="broadcast", sign="positive")
-        self.torque_limit = float_array("JointRateServo: torque_limit", torque_limit, shape=(6,), dtype=dtype, scalar="broadcast", sign="positive", allow_inf=True)
+        self.gain = float_array(
+            "JointRateServo: gain", gain, shape=(6,), dtype=dtype, scalar="broadcast", sign="positive"
+        )
+        self.torque_limit = float_array(
+            "JointRateServo: torque_limit",
+            torque_limit,
+            shape=(6,),
+            dtype=dtype,
+            scalar="broadcast",
+            sign="positive",
+            allow_inf=True,
+        )
 
     def __call__(self, command: Array, qd: Array) -> Array:
         """``(6,)`` torques (N m) for commanded and measured joint rates ``(6,)`` (rad/s)."""
@@ -88,7 +104,14 @@ class ResolvedRateCommand(eqx.Module):
             raise ValueError("ResolvedRateCommand: path must be a callable t -> ((position, rotation), velocity (6,))")
         self.arm = arm
         self.path = path
-        self.position_gain = float_array("ResolvedRateCommand: position_gain", position_gain, shape=(6,), dtype=arm.dtype, scalar="broadcast", sign="positive")
+        self.position_gain = float_array(
+            "ResolvedRateCommand: position_gain",
+            position_gain,
+            shape=(6,),
+            dtype=arm.dtype,
+            scalar="broadcast",
+            sign="positive",
+        )
         self.singular_threshold = jnp.asarray(singular_threshold, arm.dtype)
         self.max_damping = jnp.asarray(max_damping, arm.dtype)
 
@@ -101,7 +124,9 @@ class ResolvedRateCommand(eqx.Module):
         velocity = check_vector("ResolvedRateCommand: path velocity", velocity, (6,), dtype)
         error = task_error("pose", kin.tip_position, kin.tip_rotation, position, rotation)
         command = velocity + self.position_gain.astype(dtype) * error
-        return solve_damped_least_squares(kin.jacobian, command, self.singular_threshold, self.max_damping, None).solution
+        return solve_damped_least_squares(
+            kin.jacobian, command, self.singular_threshold, self.max_damping, None
+        ).solution
 
 
 class JointHoldCommand(eqx.Module):
@@ -117,7 +142,9 @@ class JointHoldCommand(eqx.Module):
 
     def __init__(self, q_hold: Any, gain: Any):
         self.q_hold = check_vector("JointHoldCommand: q_hold", q_hold, (6,), jnp.result_type(float))
-        self.gain = float_array("JointHoldCommand: gain", gain, shape=(6,), dtype=self.q_hold.dtype, scalar="broadcast", sign="positive")
+        self.gain = float_array(
+            "JointHoldCommand: gain", gain, shape=(6,), dtype=self.q_hold.dtype, scalar="broadcast", sign="positive"
+        )
 
     def __call__(self, t: Array, q: Array) -> Array:
         return self.gain.astype(q.dtype) * (self.q_hold.astype(q.dtype) - q)

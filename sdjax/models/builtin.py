@@ -11,7 +11,9 @@ from sdjax.io.spacedyn_arrays import model_from_spacedyn_arrays
 from sdjax.model import Model
 
 
-def rigid_body(mass: Any, inertia: Any, *, gravity: Any = (0.0, 0.0, 0.0), name: str = "rigid_body", dtype: Any = None) -> Model:
+def rigid_body(
+    mass: Any, inertia: Any, *, gravity: Any = (0.0, 0.0, 0.0), name: str = "rigid_body", dtype: Any = None
+) -> Model:
     """A single free rigid body (a base without links or end points).
 
     Arguments:
@@ -119,7 +121,15 @@ def free_flying_arm_7dof(dtype: Any = None) -> Model:
         base_inertia=base_inertia,
         end_point_link=(7,),
         end_point_position=tips[-1:],
-        link_names=("shoulder_yaw", "shoulder_pitch", "upper_arm_roll", "elbow_pitch", "forearm_roll", "wrist_pitch", "wrist_roll"),
+        link_names=(
+            "shoulder_yaw",
+            "shoulder_pitch",
+            "upper_arm_roll",
+            "elbow_pitch",
+            "forearm_roll",
+            "wrist_pitch",
+            "wrist_roll",
+        ),
         name="free_flying_arm_7dof",
         dtype=dtype,
     )

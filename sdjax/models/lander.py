@@ -52,7 +52,17 @@ def lander(
     below the bus centroid.
     """
     a, b, c = (0.5 * s for s in bus_size)
-    bus_inertia = bus_mass / 12.0 * np.diag([bus_size[1] ** 2 + bus_size[2] ** 2, bus_size[0] ** 2 + bus_size[2] ** 2, bus_size[0] ** 2 + bus_size[1] ** 2])
+    bus_inertia = (
+        bus_mass
+        / 12.0
+        * np.diag(
+            [
+                bus_size[1] ** 2 + bus_size[2] ** 2,
+                bus_size[0] ** 2 + bus_size[2] ** 2,
+                bus_size[0] ** 2 + bus_size[1] ** 2,
+            ]
+        )
+    )
     corners = np.array([[a, b, -c], [-a, b, -c], [-a, -b, -c], [a, -b, -c]])
     axes, centroids, tips, inertias = [], [], [], []
     for corner in corners:
@@ -83,7 +93,9 @@ def lander(
     )
 
 
-def point_mass_probe(mass: float = 500.0, inertia: float = 100.0, gravity: float = SMALL_BODY_GRAVITY, dtype: Any = None) -> Model:
+def point_mass_probe(
+    mass: float = 500.0, inertia: float = 100.0, gravity: float = SMALL_BODY_GRAVITY, dtype: Any = None
+) -> Model:
     """A single rigid body (base only, no joints): ``mass`` kg, isotropic ``inertia`` kg m^2,
     gravity ``-gravity e_z``. With one contact point under its centroid it is the single-contact
     oscillator of the restitution closed forms (:func:`sdjax.contact.restitution_no_adhesion`)."""

@@ -39,7 +39,17 @@ def rover(
     (``q = 0``) the feet lie ``c + leg_length`` below the body centroid.
     """
     a, b, c = (0.5 * s for s in body_size)
-    inertia = body_mass / 12.0 * np.diag([body_size[1] ** 2 + body_size[2] ** 2, body_size[0] ** 2 + body_size[2] ** 2, body_size[0] ** 2 + body_size[1] ** 2])
+    inertia = (
+        body_mass
+        / 12.0
+        * np.diag(
+            [
+                body_size[1] ** 2 + body_size[2] ** 2,
+                body_size[0] ** 2 + body_size[2] ** 2,
+                body_size[0] ** 2 + body_size[1] ** 2,
+            ]
+        )
+    )
     hips = np.array([[a, b, -c], [-a, b, -c], [-a, -b, -c], [a, -b, -c]])
     down = np.array([0.0, 0.0, -1.0])
     radius = 0.025

@@ -104,8 +104,22 @@ def srms_arm(link_mass_scale: float = 1.0, dtype: Any = None) -> Model:
         base_inertia=ORBITER_INERTIA,
         link_mass=s * LINK_MASS,
         link_inertia=s * np.stack(link_inertia),
-        parent_centroid_to_joint=[SHOULDER, [0, 0, -0.3], [UPPER_ARM / 2, 0, 0], [LOWER_ARM / 2, 0, 0], [WRIST / 2, 0, 0], [-0.05, 0, 0]],
-        centroid_to_joint=[[0, 0, -0.3], [-UPPER_ARM / 2, 0, 0], [-LOWER_ARM / 2, 0, 0], [-WRIST / 2, 0, 0], [-0.05, 0, 0], [0, 0, -HAND / 2]],
+        parent_centroid_to_joint=[
+            SHOULDER,
+            [0, 0, -0.3],
+            [UPPER_ARM / 2, 0, 0],
+            [LOWER_ARM / 2, 0, 0],
+            [WRIST / 2, 0, 0],
+            [-0.05, 0, 0],
+        ],
+        centroid_to_joint=[
+            [0, 0, -0.3],
+            [-UPPER_ARM / 2, 0, 0],
+            [-LOWER_ARM / 2, 0, 0],
+            [-WRIST / 2, 0, 0],
+            [-0.05, 0, 0],
+            [0, 0, -HAND / 2],
+        ],
         # T_LB = Ry(pi) (x aft, z up); pitch axes -y_L; wrist yaw normal to pitch; roll along the hand.
         joint_rpy=[[0, np.pi, 0], [half_pi, 0, 0], [0, 0, 0], [0, 0, 0], [-half_pi, 0, 0], [0, half_pi, 0]],
         end_point_link=(6,),
@@ -117,7 +131,9 @@ def srms_arm(link_mass_scale: float = 1.0, dtype: Any = None) -> Model:
     )
 
 
-def srms_system(payload_mass: float = PAYLOAD_MASS_RANGE[1], *, link_mass_scale: float = 1.0, dtype: Any = None) -> MasslessArmSystem:
+def srms_system(
+    payload_mass: float = PAYLOAD_MASS_RANGE[1], *, link_mass_scale: float = 1.0, dtype: Any = None
+) -> MasslessArmSystem:
     """Orbiter, massless SRMS-like arm and a cylindrical payload (default 65,000 lb).
 
     Arguments:
@@ -154,4 +170,8 @@ def srms_flexibility(dtype: Any = None) -> ArmFlexibility:
         rotation=np.stack([along_z, eye, eye, eye, along_z]),
         end=np.array([[0, 0, 0], [UPPER_ARM, 0, 0], [LOWER_ARM, 0, 0], [WRIST, 0, 0], [0, 0, HAND]], np.float64),
     )
-    return flex if dtype is None else ArmFlexibility(flex.terms.astype(dtype), flex.body, flex.rotation.astype(dtype), flex.end.astype(dtype))
+    return (
+        flex
+        if dtype is None
+        else ArmFlexibility(flex.terms.astype(dtype), flex.body, flex.rotation.astype(dtype), flex.end.astype(dtype))
+    )

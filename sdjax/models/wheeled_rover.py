@@ -57,7 +57,9 @@ def wheeled_rover(
     if axle_x.size == 0:
         raise ValueError("wheeled_rover: axles must list at least one axle position")
     if not 0 < wheel_radius or not 0 < wheel_width or not 0 < track:
-        raise ValueError(f"wheeled_rover: wheel_radius, wheel_width and track must be positive, got {wheel_radius}, {wheel_width}, {track}")
+        raise ValueError(
+            f"wheeled_rover: wheel_radius, wheel_width and track must be positive, got {wheel_radius}, {wheel_width}, {track}"
+        )
     a, b, c = chassis_size
     chassis_inertia = chassis_mass / 12.0 * np.diag([b**2 + c**2, a**2 + c**2, a**2 + b**2])
     hubs = np.array([[x, side * 0.5 * track, hub_height] for x in axle_x for side in (1.0, -1.0)])

@@ -46,4 +46,12 @@ from sdjax.viewer.server import VISER_VERSION as VISER_VERSION
 from sdjax.viewer.server import Viewer as Viewer
 from sdjax.viewer.server import show as show
 
-__all__ = ["VISER_VERSION", "SceneGeometry", "Viewer", "scene_geometries", "scene_geometry", "show", "split_trajectories"]
+__all__ = [
+    "VISER_VERSION",
+    "SceneGeometry",
+    "Viewer",
+    "scene_geometries",
+    "scene_geometry",
+    "show",
+    "split_trajectories",
+]

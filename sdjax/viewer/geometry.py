@@ -112,7 +112,13 @@ class SceneGeometry:
         take = slice(None) if sample is None else slice(sample, sample + 1)
         corners = box_corners(self.base_box_sides, self.base_box_axes)  # (8, 3) base frame
         box = self.base_position[take, None] + np.einsum("tij,cj->tci", self.base_rotation[take], corners)
-        parts = [self.segment_start[take], self.segment_end[take], self.joint_position[take], self.end_point_position[take], box]
+        parts = [
+            self.segment_start[take],
+            self.segment_end[take],
+            self.joint_position[take],
+            self.end_point_position[take],
+            box,
+        ]
         points = np.concatenate([p.reshape(-1, 3) for p in parts])
         return points[np.all(np.isfinite(points), axis=1)]
 
@@ -172,23 +178,39 @@ def _split_one(trajectory: Any, name: str, group: int) -> list[TrajectoryItem]:
     elif isinstance(trajectory, State):
         states, time = trajectory, None
     else:
-        raise ValueError(f"{name}: expected a sdjax Trajectory, a State with a time axis or a list of them, got {_named(trajectory)}")
+        raise ValueError(
+            f"{name}: expected a sdjax Trajectory, a State with a time axis or a list of them, got {_named(trajectory)}"
+        )
     q = np.shape(states.q)
     if len(q) not in (2, 3):
-        raise ValueError(f"{name}.states.q: expected shape (T, n) or (B, T, n) (time, or batch and time, then joints), got {q}")
+        raise ValueError(
+            f"{name}.states.q: expected shape (T, n) or (B, T, n) (time, or batch and time, then joints), got {q}"
+        )
     lead = q[:-1]
-    for field, size in (("base_position", 3), ("base_quaternion", 4), ("base_linear_velocity", 3), ("base_angular_velocity", 3), ("qd", q[-1])):
+    for field, size in (
+        ("base_position", 3),
+        ("base_quaternion", 4),
+        ("base_linear_velocity", 3),
+        ("base_angular_velocity", 3),
+        ("qd", q[-1]),
+    ):
         shape = np.shape(getattr(states, field))
         if shape != (*lead, size):
-            raise ValueError(f"{name}.states.{field}: expected shape {(*lead, size)} to match states.q {q}, got {shape}")
+            raise ValueError(
+                f"{name}.states.{field}: expected shape {(*lead, size)} to match states.q {q}, got {shape}"
+            )
     if time is not None and time.shape not in (lead, lead[-1:]):
         raise ValueError(f"{name}.time: expected shape {lead[-1:]} (one time per state), got {time.shape}")
     if len(lead) == 1:
-        return [TrajectoryItem(name, np.arange(lead[0], dtype=np.float64) if time is None else time, states, group, False)]
+        return [
+            TrajectoryItem(name, np.arange(lead[0], dtype=np.float64) if time is None else time, states, group, False)
+        ]
     items = []
     for b in range(lead[0]):
         times = np.arange(lead[1], dtype=np.float64) if time is None else (time[b] if time.ndim == 2 else time)
-        items.append(TrajectoryItem(f"{name}[{b}]", times, jax.tree.map(lambda x: np.asarray(x)[b], states), group, True))
+        items.append(
+            TrajectoryItem(f"{name}[{b}]", times, jax.tree.map(lambda x: np.asarray(x)[b], states), group, True)
+        )
     return items
 
 
@@ -237,7 +259,9 @@ def link_radii(model: Model, size: float, lengths: Any = None) -> np.ndarray:
     """
     low, high = (bound * size for bound in RADIUS_BOUNDS)
     masses = np.asarray(model.link_mass, np.float64)
-    smallest = np.linalg.eigvalsh(np.asarray(model.link_inertia, np.float64))[..., 0] if model.num_joints else np.zeros(0)
+    smallest = (
+        np.linalg.eigvalsh(np.asarray(model.link_inertia, np.float64))[..., 0] if model.num_joints else np.zeros(0)
+    )
     safe = np.where(masses > 0, masses, 1.0)
     radius = np.where(masses > 0, np.sqrt(np.maximum(2.0 * smallest / safe, 0.0)), low)
     if lengths is not None:
@@ -264,12 +288,19 @@ def _samples(model: Model, states: State) -> tuple[Kinematics, jax.Array, jax.Ar
     mass of every sample (one compiled program: op-by-op dispatch compiles dozens)."""
 
     def one(state: State):
-        return forward_kinematics(model, state), center_of_mass(model, state), linear_momentum(model, state), angular_momentum(model, state, about="com")
+        return (
+            forward_kinematics(model, state),
+            center_of_mass(model, state),
+            linear_momentum(model, state),
+            angular_momentum(model, state, about="com"),
+        )
 
     return jax.vmap(one)(states)
 
 
-def scene_geometry(model: Model, time: Any, states: State, *, label: str = "trajectory", size: float | None = None) -> SceneGeometry:
+def scene_geometry(
+    model: Model, time: Any, states: State, *, label: str = "trajectory", size: float | None = None
+) -> SceneGeometry:
     """The drawn geometry of one trajectory (see :class:`SceneGeometry`).
 
     Arguments:
@@ -291,7 +322,11 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
     segments = body_segments(model)
 
     def bone_ends(pairs: list[tuple[str, int]]) -> np.ndarray:  # (T, S, 3)
-        return np.stack([points[kind][:, index] for kind, index in pairs], axis=1) if pairs else np.zeros((time.shape[0], 0, 3))
+        return (
+            np.stack([points[kind][:, index] for kind, index in pairs], axis=1)
+            if pairs
+            else np.zeros((time.shape[0], 0, 3))
+        )
 
     start, end = bone_ends([(ka, ia) for ka, ia, _, _ in segments]), bone_ends([(kb, ib) for _, _, kb, ib in segments])
     owner = np.array([ia if ka == "c" else ib for ka, ia, _, ib in segments], dtype=np.int64)
@@ -329,7 +364,9 @@ def scene_geometry(model: Model, time: Any, states: State, *, label: str = "traj
     )
 
 
-def scene_geometries(models: Model | Sequence[Model], items: Sequence[TrajectoryItem], labels: Sequence[str] | None = None) -> list[SceneGeometry]:
+def scene_geometries(
+    models: Model | Sequence[Model], items: Sequence[TrajectoryItem], labels: Sequence[str] | None = None
+) -> list[SceneGeometry]:
     """Geometry of every trajectory of :func:`sdjax.viewer.show`'s arguments, all drawn at the
     size of the first (:func:`extent`), so Monte-Carlo ghosts match the nominal robot.
 
@@ -345,13 +382,17 @@ def scene_geometries(models: Model | Sequence[Model], items: Sequence[Trajectory
     """
     count = len(items)
     if count > MAX_TRAJECTORIES:
-        raise ValueError(f"trajectory: {count} trajectories, more than the viewer shows at once ({MAX_TRAJECTORIES}); pass a subset")
+        raise ValueError(
+            f"trajectory: {count} trajectories, more than the viewer shows at once ({MAX_TRAJECTORIES}); pass a subset"
+        )
     if isinstance(models, Model):
         models = [models] * count
     else:
         models = list(models)
         if len(models) != count or not all(isinstance(m, Model) for m in models):
-            raise ValueError(f"model: expected a Model or a list of {count} Models (one per trajectory), got {len(models)} items")
+            raise ValueError(
+                f"model: expected a Model or a list of {count} Models (one per trajectory), got {len(models)} items"
+            )
     if labels is None:
         labels = [item.where for item in items]
     else:
@@ -363,11 +404,16 @@ def scene_geometries(models: Model | Sequence[Model], items: Sequence[Trajectory
     for item, model in zip(items, models):
         check_trajectory(model, item.where, item.time, item.states)
     first = scene_geometry(models[0], items[0].time, items[0].states, label=labels[0])
-    rest = [scene_geometry(model, item.time, item.states, label=label, size=first.size) for item, model, label in zip(items[1:], models[1:], labels[1:])]
+    rest = [
+        scene_geometry(model, item.time, item.states, label=label, size=first.size)
+        for item, model, label in zip(items[1:], models[1:], labels[1:])
+    ]
     return [first, *rest]
 
 
-def camera_pose(geometries: Sequence[SceneGeometry], fov: float, elev: float = 25.0, azim: float = -60.0) -> tuple[np.ndarray, np.ndarray]:
+def camera_pose(
+    geometries: Sequence[SceneGeometry], fov: float, elev: float = 25.0, azim: float = -60.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Camera ``(position, look_at)`` that frames every drawn point of every sample.
 
     The camera looks at the centre of the points' bounding box from the direction of the
@@ -448,13 +494,17 @@ def check_visuals(visuals: Any, models: Sequence[Model]) -> tuple[Any, ...]:
     if hasattr(visuals, "visuals") and not isinstance(visuals, (list, tuple)):
         visuals = visuals.visuals
     if not isinstance(visuals, (list, tuple)):
-        raise ValueError(f"visuals: expected a sequence of sdjax.io.visuals.VisualShape or an import result (UrdfImport, MjcfImport), got {_named(visuals)}")
+        raise ValueError(
+            f"visuals: expected a sequence of sdjax.io.visuals.VisualShape or an import result (UrdfImport, MjcfImport), got {_named(visuals)}"
+        )
     bodies = min(model.num_joints for model in models) + 1
     for k, shape in enumerate(visuals):
         if not isinstance(shape, VisualShape):
             raise ValueError(f"visuals[{k}]: expected a sdjax.io.visuals.VisualShape, got {_named(shape)}")
         if not 0 <= shape.body < bodies:
-            raise ValueError(f"visuals[{k}].body: {shape.body}, but the model has bodies 0 to {bodies - 1} ({shape.source or shape.kind})")
+            raise ValueError(
+                f"visuals[{k}].body: {shape.body}, but the model has bodies 0 to {bodies - 1} ({shape.source or shape.kind})"
+            )
     return tuple(visuals)
 
 

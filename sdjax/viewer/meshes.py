@@ -23,7 +23,9 @@ from sdjax.io.visuals import VisualShape
 #: Triangles of the drawn spheres, cylinders and capsules (around their axis).
 SECTIONS = 24
 
-_CACHE: dict[tuple[str, float], Any] = {}  # (path, mtime) -> trimesh.Trimesh in the file's own units converted to metres
+_CACHE: dict[
+    tuple[str, float], Any
+] = {}  # (path, mtime) -> trimesh.Trimesh in the file's own units converted to metres
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +135,9 @@ def drawn_shapes(visuals: Sequence[VisualShape]) -> tuple[list[DrawnShape], set[
             key = shape.mesh_file or shape.mesh_uri or shape.source
             if key not in warned:
                 warned.add(key)
-                warnings.warn(f"{err}; body {shape.body} ({shape.link!r}) is drawn from its inertia instead", stacklevel=3)
+                warnings.warn(
+                    f"{err}; body {shape.body} ({shape.link!r}) is drawn from its inertia instead", stacklevel=3
+                )
     return drawn, failed
 
 

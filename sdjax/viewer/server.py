@@ -13,13 +13,31 @@ from typing import Any
 import numpy as np
 
 from sdjax.model import Model
-from sdjax.viewer.geometry import SceneGeometry, attitudes, camera_pose, check_visuals, frame_index, scene_geometries, segment_poses, split_trajectories
+from sdjax.viewer.geometry import (
+    SceneGeometry,
+    attitudes,
+    camera_pose,
+    check_visuals,
+    frame_index,
+    scene_geometries,
+    segment_poses,
+    split_trajectories,
+)
 
 #: The viser release the viewer was written and tested against (the ``viewer`` extra pins it).
 VISER_VERSION = "1.1.1"
 
 #: Link colours, RGB, one per trajectory argument (a batch shares one), cycled.
-PALETTE = ((30, 90, 170), (220, 100, 20), (40, 140, 70), (130, 70, 180), (190, 40, 40), (20, 150, 160), (160, 130, 20), (100, 100, 100))
+PALETTE = (
+    (30, 90, 170),
+    (220, 100, 20),
+    (40, 140, 70),
+    (130, 70, 180),
+    (190, 40, 40),
+    (20, 150, 160),
+    (160, 130, 20),
+    (100, 100, 100),
+)
 JOINT_COLOR = (40, 40, 50)  # dark actuators: they stand out on the white background and on the links
 BASE_COLOR = (214, 170, 60)  # gold foil
 #: The base box is translucent: the centre of mass and the base frame inside it stay visible.
@@ -95,15 +113,27 @@ class _Robot:
         def batched(name, vertices, faces, count, rgb):
             # viser needs at least one instance; an empty group is one invisible instance.
             return scene.add_batched_meshes_simple(
-                f"{root}/{name}", vertices, faces, np.repeat(ident, max(count, 1), 0), np.repeat(zeros, max(count, 1), 0),
-                batched_scales=np.zeros((max(count, 1), 3)), batched_colors=rgb, opacity=alpha, visible=count > 0,
+                f"{root}/{name}",
+                vertices,
+                faces,
+                np.repeat(ident, max(count, 1), 0),
+                np.repeat(zeros, max(count, 1), 0),
+                batched_scales=np.zeros((max(count, 1), 3)),
+                batched_colors=rgb,
+                opacity=alpha,
+                visible=count > 0,
             )
 
         self.bones = batched("links", cyl_v, cyl_f, S, color)
         self.caps = batched("link_ends", sph_v, sph_f, 2 * S, color)  # capsule ends: bone starts, then ends
         self.joints = batched("joints", sph_v, sph_f, n, JOINT_COLOR)
-        self.box = scene.add_box(f"{root}/base", color=BASE_COLOR, dimensions=np.maximum(g.base_box_sides, 1e-6), opacity=BASE_OPACITY * opacity,
-                                 visible=bool(np.any(g.base_box_sides > 0)))
+        self.box = scene.add_box(
+            f"{root}/base",
+            color=BASE_COLOR,
+            dimensions=np.maximum(g.base_box_sides, 1e-6),
+            opacity=BASE_OPACITY * opacity,
+            visible=bool(np.any(g.base_box_sides > 0)),
+        )
         self.overlays = overlays
         self._sample = 0
         if overlays:
@@ -117,15 +147,30 @@ class _Robot:
         self.base_frame = scene.add_frame(f"{root}/base_frame", axes_length=base_axes, axes_radius=0.04 * base_axes)
         length = END_POINT_AXES * g.size
         self.end_points = scene.add_batched_axes(
-            f"{root}/end_points", np.repeat(ident, max(ne, 1), 0), np.repeat(zeros, max(ne, 1), 0),
-            axes_length=length, axes_radius=0.06 * length, visible=ne > 0,
+            f"{root}/end_points",
+            np.repeat(ident, max(ne, 1), 0),
+            np.repeat(zeros, max(ne, 1), 0),
+            axes_length=length,
+            axes_radius=0.06 * length,
+            visible=ne > 0,
         )
-        self.com = scene.add_icosphere(f"{root}/center_of_mass", radius=COM_RADIUS * float(np.max(g.segment_radius, initial=0.005 * g.size)),
-                                       color=COM_COLOR, subdivisions=2)
-        self.arrow_scale = [_arrow_scale(g.linear_momentum, g.size, momentum_floor[0]), _arrow_scale(g.angular_momentum, g.size, momentum_floor[1])]
+        self.com = scene.add_icosphere(
+            f"{root}/center_of_mass",
+            radius=COM_RADIUS * float(np.max(g.segment_radius, initial=0.005 * g.size)),
+            color=COM_COLOR,
+            subdivisions=2,
+        )
+        self.arrow_scale = [
+            _arrow_scale(g.linear_momentum, g.size, momentum_floor[0]),
+            _arrow_scale(g.angular_momentum, g.size, momentum_floor[1]),
+        ]
         self.momentum = scene.add_arrows(
-            f"{root}/momentum", np.zeros((2, 2, 3)), np.array([LINEAR_MOMENTUM_COLOR, ANGULAR_MOMENTUM_COLOR]),
-            shaft_radius=0.01 * g.size, head_radius=0.025 * g.size, head_length=0.05 * g.size,
+            f"{root}/momentum",
+            np.zeros((2, 2, 3)),
+            np.array([LINEAR_MOMENTUM_COLOR, ANGULAR_MOMENTUM_COLOR]),
+            shaft_radius=0.01 * g.size,
+            head_radius=0.025 * g.size,
+            head_length=0.05 * g.size,
         )
 
     def _add_shapes(self, scene, root: str, shapes, failed, color, opacity: float, file_colors: bool) -> None:
@@ -140,7 +185,10 @@ class _Robot:
             b = shape.body
             if b not in self.body_frames:
                 self.body_frames[b] = scene.add_frame(f"{root}/bodies/{b}", show_axes=False)
-            name, pose = f"{root}/bodies/{b}/shape{j}", dict(wxyz=drawn.wxyz, position=np.asarray(shape.position, np.float64))
+            name, pose = (
+                f"{root}/bodies/{b}/shape{j}",
+                dict(wxyz=drawn.wxyz, position=np.asarray(shape.position, np.float64)),
+            )
             rgba = shape.rgba if file_colors else None
             alpha = opacity * (float(rgba[3]) if rgba is not None else 1.0)
             if rgba is None and file_colors and alpha >= 1.0 and has_own_colors(mesh):
@@ -261,10 +309,14 @@ class Viewer:
         gui = self.server.gui
         last = self.time.shape[0] - 1
         with gui.add_folder("Playback"):
-            self._slider = gui.add_slider("sample", min=0, max=max(last, 1), step=1, initial_value=0, disabled=last == 0)
+            self._slider = gui.add_slider(
+                "sample", min=0, max=max(last, 1), step=1, initial_value=0, disabled=last == 0
+            )
             self._clock = gui.add_markdown(self._clock_text(0))
             self._play = gui.add_button("Play", disabled=last == 0)
-            self._speed = gui.add_number("speed", initial_value=1.0, min=1e-3, max=1e3, step=0.1, hint="simulated seconds per second")
+            self._speed = gui.add_number(
+                "speed", initial_value=1.0, min=1e-3, max=1e3, step=0.1, hint="simulated seconds per second"
+            )
             self._loop = gui.add_checkbox("loop", initial_value=True)
         self._slider.on_update(lambda _: self._show(int(self._slider.value), seek=True))
 
@@ -300,7 +352,9 @@ class Viewer:
         for group in dict.fromkeys(groups):
             labels = [g.label for g, grp in zip(self.geometries, groups) if grp == group]
             more = f" and {len(labels) - 1} more" if len(labels) > 1 else ""
-            lines.append(f'<span style="color: rgb{PALETTE[group % len(PALETTE)]}">&#9632;</span> {html.escape(labels[0])}{more}')
+            lines.append(
+                f'<span style="color: rgb{PALETTE[group % len(PALETTE)]}">&#9632;</span> {html.escape(labels[0])}{more}'
+            )
         return lines
 
     def _toggle(self, label: str, nodes: list, value: bool):
