@@ -172,8 +172,9 @@ def test_sdjax_json_model_reader(tmp_path):
         _assert_clean(load_model, path, seed)
 
 
-def test_mjcf_reader(tmp_path):
+def test_mjcf_reader(tmp_path, monkeypatch):
     pytest.importorskip("mujoco")
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory
     from sdjax.io.mjcf import to_mjcf
 
     source = to_mjcf(spacedyn_sample()).encode()
@@ -287,7 +288,8 @@ FOUND = {
 
 
 @pytest.mark.parametrize("seed", sorted(FOUND))
-def test_seeds_that_found_bugs(seed, saved_files, tmp_path):
+def test_seeds_that_found_bugs(seed, saved_files, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory
     from sdjax.io.mjcf import to_mjcf
     from sdjax.montecarlo import MonteCarloResults
     from sdjax.simulation import load_run
