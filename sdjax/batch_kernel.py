@@ -258,9 +258,11 @@ def solve_forward_dynamics(
     return out[0], (out[1] if with_factor else None)
 
 
-#: Smallest batch whose open-loop RK4 rollout runs in the kernel (each rollout crosses from XLA
-#: once, so the crossing is repaid by far smaller batches than :data:`MIN_BATCH`).
-MIN_ROLLOUT_BATCH = 16
+#: Smallest batch whose open-loop RK4 rollout runs in the kernel: every batch. Each rollout
+#: crosses from XLA once, and the kernel is ahead from a batch of one (7-joint arm, 500 steps,
+#: float64, 2-core Xeon: 6.0x the scan at batch 1, 5.4-5.8x at 2-64, 3.6x at 256;
+#: ``benchmarks/bench_rollout_crossover.py``).
+MIN_ROLLOUT_BATCH = 1
 
 
 def rk4_rollout(axis_size: int, model: Any, state: Any, dt: Any, controls: Any, batched: Any) -> Array:
