@@ -71,6 +71,11 @@ def is_file_source(source: Any) -> bool:
     return isinstance(source, str) and "\n" not in source and not source.lstrip().startswith(("<", "{"))
 
 
+def naming_the_file(path: str, error: ValueError) -> ValueError:
+    """``error`` if its message names ``path``, else a ValueError with ``path`` in front."""
+    return error if path in str(error) else ValueError(f"{path}: {error}")
+
+
 @contextlib.contextmanager
 def naming_file(path: str) -> Iterator[None]:
     """Re-raise a ``ValueError`` of the block with ``path`` in front of its message, unless the
@@ -78,9 +83,10 @@ def naming_file(path: str) -> Iterator[None]:
     try:
         yield
     except ValueError as err:
-        if path in str(err):
+        named = naming_the_file(path, err)
+        if named is err:
             raise
-        raise ValueError(f"{path}: {err}") from None
+        raise named from None
 
 
 _Reader = TypeVar("_Reader", bound=Callable[..., Any])

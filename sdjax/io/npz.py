@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.io.inputs import naming_the_file
+
 #: Largest entry read (bytes of the decompressed array), checked from its header first.
 MAX_ENTRY_BYTES = 4 * 1024**3
 #: Largest text entry (the JSON ``meta``), characters.
@@ -58,8 +60,8 @@ class NpzArchive:
         """Close the archive; a ``ValueError`` raised while reading it (by the caller's checks
         too, e.g. of a model stored inside) gets the file's name in front when it lacks it."""
         self._zip.close()
-        if isinstance(error, ValueError) and self.name not in str(error):
-            raise ValueError(f"{self.name}: {error}") from None
+        if isinstance(error, ValueError) and (named := naming_the_file(self.name, error)) is not error:
+            raise named from None
 
     def __contains__(self, entry: str) -> bool:
         return entry in self.entries
