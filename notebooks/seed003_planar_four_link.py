@@ -79,13 +79,13 @@ print("joint 1: max rate %.4f rad/s, max angle %.4f rad, angle and rate at the e
 # %% [markdown]
 # ## Floating rollout under computed-torque control
 #
-# `sdjax.ComputedTorque` with `mode="floating"` uses the generalized (momentum-reduced) inertia `H*` and bias of the exact model; `sdjax.rollout` integrates the full free-floating dynamics with RK4 (base free, zero initial momentum).
+# `sdjax.ComputedTorque` with `base="floating"` uses the generalized (momentum-reduced) inertia `H*` and bias of the exact model; `sdjax.rollout` integrates the full free-floating dynamics with RK4 (base free, zero initial momentum).
 
 # %%
 dt = 0.05 if QUICK else 0.01
 horizon = CYCLE if QUICK else CYCLE * n
 num_steps = int(round(horizon / dt))
-law = sdjax.ComputedTorque(model, kp=1.0, kd=1.0, reference=reference, mode="floating")
+law = sdjax.ComputedTorque(model, kp=1.0, kd=1.0, reference=reference, base="floating")
 state0 = sdjax.make_state(model)
 start = time.perf_counter()
 traj = sdjax.rollout(model, state0, dt, num_steps, law)

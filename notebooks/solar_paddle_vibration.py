@@ -43,7 +43,7 @@ print("quick mode" if QUICK else "full run")
 # %% [markdown]
 # ## 1. Convergence of the chain's frequencies
 #
-# A 2 m beam, 3 kg/m, `EI = 100 N m^2` (both planes), `GJ = 0.02 N m^2` on a thin section (radius of gyration 2 mm, so the section's rotary inertia is negligible). The chain's frequencies are the eigenvalues of `H_m^-1 K` at rest with the root clamped (`sdjax.flexible.linear_modes(..., base="clamped")`: the fixed-base joint inertia block). Theory: `omega_1 = 1.8751^2 sqrt(EI / (mu L^4)) = 3.2097 rad/s`, `omega_t = (pi / 2) sqrt(GJ / (rho I_p L^2))`. The `uniform` column uses `k = EI / l` at the root as well (first order), for comparison.
+# A 2 m beam, 3 kg/m, `EI = 100 N m^2` (both planes), `GJ = 0.02 N m^2` on a thin section (radius of gyration 2 mm, so the section's rotary inertia is negligible). The chain's frequencies are the eigenvalues of `H_m^-1 K` at rest with the root clamped (`sdjax.flexible.linear_modes(..., base="fixed")`: the fixed-base joint inertia block). Theory: `omega_1 = 1.8751^2 sqrt(EI / (mu L^4)) = 3.2097 rad/s`, `omega_t = (pi / 2) sqrt(GJ / (rho I_p L^2))`. The `uniform` column uses `k = EI / l` at the root as well (first order), for comparison.
 
 # %%
 SIZES = [1, 2, 4] if QUICK else [1, 2, 4, 8, 16, 32]
@@ -98,7 +98,7 @@ theory = {k: float(v) for k, v in cantilever_frequencies(beam).items()}
 print(f"{model.num_joints} joints ({len(arm)} arm + 2 x {len(paddles[0].all_joints)} paddle), total mass {float(model.total_mass):.1f} kg")
 print("clamped-beam theory (rad/s):", {k: round(v, 3) for k, v in theory.items()})
 
-clamped, _ = linear_modes(model, paddles[0].all_joints, base="clamped")
+clamped, _ = linear_modes(model, paddles[0].all_joints, base="fixed")
 both = paddles[0].all_joints + paddles[1].all_joints
 free, free_modes = linear_modes(model, both, base="floating")
 print("one paddle clamped to an immobile base, first 4 (rad/s):", np.round(np.asarray(clamped[:4]), 3))

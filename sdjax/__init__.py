@@ -44,6 +44,7 @@ from sdjax.dynamics import (
     passive_joint_torques,
     point_loads,
 )
+from sdjax.editing import append_links, append_model, lock_joints, merge_payload
 from sdjax.gjm import (
     Manipulability,
     base_twist_from_joint_rates,
@@ -142,7 +143,7 @@ from sdjax.lagrange import (
     mass_parameter_dependence,
 )
 from sdjax.maneuver import (
-    MODES,
+    MANEUVER_MODES,
     AttitudePD,
     ManeuverLaw,
     Thrusters,
@@ -192,7 +193,7 @@ from sdjax.rotation import (
 from sdjax.simulation import SimulationRun, load_run, simulate, trajectory_quantities
 from sdjax.state import State, make_state, normalize_state
 
-# Capabilities used as namespaces: sdjax.contact.Plane, sdjax.massless_arm.simulate, ...
+# Capabilities used as namespaces: sdjax.contact.Plane, sdjax.massless_arm.simulate_two_body, ...
 from sdjax import capture, constraints, contact, flexible, massless_arm, orbital, plotting, simulation, wheels  # noqa: E402
 
 __version__ = "0.1.0"
@@ -230,7 +231,7 @@ __all__ = [
     "MassDependence",
     "BASE_MODES",
     "Model",
-    "MODES",
+    "MANEUVER_MODES",
     "MonteCarloResults",
     "PlanEvaluation",
     "PlanningProblem",
@@ -251,6 +252,8 @@ __all__ = [
     "Unknowns",
     "UrdfImport",
     "add_reaction_wheels",
+    "append_links",
+    "append_model",
     "angular_momentum",
     "attach_payload",
     "base_twist_from_joint_rates",
@@ -298,6 +301,7 @@ __all__ = [
     "load_json_model",
     "load_model",
     "load_run",
+    "lock_joints",
     "make_controls",
     "make_state",
     "max_stable_step",
@@ -308,6 +312,7 @@ __all__ = [
     "matrix_to_quat",
     "matrix_to_rotation_vector",
     "matrix_to_rpy",
+    "merge_payload",
     "model_from_def",
     "model_from_dh",
     "model_from_dh_file",
@@ -380,3 +385,14 @@ __all__ = [
     "generalized_loads",
     "simpson_step",
 ]
+
+
+def __getattr__(name: str):
+    """Earlier names kept for one release, each with a ``DeprecationWarning``: ``MODES`` (now
+    :data:`MANEUVER_MODES`, the maneuvering modes, not the base modes of :data:`BASE_MODES`)."""
+    if name == "MODES":
+        import warnings
+
+        warnings.warn("sdjax.MODES is now sdjax.MANEUVER_MODES", DeprecationWarning, stacklevel=2)
+        return MANEUVER_MODES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+__all__ = ["forward_dynamics", "forward_dynamics_range", "rk4_rollout", "scratch"]
+
 _jit = numba.njit(cache=True, nogil=True)
 # Inlined into its callers at Numba's IR level: called as a separate function it ran 1.5x slower.
 _inline = numba.njit(cache=True, nogil=True, inline="always")

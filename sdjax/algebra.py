@@ -27,6 +27,8 @@ import numpy as np
 from jax import Array
 from jax.custom_derivatives import SymbolicZero
 
+__all__ = ["cross3", "dot", "matmul3", "matvec3", "transpose3"]
+
 #: Levi-Civita symbol: ``cross(a, b)_i = sum_jk LEVI_CIVITA[i, j, k] a_j b_k``.
 LEVI_CIVITA = np.zeros((3, 3, 3))
 LEVI_CIVITA[0, 1, 2] = LEVI_CIVITA[1, 2, 0] = LEVI_CIVITA[2, 0, 1] = 1.0

@@ -45,7 +45,7 @@ from sdjax.algebra import cross3
 from sdjax.control import task_jacobian
 from sdjax.dynamics import Controls, make_controls, point_loads
 from sdjax.integrate import as_controls, runge_kutta4, state_derivative
-from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_velocity, relative_frames
+from sdjax.kinematics import kinematic_pass, point_velocity
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, kinetic_energy, linear_momentum, potential_energy
 from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, rpy_to_matrix
@@ -106,8 +106,8 @@ class _FrameMotion(eqx.Module):
 
 def _frame_motion(model: Model, state: State, frame: BodyFrame) -> _FrameMotion:
     dtype = state.q.dtype
-    frames = relative_frames(model, state.base_rotation, state.q)
-    twists = body_twists(model, joint_motion_axes(model, frames), base_twist(state), state.qd)
+    motion = kinematic_pass(model, state)
+    frames, twists = motion.frames, motion.twists
     rotation = frames.rotation[frame.body]
     position = frames.centroid[frame.body] + rotation @ frame.offset.astype(dtype)
     return _FrameMotion(position, rotation @ frame.rotation.astype(dtype), twists[frame.body], state.base_position)

@@ -33,6 +33,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+__all__ = ["MAX_STEPS", "SIMULATE_DT", "TREE_DRAWN_DEPTH", "build_parser", "main"]
+
 
 class UsageError(Exception):
     """Bad command-line usage (exit status 2)."""

@@ -73,7 +73,7 @@ from jax import Array
 
 from sdjax.dynamics import Controls, inertia_matrix, point_loads
 from sdjax.jacobians import jacobians_at_points
-from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_velocity, relative_frames
+from sdjax.kinematics import kinematic_pass, point_velocity
 from sdjax.model import Model, free_coordinates
 from sdjax._checks import check_choice, float_array, is_traced
 from sdjax.state import State, check_state
@@ -404,8 +404,8 @@ def _contact_state(
     dtype = state.q.dtype
     m = spheres.num_contacts
     stiffness, damping, friction, eps, width = parameters.per_contact(m, dtype)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    twists = body_twists(model, joint_motion_axes(model, frames), base_twist(state), state.qd)
+    motion = kinematic_pass(model, state)
+    frames, twists = motion.frames, motion.twists
     bodies = jnp.asarray(spheres.bodies, dtype=jnp.int32)
     rotation = frames.rotation[bodies]
     centre = frames.centroid[bodies] + jnp.einsum("mij,mj->mi", rotation, spheres.offsets.astype(dtype))  # from r0
@@ -607,8 +607,7 @@ def stable_time_step(
     m = spheres.num_contacts
     contacts = contact_diagnostics(model, state, spheres, terrain, parameters)
     stiffness, damping, friction, eps, _ = (np.asarray(x, np.float64) for x in parameters.per_contact(m, dtype))
-    frames = relative_frames(model, state.base_rotation, state.q)
-    axes = joint_motion_axes(model, frames)
+    axes = kinematic_pass(model, state).axes
     linear = jacobians_at_points(model, axes, np.asarray(spheres.bodies), contacts.point - state.base_position)[
         :, :3, :
     ]

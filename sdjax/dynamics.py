@@ -36,15 +36,13 @@ from jax.custom_batching import custom_vmap
 from sdjax import batch_kernel
 from sdjax.kinematics import (
     Frames,
+    KinematicPass,
     base_spatial_acceleration,
-    base_twist,
     body_masses,
     body_spatial_accelerations,
-    body_twists,
     end_point_frames,
-    joint_motion_axes,
+    kinematic_pass,
     point_acceleration,
-    relative_frames,
     subtree_mass_moments,
     world_inertias,
 )
@@ -136,8 +134,7 @@ def point_loads(
     wrench = jnp.concatenate([torques + cross3(offsets, forces), forces], axis=-1)
     per_body = jnp.zeros((model.num_bodies, 6), dtype).at[jnp.asarray(indices, dtype=jnp.int32)].add(wrench)
     subtree = accumulate_up(model.tree, per_body)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    axes = joint_motion_axes(model, frames)
+    axes = kinematic_pass(model, state).axes
     generalized = jnp.concatenate([subtree[0, 3:], subtree[0, :3], dot(axes, subtree[1:])])
     return make_controls(
         model, tau=generalized[6:], base_force=generalized[:3], base_torque=generalized[3:6], dtype=dtype
@@ -151,16 +148,15 @@ def generalized_loads(model: Model, state: State, controls: Controls) -> Array:
     right-hand side; end-point forces add to ``F0``, their moments about ``r0`` to ``N0``).
     Linear in ``controls``; what an implicit integrator differentiates to treat
     state-dependent loads implicitly."""
-    frames = relative_frames(model, state.base_rotation, state.q)
-    axes = joint_motion_axes(model, frames)
+    motion = kinematic_pass(model, state)
     subtree = accumulate_up(
-        model.tree, _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
+        model.tree, _end_point_wrenches(model, motion.frames, controls.end_point_force, controls.end_point_torque)
     )
     return jnp.concatenate(
         [
             controls.base_force + subtree[0, 3:],
             controls.base_torque + subtree[0, :3],
-            controls.tau + dot(axes, subtree[1:]),
+            controls.tau + dot(motion.axes, subtree[1:]),
         ]
     )
 
@@ -189,9 +185,7 @@ def _end_point_wrenches(model: Model, frames: Frames, force: Array, torque: Arra
     return jnp.zeros((model.num_bodies, 6), wrench.dtype).at[links].add(wrench)
 
 
-def _subtree_wrenches(
-    model: Model, frames: Frames, twists: Array, accelerations: Array, external_wrench: Array
-) -> Array:
+def _subtree_wrenches(model: Model, motion: KinematicPass, accelerations: Array, external_wrench: Array) -> Array:
     """``(n + 1, 6)`` wrench (moment about r0, force; inertial frame) each subtree needs for
     the given motion: row ``i >= 1`` is the load joint ``i`` transmits from the parent (eqs
     3.32-3.35), row 0 the whole system's (eqs 3.38-3.39 plus the base's own inertia).
@@ -201,41 +195,34 @@ def _subtree_wrenches(
     lever-arm bookkeeping). ``external_wrench`` ``(n + 1, 6)`` (moment about r0, force) is
     applied to the bodies and therefore subtracted.
     """
-    r = frames.centroid
+    r, twists = motion.frames.centroid, motion.twists
     angular_velocity, angular_acceleration = twists[:, :3], accelerations[:, :3]
     linear_acceleration = point_acceleration(accelerations, twists, r)
     force = body_masses(model)[:, None] * (linear_acceleration - model.gravity)
-    inertia = world_inertias(model, frames)
+    inertia = world_inertias(model, motion.frames)
     momentum = matvec3(inertia, angular_velocity)
     moment = matvec3(inertia, angular_acceleration) + cross3(angular_velocity, momentum)
     wrench = jnp.concatenate([moment + cross3(r, force), force], axis=-1) - external_wrench
     return accumulate_up(model.tree, wrench)
 
 
-def _newton_euler(
-    model: Model,
-    frames: Frames,
-    axes: Array,
-    twists: Array,
-    accelerations: Array,
-    external_wrench: Array,
-) -> Array:
+def _newton_euler(model: Model, motion: KinematicPass, accelerations: Array, external_wrench: Array) -> Array:
     """Generalized force ``[F0, N0, tau]`` (6 + n,) that produces the given motion: the subtree
     wrenches (:func:`_subtree_wrenches`) projected on each joint's motion axis (eqs 3.36-3.37)
     and the whole sum at the base (eqs 3.38-3.39)."""
-    subtree = _subtree_wrenches(model, frames, twists, accelerations, external_wrench)
-    tau = dot(axes, subtree[1:])
+    subtree = _subtree_wrenches(model, motion, accelerations, external_wrench)
+    tau = dot(motion.axes, subtree[1:])
     return jnp.concatenate([subtree[0, 3:], subtree[0, :3], tau])
 
 
-def _motion(model: Model, state: State, base_acceleration: Array, qdd: Array):
-    frames = relative_frames(model, state.base_rotation, state.q)
-    axes = joint_motion_axes(model, frames)
-    twists = body_twists(model, axes, base_twist(state), state.qd)
+def _motion(model: Model, state: State, base_acceleration: Array, qdd: Array) -> tuple[KinematicPass, Array]:
+    """The kinematic pass at ``state`` and the ``(n + 1, 6)`` body spatial accelerations of the
+    motion ``(base_acceleration, qdd)`` (eqs 3.10-3.11, 3.14-3.15)."""
+    motion = kinematic_pass(model, state)
     accelerations = body_spatial_accelerations(
-        model, axes, twists, base_spatial_acceleration(state, base_acceleration), state.qd, qdd
+        model, motion.axes, motion.twists, base_spatial_acceleration(state, base_acceleration), state.qd, qdd
     )
-    return frames, axes, twists, accelerations
+    return motion, accelerations
 
 
 @eqx.filter_jit
@@ -277,16 +264,16 @@ def inverse_dynamics(
         ``(base_wrench, tau)``: ``(6,)`` ``[F0, N0]`` (force at, and torque about, the base
         centroid, inertial frame) and ``(n,)`` actuator torques/forces.
     """
-    frames, axes, twists, accelerations, external = _checked_motion(
+    motion, accelerations, external = _checked_motion(
         "inverse_dynamics", model, state, base_acceleration, qdd, end_point_force, end_point_torque
     )
-    force = _newton_euler(model, frames, axes, twists, accelerations, external)
+    force = _newton_euler(model, motion, accelerations, external)
     return force[:6], force[6:] - passive_joint_torques(model, state)
 
 
 def _checked_motion(what, model, state, base_acceleration, qdd, end_point_force, end_point_torque):
     """Checked inputs of inverse dynamics and joint loads, and the motion they describe:
-    ``(frames, axes, twists, accelerations, external_wrench)``."""
+    ``(kinematic pass, body spatial accelerations, external_wrench)``."""
     check_state(model, state)
     dtype = state.q.dtype
     n, ne = model.num_joints, model.num_end_points
@@ -302,8 +289,8 @@ def _checked_motion(what, model, state, base_acceleration, qdd, end_point_force,
     qdd = check_vector("qdd", qdd, (n,), dtype)
     end_point_force = check_vector("end_point_force", end_point_force, (ne, 3), dtype)
     end_point_torque = check_vector("end_point_torque", end_point_torque, (ne, 3), dtype)
-    frames, axes, twists, accelerations = _motion(model, state, base_acceleration, qdd)
-    return frames, axes, twists, accelerations, _end_point_wrenches(model, frames, end_point_force, end_point_torque)
+    motion, accelerations = _motion(model, state, base_acceleration, qdd)
+    return motion, accelerations, _end_point_wrenches(model, motion.frames, end_point_force, end_point_torque)
 
 
 class JointLoads(eqx.Module):
@@ -348,13 +335,13 @@ def joint_reaction_loads(
     Returns:
         :class:`JointLoads`.
     """
-    frames, _, twists, accelerations, external = _checked_motion(
+    motion, accelerations, external = _checked_motion(
         "joint_reaction_loads", model, state, base_acceleration, qdd, end_point_force, end_point_torque
     )
-    subtree = _subtree_wrenches(model, frames, twists, accelerations, external)[1:]
+    subtree = _subtree_wrenches(model, motion, accelerations, external)[1:]
     force = subtree[:, 3:]
-    moment = subtree[:, :3] - cross3(frames.joint_position, force)  # from about r0 to about the joint
-    to_link = jnp.swapaxes(frames.rotation[1:], -1, -2)
+    moment = subtree[:, :3] - cross3(motion.frames.joint_position, force)  # from about r0 to about the joint
+    to_link = jnp.swapaxes(motion.frames.rotation[1:], -1, -2)
     return JointLoads(force, moment, matvec3(to_link, force), matvec3(to_link, moment))
 
 
@@ -417,8 +404,8 @@ def bias_forces(model: Model, state: State) -> Array:
     Passive joint torques are not included (they are applied forces)."""
     check_state(model, state)
     zero = jnp.zeros(6 + model.num_joints, state.q.dtype)
-    frames, axes, twists, accelerations = _motion(model, state, zero[:6], zero[6:])
-    bias = _newton_euler(model, frames, axes, twists, accelerations, jnp.zeros((model.num_bodies, 6), zero.dtype))
+    motion, accelerations = _motion(model, state, zero[:6], zero[6:])
+    bias = _newton_euler(model, motion, accelerations, jnp.zeros((model.num_bodies, 6), zero.dtype))
     return free_coordinates(model, bias)
 
 
@@ -459,8 +446,8 @@ def floating_inertia_matrix(model: Model, state: State) -> Array:
     """``(6 + n, 6 + n)`` inertia matrix of the floating-base layout ``[v0, w0, qd]`` whatever the
     base mode (its first six rows give the system momentum about the base centroid for any
     base motion). Internal building block; the public entry is :func:`inertia_matrix`."""
-    frames = relative_frames(model, state.base_rotation, state.q)
-    return inertia_matrix_from_frames(model, frames, joint_motion_axes(model, frames))
+    motion = kinematic_pass(model, state)
+    return inertia_matrix_from_frames(model, motion.frames, motion.axes)
 
 
 @eqx.filter_jit
@@ -571,9 +558,9 @@ def _dynamics_residual(model: Model, state: State, controls: Controls, accelerat
     """``H a + c - [F0; N0; tau + tau_passive] - J_e^T [F_e; T_e]`` in the free coordinates
     (``num_velocities``,), by one Newton-Euler pass; zero at the forward-dynamics solution
     ``acceleration`` (6 + n,)."""
-    frames, axes, twists, accelerations = _motion(model, state, acceleration[:6], acceleration[6:])
-    external = _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
-    force = _newton_euler(model, frames, axes, twists, accelerations, external)
+    motion, accelerations = _motion(model, state, acceleration[:6], acceleration[6:])
+    external = _end_point_wrenches(model, motion.frames, controls.end_point_force, controls.end_point_torque)
+    force = _newton_euler(model, motion, accelerations, external)
     applied = jnp.concatenate(
         [controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)]
     )
@@ -585,10 +572,10 @@ def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> t
     (eq 3.29)."""
     n = model.num_joints
     zero = jnp.zeros(6 + n, state.q.dtype)
-    frames, axes, twists, accelerations = _motion(model, state, zero[:6], zero[6:])
-    h = inertia_matrix_from_frames(model, frames, axes)
-    external = _end_point_wrenches(model, frames, controls.end_point_force, controls.end_point_torque)
-    bias = _newton_euler(model, frames, axes, twists, accelerations, external)
+    motion, accelerations = _motion(model, state, zero[:6], zero[6:])
+    h = inertia_matrix_from_frames(model, motion.frames, motion.axes)
+    external = _end_point_wrenches(model, motion.frames, controls.end_point_force, controls.end_point_torque)
+    bias = _newton_euler(model, motion, accelerations, external)
     applied = jnp.concatenate(
         [controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)]
     )

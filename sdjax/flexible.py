@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -81,12 +82,30 @@ import numpy as np
 from jax import Array
 
 from sdjax.dynamics import inertia_matrix_blocks
+from sdjax.editing import append_links
 from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rpy, rot_x, rot_y, rpy_to_matrix
 from sdjax._checks import check_choice, float_array, is_traced
 from sdjax.state import State, make_state
+
+__all__ = [
+    "Beam",
+    "BeamLayout",
+    "CANTILEVER_BETA1",
+    "NODE_JOINTS",
+    "NODE_MASS_FRACTION",
+    "attach_beam",
+    "beam_layout",
+    "beam_root_frame",
+    "beam_tip_deflection",
+    "beam_tip_position",
+    "cantilever_frequencies",
+    "cantilever_model",
+    "elastic_energy",
+    "linear_modes",
+]
 
 #: ``beta_1 L`` of the first clamped-free Euler-Bernoulli mode (root of ``cos x cosh x = -1``).
 CANTILEVER_BETA1 = 1.8751040687119611
@@ -438,30 +457,20 @@ def attach_beam(
     inertias = jnp.tile(node_inertias, (num_nodes, 1, 1))
     to_joint = jnp.tile(node_to_joint, (num_nodes, 1))
     count = num_nodes * per_node
-    parents = (body,) + tuple(range(n + 1, n + count))
+    parents = (body,) + tuple(range(n + 1, n + count))  # a chain hanging on body
     names = tuple(f"{name}/seg{j + 1}/{kind}" for j in range(num_nodes) for kind in kinds)
-    return Model(
-        parent=model.parent + tuple(parents),
-        joint_type=model.joint_type + ("R",) * len(parents),
-        base_mass=model.base_mass,
-        base_inertia=model.base_inertia,
-        link_mass=jnp.concatenate([model.link_mass, masses]),
-        link_inertia=jnp.concatenate([model.link_inertia, inertias]),
-        parent_centroid_to_joint=jnp.concatenate([model.parent_centroid_to_joint, from_centroid]),
-        centroid_to_joint=jnp.concatenate([model.centroid_to_joint, to_joint]),
-        joint_rpy=jnp.concatenate([model.joint_rpy, rpys]),
-        end_point_link=model.end_point_link,
-        end_point_names=model.end_point_names,
-        inertia_check=model.inertia_check,
-        base=model.base,
-        centroid_to_end_point=model.centroid_to_end_point,
-        end_point_rpy=model.end_point_rpy,
-        joint_stiffness=jnp.concatenate([model.joint_stiffness, stiffness]),
-        joint_damping=jnp.concatenate([model.joint_damping, beam.damping_time.astype(dtype) * stiffness]),
-        gravity=model.gravity,
-        link_names=model.link_names + names,
-        name=model.name,
-        dtype=dtype,
+    return append_links(
+        model,
+        parents,
+        ("R",) * count,
+        link_mass=masses,
+        link_inertia=inertias,
+        parent_centroid_to_joint=from_centroid,
+        centroid_to_joint=to_joint,
+        joint_rpy=rpys,
+        joint_stiffness=stiffness,
+        joint_damping=beam.damping_time.astype(dtype) * stiffness,
+        link_names=names,
     )
 
 
@@ -560,42 +569,48 @@ def elastic_energy(model: Model, state: State) -> Array:
     return 0.5 * jnp.sum(model.joint_stiffness * state.q**2)
 
 
-def linear_modes(
-    model: Model, joints: Any, *, state: State | None = None, base: str = "clamped"
-) -> tuple[Array, Array]:
+def linear_modes(model: Model, joints: Any, *, state: State | None = None, base: str = "fixed") -> tuple[Array, Array]:
     """Natural frequencies and mode shapes of the linearised passive joints at rest.
 
     About an equilibrium ``q*`` (default ``q = 0``, the straight beams) with zero velocity, the
     selected joints obey ``M dq'' + K dq = 0``; the frequencies are ``sqrt(eig(M^-1 K))``,
     computed as the symmetric problem ``L^-1 K L^-T`` with ``M = L L^T`` (Cholesky).
 
-    - ``base="clamped"``: base fixed and every other joint locked; ``M`` is the block of the
+    - ``base="fixed"``: base fixed and every other joint locked; ``M`` is the block of the
       fixed-base joint inertia ``H_m`` (seed 000 eq 3.18) on the selected joints: a beam
       clamped to its (immobile) parent.
     - ``base="floating"``: the base floats with zero momentum and the other joints are locked;
       ``M`` is the block of the generalized inertia ``H* = H_m - H_bm^T H_b^-1 H_bm`` (seed 003
       eq 45), the free-free system modes (base and appendages vibrating together). The base
       moves as the model's base mode lets it: in the plane for a planar base, not at all for
-      a fixed one (then the same as ``"clamped"``).
+      a fixed one (then the same as ``"fixed"``).
 
     Arguments:
         model: the system.
         joints: ``k`` static 1-based joint indices (e.g. ``beam_layout(model).all_joints``).
         state: configuration to linearise about (default: ``make_state(model)``); only its
             base attitude and ``q`` matter. Spring forces must be in equilibrium there.
-        base: ``"clamped"`` or ``"floating"``.
+        base: ``"fixed"`` (the beam clamped to an immobile base) or ``"floating"``, the
+            spelling of :data:`sdjax.BASE_MODES`. ``"clamped"``, the earlier name of
+            ``"fixed"``, still works with a ``DeprecationWarning``.
 
     Returns:
         ``(frequencies (k,), modes (k, k))``: ascending angular frequencies, rad/s, and the
         mass-normalised mode shapes as columns (``modes^T M modes = E``).
     """
-    if base not in ("clamped", "floating"):
-        raise ValueError(f"linear_modes: base must be 'clamped' or 'floating', got {base!r}")
+    if base == "clamped":
+        warnings.warn(
+            'linear_modes: base="clamped" is now spelled base="fixed" (the base-mode name used everywhere)',
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        base = "fixed"
+    check_choice("linear_modes: base", base, ("fixed", "floating"), "base mode")
     index = np.asarray(joints, dtype=np.int64).reshape(-1)
     if index.size == 0 or not np.all((index >= 1) & (index <= model.num_joints)):
         raise ValueError(f"linear_modes: joints must be 1-based indices 1..{model.num_joints}, got {index.tolist()}")
     state = make_state(model) if state is None else state
-    if base == "clamped":
+    if base == "fixed":
         mass = inertia_matrix_blocks(model, state)[2]
     else:
         mass = generalized_inertia_matrix(model, state)

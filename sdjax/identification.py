@@ -41,8 +41,8 @@ Residuals (:func:`residuals`):
   :func:`sdjax.rollout` applies it). The base wrench of a free-floating system is zero.
 - ``"both"``: the two stacked.
 
-Estimation by :func:`identify`: Levenberg-Marquardt on ``theta`` (default, converges to
-round-off on noise-free data) or any ``optax`` optimiser (``optax.adam``, ``optax.lbfgs``).
+Estimation by :func:`identify`: Levenberg-Marquardt on ``theta``
+(:func:`sdjax.solvers.levenberg_marquardt`; default, converges to round-off on noise-free data) or any ``optax`` optimiser (``optax.adam``, ``optax.lbfgs``).
 Identifiability (:func:`identifiability`): SVD of the column-equilibrated regressor
 ``d r / d pi`` (exact, the residuals being linear in ``pi``), its numerical rank and the
 unobservable directions written in named parameters.
@@ -59,16 +59,40 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax import editing
 from sdjax.dynamics import inverse_dynamics
+from sdjax.editing import PARAMETER_NAMES
 from sdjax.gjm import system_momentum
 from sdjax.integrate import Trajectory
 from sdjax.model import Model, free_coordinates
 from sdjax.rotation import quat_normalize
 from sdjax._checks import check_choice, is_traced
+from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marquardt
 from sdjax.state import BASE_TWIST_NAMES, State
 
-#: Names of the 10 inertial parameters of one body, in the order of a parameter vector.
-PARAMETER_NAMES = ("m", "hx", "hy", "hz", "Ixx", "Iyy", "Izz", "Ixy", "Ixz", "Iyz")
+__all__ = [
+    "Dataset",
+    "Identifiability",
+    "IdentificationResult",
+    "InertialParameters",
+    "PARAMETER_NAMES",
+    "Unknowns",
+    "add_noise",
+    "apply_parameters",
+    "attach_payload",
+    "from_log_cholesky",
+    "from_pseudo_inertia",
+    "identifiability",
+    "identify",
+    "link_parameters",
+    "model_with_estimates",
+    "parameter_errors",
+    "payload_parameters",
+    "pseudo_inertia",
+    "regressor",
+    "residuals",
+    "to_log_cholesky",
+]
 
 RESIDUALS = ("momentum", "dynamics", "both")
 
@@ -103,31 +127,29 @@ class InertialParameters(eqx.Module):
 
     @property
     def centroidal_inertia(self) -> Array:
-        """``(k, 3, 3)`` inertia about each body's own centroid (parallel-axis theorem)."""
-        return self.inertia - self.mass[:, None, None] * _shift_matrix(self.centroid)
+        """``(k, 3, 3)`` inertia about each body's own centroid (parallel-axis theorem; a
+        massless body's is its inertia about the reference point)."""
+        return editing.from_inertial_vector(self.vector())[2]
 
     def vector(self) -> Array:
-        """``(k, 10)`` parameter vectors (order :data:`PARAMETER_NAMES`)."""
-        i = self.inertia
-        return jnp.concatenate(
-            [
-                self.mass[:, None],
-                self.first_moment,
-                jnp.stack([i[:, 0, 0], i[:, 1, 1], i[:, 2, 2], i[:, 0, 1], i[:, 0, 2], i[:, 1, 2]], axis=-1),
-            ],
-            axis=-1,
-        )
+        """``(k, 10)`` parameter vectors (order :data:`PARAMETER_NAMES`), exactly the stored
+        numbers, for any parameters (an unconstrained estimate may have a negative mass)."""
+        # The inertia entries in editing's layout: inertial_vector of a massless body centred on
+        # the reference point is [0, 0, 0, 0, entries of the inertia given].
+        zero = jnp.zeros_like(self.mass)
+        entries = editing.inertial_vector(zero, jnp.zeros_like(self.first_moment), self.inertia)[:, 4:]
+        return jnp.concatenate([self.mass[:, None], self.first_moment, entries], axis=-1)
 
     @classmethod
     def from_vector(cls, vector: Any) -> InertialParameters:
-        """From ``(k, 10)`` parameter vectors (order :data:`PARAMETER_NAMES`)."""
+        """From ``(k, 10)`` parameter vectors (order :data:`PARAMETER_NAMES`), exactly (any
+        real vector: the inverse of :meth:`vector`)."""
         v = jnp.asarray(vector)
         if v.ndim != 2 or v.shape[-1] != 10:
             raise ValueError(f"InertialParameters.from_vector: expected shape (k, 10), got {v.shape}")
-        xx, yy, zz, xy, xz, yz = (v[:, 4 + j] for j in range(6))
-        inertia = jnp.stack(
-            [jnp.stack([xx, xy, xz], -1), jnp.stack([xy, yy, yz], -1), jnp.stack([xz, yz, zz], -1)], axis=-2
-        )
+        # editing.from_inertial_vector of the vector with mass and first moment zeroed: a massless
+        # body centred on the reference point, whose inertia about it is the tensor of the entries.
+        _, _, inertia = editing.from_inertial_vector(v.at[:, :4].set(0.0))
         return cls(mass=v[:, 0], first_moment=v[:, 1:4], inertia=inertia)
 
     @classmethod
@@ -143,20 +165,15 @@ class InertialParameters(eqx.Module):
         return cls(
             mass=mass,
             first_moment=mass[:, None] * centroid,
-            inertia=inertia + mass[:, None, None] * _shift_matrix(centroid),
+            inertia=inertia + mass[:, None, None] * editing.parallel_axis(1.0, centroid),
         )
 
     def __add__(self, other: InertialParameters) -> InertialParameters:
-        """Parameters of the rigid union of two bodies (same reference points and frames)."""
-        return InertialParameters(
-            self.mass + other.mass, self.first_moment + other.first_moment, self.inertia + other.inertia
-        )
-
-
-def _shift_matrix(c: Array) -> Array:
-    """``|c|^2 1 - c c^T`` (parallel-axis term per unit mass), batched over leading axes."""
-    eye = jnp.eye(3, dtype=c.dtype)
-    return jnp.sum(c * c, -1)[..., None, None] * eye - c[..., :, None] * c[..., None, :]
+        """Parameters of the rigid union of two bodies (same reference points and frames,
+        :func:`sdjax.editing.combine_bodies`)."""
+        bodies = [editing.from_inertial_vector(p.vector()) for p in (self, other)]
+        mass, centroid, inertia = (jnp.stack(x, axis=1) for x in zip(*bodies))
+        return InertialParameters.from_centroidal(*editing.combine_bodies(mass, centroid, inertia))
 
 
 def pseudo_inertia(params: InertialParameters) -> Array:
@@ -283,8 +300,8 @@ def apply_parameters(model: Model, links: Any, params: InertialParameters) -> Mo
     ``params`` are about each link's centroid *in ``model``* (the reference point), in its link
     frame. The new centroid is ``o + h/m``; ``centroid_to_joint``, the children's
     ``parent_centroid_to_joint`` and the end-point offsets are shifted so that joints and end
-    points stay where they are, and ``link_inertia`` is the inertia about the new centroid.
-    Works under ``jit`` and ``grad``.
+    points stay where they are, and ``link_inertia`` is the inertia about the new centroid
+    (:func:`sdjax.editing.set_inertial_parameters`). Works under ``jit`` and ``grad``.
 
     Arguments:
         model: the reference model.
@@ -292,55 +309,31 @@ def apply_parameters(model: Model, links: Any, params: InertialParameters) -> Mo
         params: ``(k,)`` bodies, one per link.
 
     Returns:
-        The updated :class:`Model`.
+        The updated :class:`Model`, validated when its values are concrete (parameters of no
+        rigid body are refused there; :func:`residuals` accepts any parameters).
     """
-    idx = np.asarray(links, dtype=np.int64) - 1
-    shift = params.centroid
-    centroid_to_joint = model.centroid_to_joint.at[idx].add(-shift)
-    parent = np.asarray(model.parent, dtype=np.int64)
-    parent_c2j = model.parent_centroid_to_joint
-    end_point = model.centroid_to_end_point
-    end_links = np.asarray(model.end_point_link, dtype=np.int64)
-    for row, k in enumerate(idx):
-        children = np.flatnonzero(parent == k + 1)
-        if children.size:
-            parent_c2j = parent_c2j.at[children].add(-shift[row])
-        ends = np.flatnonzero(end_links == k + 1)
-        if ends.size:
-            end_point = end_point.at[ends].add(-shift[row])
-    return eqx.tree_at(
-        lambda m: (
-            m.link_mass,
-            m.link_inertia,
-            m.centroid_to_joint,
-            m.parent_centroid_to_joint,
-            m.centroid_to_end_point,
-        ),
-        model,
-        (
-            model.link_mass.at[idx].set(params.mass),
-            model.link_inertia.at[idx].set(params.centroidal_inertia),
-            centroid_to_joint,
-            parent_c2j,
-            end_point,
-        ),
-    )
+    mass, centroid, inertia = editing.from_inertial_vector(params.vector())
+    return editing.set_inertial_parameters(model, tuple(links), mass, centroid, inertia)
 
 
 def model_with_estimates(model: Model, unknowns: Unknowns, params: InertialParameters) -> Model:
-    """The model with the estimated bodies (``unknowns`` order) put in: unknown links replaced,
-    the payload merged into its carrier link."""
+    """The model with the estimated bodies (``unknowns`` order) put in: unknown links replaced
+    (:func:`apply_parameters`), the payload merged into its carrier link
+    (:func:`sdjax.editing.merge_payload`). Validated when its values are concrete."""
     links = tuple(unknowns.links)
-    carriers = links
-    body = params
+    k = len(links)
+    mass, centroid, inertia = editing.from_inertial_vector(params.vector())
+    if links:
+        model = editing.set_inertial_parameters(model, links, mass[:k], centroid[:k], inertia[:k])
     if unknowns.payload_link is not None:
-        k = len(links)
-        own = link_parameters(model, (unknowns.payload_link,))
-        payload = jax.tree.map(lambda x: x[k:], params)
-        merged = own + payload
-        body = jax.tree.map(lambda a, b: jnp.concatenate([a[:k], b]), params, merged)
-        carriers = links + (unknowns.payload_link,)
-    return apply_parameters(model, carriers, body)
+        model = editing.merge_payload(model, unknowns.payload_link, mass[k], centroid[k], inertia[k])
+    return model
+
+
+# The residuals are defined (affine) for any parameters, also those of no rigid body (an
+# unconstrained estimate, a point far from the truth): the model with the estimates is built
+# under jit, where Model validation checks the structure and not the values.
+_model_with_any_estimates = eqx.filter_jit(model_with_estimates)
 
 
 def payload_parameters(mass: Any, centroid: Any, centroidal_inertia: Any) -> InertialParameters:
@@ -352,8 +345,12 @@ def payload_parameters(mass: Any, centroid: Any, centroidal_inertia: Any) -> Ine
 
 
 def attach_payload(model: Model, link: int, payload: InertialParameters) -> Model:
-    """``model`` with a rigid payload (one body, see :func:`payload_parameters`) fixed to ``link``."""
-    return model_with_estimates(model, Unknowns(payload_link=link), payload)
+    """``model`` with a rigid payload (one body, see :func:`payload_parameters`) fixed to ``link``:
+    :func:`sdjax.editing.merge_payload` of its mass, centroid and inertia."""
+    if jnp.shape(payload.mass) != (1,):
+        raise ValueError(f"attach_payload: expected one payload body, got masses of shape {jnp.shape(payload.mass)}")
+    mass, centroid, inertia = editing.from_inertial_vector(payload.vector()[0])
+    return editing.merge_payload(model, link, mass, centroid, inertia)
 
 
 # ------------------------------------------------------------------------------------------
@@ -524,7 +521,7 @@ def residuals(
         ``(R,)`` residuals, each block divided by the square root of its number of samples.
     """
     _check_problem(model, data, unknowns, residual)
-    est = model_with_estimates(model, unknowns, params)
+    est = _model_with_any_estimates(model, unknowns, params)
     dtype = data.states.q.dtype
     total = jax.lax.stop_gradient(model.total_mass).astype(dtype)
     n = model.num_joints
@@ -785,10 +782,11 @@ def identify(
         rho=jnp.asarray(regularization, dtype),
     )
     theta = theta0
-    history = [float(_loss(problem, theta))]
+    history: Any
     if optimizer is None:
-        theta, history = _levenberg_marquardt(problem, theta, history, num_steps)
+        theta, history = _levenberg_marquardt(problem, theta, num_steps)
     else:
+        history = [float(_loss(problem, theta))]
         loss = lambda th: _loss(problem, th)  # noqa: E731
         with jax.numpy_dtype_promotion("standard"):
             state = optimizer.init(theta)
@@ -810,7 +808,7 @@ def identify(
         body_names=unknowns.labels(model),
         parameters=params,
         theta=theta,
-        model=model_with_estimates(model, unknowns, params),
+        model=_model_with_any_estimates(model, unknowns, params),
         loss_history=jnp.asarray(history, dtype),
         identifiability=report,
         errors=errors,
@@ -821,9 +819,7 @@ def _least_squares_start(y: np.ndarray, r: np.ndarray, nominal: InertialParamete
     """Unconstrained linear least-squares estimate from the regressor ``y`` and the residual
     ``r`` at ``nominal`` (the residual is affine in the parameters), projected onto physically
     consistent bodies by clipping the pseudo-inertia's eigenvalues."""
-    norms = np.linalg.norm(y, axis=0)
-    scale = np.where(norms > 0, norms, 1.0)
-    delta = np.linalg.lstsq(y / scale, -r, rcond=1e-10)[0] / scale
+    delta = equilibrated_lstsq(y, -r, rcond=1e-10)
     vector = np.asarray(nominal.vector(), np.float64) + delta.reshape(-1, 10)
     pseudo = np.asarray(pseudo_inertia(InertialParameters.from_vector(jnp.asarray(vector))), np.float64)
     nominal_pseudo = np.asarray(pseudo_inertia(nominal), np.float64)
@@ -864,35 +860,26 @@ def _loss_and_grad(problem: _Problem, theta: Array) -> tuple[Array, Array]:
 
 
 @eqx.filter_jit
-def _normal_equations(problem: _Problem, theta: Array) -> tuple[Array, Array]:
-    r, jac = problem.full_residual(theta), jax.jacfwd(problem.full_residual)(theta)
-    return jac.T @ jac, jac.T @ r
+def _marquardt_iterations(problem: _Problem, theta: Array, num_steps: int) -> LeastSquaresResult:
+    # Marquardt's rule on the log-Cholesky coordinates: start at mu = 1e-3 (relative to the
+    # diag(J^T J) scaling, a step close to Gauss-Newton's), normal equations (far more residuals
+    # than unknowns); stop when a step is below 1e-12 of |theta| (it no longer changes the
+    # estimate in float64).
+    return levenberg_marquardt(
+        problem.full_residual,
+        theta,
+        max_iterations=num_steps,
+        damping=1e-3,
+        adaptive=True,
+        scaling="marquardt",
+        form="normal",
+        step_tolerance=1e-12,
+    )
 
 
-@jax.jit
-def _damped_step(theta: Array, jtj: Array, jtr: Array, damping: Array) -> tuple[Array, Array]:
-    diag = jnp.diag(jtj) + jnp.finfo(theta.dtype).eps * (1.0 + jnp.max(jnp.diag(jtj)))
-    step = jnp.linalg.solve(jtj + damping * jnp.diag(diag), -jtr)
-    return theta + step, jnp.linalg.norm(step)
-
-
-def _levenberg_marquardt(problem: _Problem, theta: Array, history: list[float], num_steps: int):
-    """Levenberg-Marquardt with Marquardt's diagonal scaling and adaptive damping."""
-    damping = 1e-3
-    current = history[-1]
-    for _ in range(num_steps):
-        jtj, jtr = _normal_equations(problem, theta)
-        for _ in range(30):
-            candidate, size = _damped_step(theta, jtj, jtr, jnp.asarray(damping, theta.dtype))
-            value = float(_loss(problem, candidate))
-            if np.isfinite(value) and value <= current:
-                break
-            damping *= 10.0
-        else:
-            break
-        theta, current = candidate, value
-        damping = max(damping / 10.0, 1e-12)
-        history.append(current)
-        if float(size) < 1e-12 * (1.0 + float(jnp.linalg.norm(theta))):
-            break
-    return theta, history
+def _levenberg_marquardt(problem: _Problem, theta: Array, num_steps: int) -> tuple[Array, Array]:
+    """Levenberg-Marquardt (:func:`sdjax.solvers.levenberg_marquardt`) with Marquardt's diagonal
+    scaling and adaptive damping; returns the estimate and the loss at the start and after each
+    accepted step."""
+    result = _marquardt_iterations(problem, theta, num_steps)
+    return result.x, result.cost_history[: int(result.iterations) + 1]

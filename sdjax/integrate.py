@@ -43,6 +43,34 @@ from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_ve
 from sdjax._checks import check_choice, is_traced
 from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
+__all__ = [
+    "ADAPTIVE_SOLVERS",
+    "Adaptive",
+    "EnvironmentLoads",
+    "Euler",
+    "INTEGRATORS",
+    "ImplicitEuler",
+    "Integrator",
+    "NEWMARK_ITERATIONS",
+    "Newmark",
+    "RK4",
+    "Simpson",
+    "Trajectory",
+    "adaptive_step",
+    "as_integrator",
+    "control_schedule",
+    "environment_load_derivatives",
+    "euler_step",
+    "implicit_euler_step",
+    "max_stable_step",
+    "newmark_step",
+    "rk4_step",
+    "rollout",
+    "runge_kutta4",
+    "simpson_step",
+    "state_derivative",
+]
+
 ControlLaw = Callable[[Array, State], Any]
 
 #: State-dependent applied loads ``(t, state) -> Controls``, evaluated at every integrator

@@ -24,21 +24,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from sdjax.kinematics import (
-    Frames,
-    base_twist,
-    body_twists,
-    end_point_frames,
-    joint_motion_axes,
-    motion_cross,
-    point_velocity,
-    relative_frames,
-)
+from sdjax.kinematics import Frames, KinematicPass, end_point_frames, kinematic_pass, motion_cross, point_velocity
 from sdjax.algebra import cross3
 from sdjax.model import Model, free_coordinates
 from sdjax.rotation import skew
 from sdjax._checks import check_vector
 from sdjax.state import State, check_state
+
+__all__ = [
+    "end_point_jacobian_derivatives",
+    "end_point_jacobians",
+    "jacobians_at_points",
+    "link_jacobian_derivatives",
+    "link_jacobians",
+    "point_jacobian",
+    "point_jacobian_derivative",
+]
 
 
 def _supports(model: Model, bodies: np.ndarray) -> np.ndarray:
@@ -109,11 +110,9 @@ def _point_on_body(model: Model, frames: Frames, link: int, point: Array) -> Arr
     return frames.centroid[link] + frames.rotation[link] @ point
 
 
-def _kinematic_inputs(model: Model, state: State):
+def _checked_pass(model: Model, state: State) -> KinematicPass:
     check_state(model, state)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    axes = joint_motion_axes(model, frames)
-    return frames, axes
+    return kinematic_pass(model, state)
 
 
 @eqx.filter_jit
@@ -132,21 +131,21 @@ def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> 
         (``[v0, w0, qd]`` for a floating base, ``nv = 6 + n``; see the module docstring).
     """
     link = _check_body(model, link)
-    frames, axes = _kinematic_inputs(model, state)
-    point = check_vector("point", point, (3,), frames.centroid.dtype)
-    x = _point_on_body(model, frames, link, point)
-    return free_coordinates(model, jacobians_at_points(model, axes, np.array([link]), x[None])[0], -1)
+    motion = _checked_pass(model, state)
+    point = check_vector("point", point, (3,), motion.frames.centroid.dtype)
+    x = _point_on_body(model, motion.frames, link, point)
+    return free_coordinates(model, jacobians_at_points(model, motion.axes, np.array([link]), x[None])[0], -1)
 
 
 @eqx.filter_jit
 def point_jacobian_derivative(model: Model, state: State, link: int, point: Any = None) -> Array:
     """Time derivative of :func:`point_jacobian` along the state's velocities; ``(6, nv)``."""
     link = _check_body(model, link)
-    frames, axes = _kinematic_inputs(model, state)
-    point = check_vector("point", point, (3,), frames.centroid.dtype)
-    twists = body_twists(model, axes, base_twist(state), state.qd)
-    x = _point_on_body(model, frames, link, point)
-    return free_coordinates(model, _jacobian_derivatives_at(model, axes, twists, np.array([link]), x[None])[0], -1)
+    motion = _checked_pass(model, state)
+    point = check_vector("point", point, (3,), motion.frames.centroid.dtype)
+    x = _point_on_body(model, motion.frames, link, point)
+    derivative = _jacobian_derivatives_at(model, motion.axes, motion.twists, np.array([link]), x[None])[0]
+    return free_coordinates(model, derivative, -1)
 
 
 @eqx.filter_jit
@@ -155,37 +154,34 @@ def link_jacobians(model: Model, state: State) -> Array:
 
     ``[i, :3, 6:]`` and ``[i, 3:, 6:]`` are SpaceDyn's ``J_Ti`` and ``J_Ri`` (eqs 3.25-3.26).
     """
-    frames, axes = _kinematic_inputs(model, state)
-    return free_coordinates(model, jacobians_at_points(model, axes, np.arange(model.num_bodies), frames.centroid), -1)
+    motion = _checked_pass(model, state)
+    bodies = np.arange(model.num_bodies)
+    return free_coordinates(model, jacobians_at_points(model, motion.axes, bodies, motion.frames.centroid), -1)
 
 
 @eqx.filter_jit
 def link_jacobian_derivatives(model: Model, state: State) -> Array:
     """Time derivatives of :func:`link_jacobians`; ``(n + 1, 6, nv)``."""
-    frames, axes = _kinematic_inputs(model, state)
-    twists = body_twists(model, axes, base_twist(state), state.qd)
-    return free_coordinates(
-        model, _jacobian_derivatives_at(model, axes, twists, np.arange(model.num_bodies), frames.centroid), -1
-    )
+    motion = _checked_pass(model, state)
+    bodies = np.arange(model.num_bodies)
+    derivatives = _jacobian_derivatives_at(model, motion.axes, motion.twists, bodies, motion.frames.centroid)
+    return free_coordinates(model, derivatives, -1)
 
 
 @eqx.filter_jit
 def end_point_jacobians(model: Model, state: State) -> Array:
     """Jacobians of every end point (eq 3.16: ``[J_b | J_m]``); ``(ne, 6, nv)``."""
-    frames, axes = _kinematic_inputs(model, state)
-    position, _ = end_point_frames(model, frames)
-    return free_coordinates(
-        model, jacobians_at_points(model, axes, np.asarray(model.end_point_link, dtype=np.int64), position), -1
-    )
+    motion = _checked_pass(model, state)
+    position, _ = end_point_frames(model, motion.frames)
+    links = np.asarray(model.end_point_link, dtype=np.int64)
+    return free_coordinates(model, jacobians_at_points(model, motion.axes, links, position), -1)
 
 
 @eqx.filter_jit
 def end_point_jacobian_derivatives(model: Model, state: State) -> Array:
     """Time derivatives of :func:`end_point_jacobians` (eq 3.17); ``(ne, 6, nv)``."""
-    frames, axes = _kinematic_inputs(model, state)
-    twists = body_twists(model, axes, base_twist(state), state.qd)
-    position, _ = end_point_frames(model, frames)
-    derivatives = _jacobian_derivatives_at(
-        model, axes, twists, np.asarray(model.end_point_link, dtype=np.int64), position
-    )
+    motion = _checked_pass(model, state)
+    position, _ = end_point_frames(model, motion.frames)
+    links = np.asarray(model.end_point_link, dtype=np.int64)
+    derivatives = _jacobian_derivatives_at(model, motion.axes, motion.twists, links, position)
     return free_coordinates(model, derivatives, -1)

@@ -27,6 +27,32 @@ from sdjax._checks import check_vector
 from sdjax.state import State, check_state
 from sdjax.tree import accumulate_up, propagate_down
 
+__all__ = [
+    "Frames",
+    "KinematicPass",
+    "Kinematics",
+    "base_spatial_acceleration",
+    "base_twist",
+    "body_inertias",
+    "body_masses",
+    "body_spatial_accelerations",
+    "body_twists",
+    "center_of_mass",
+    "end_point_frames",
+    "forward_kinematics",
+    "joint_motion_axes",
+    "joint_rotations",
+    "kinematic_pass",
+    "link_accelerations",
+    "link_velocities",
+    "motion_cross",
+    "point_acceleration",
+    "point_velocity",
+    "relative_frames",
+    "subtree_mass_moments",
+    "world_inertias",
+]
+
 
 class Kinematics(eqx.Module):
     """Positions and orientations of every body, joint and end point (inertial frame).
@@ -210,6 +236,45 @@ def point_acceleration(spatial_acceleration: Array, twist: Array, point: Array) 
     )
 
 
+class KinematicPass(eqx.Module):
+    """One root-to-leaves pass over the tree at a state: what every algorithm on the tree
+    (Newton-Euler, the inertia matrix, Jacobians, momentum, contact and capture loads) starts
+    from. Built by :func:`kinematic_pass`; positions are measured from the base centroid r0.
+
+    Attributes:
+        frames: body orientations, centroids, joint positions and axes (:class:`Frames`).
+        axes: ``(n, 6)`` joint motion axes ``s_i`` about r0 (:func:`joint_motion_axes`).
+        twists: ``(n + 1, 6)`` body twists ``(w_i, v_o,i)`` about r0 (:func:`body_twists`);
+            ``[0]`` is the base's ``(w0, v0)``.
+    """
+
+    frames: Frames
+    axes: Array
+    twists: Array
+
+    @property
+    def centroid_velocities(self) -> Array:
+        """``(n + 1, 3)`` centroid velocities ``v_i = v_o,i + w_i x r_i``, inertial frame, m/s."""
+        return point_velocity(self.twists, self.frames.centroid)
+
+
+def kinematic_pass(model: Model, state: State) -> KinematicPass:
+    """Frames, joint motion axes and body twists of ``model`` at ``state`` (eqs 3.1, 3.8-3.9,
+    3.12-3.13 as tree passes; see the module docstring). Under ``jit`` whatever a caller does
+    not use (the twists, for a position-only algorithm) is removed by the compiler.
+
+    Arguments:
+        model: the system.
+        state: its state (not checked here: the public entry points check it once).
+
+    Returns:
+        :class:`KinematicPass`.
+    """
+    frames = relative_frames(model, state.base_rotation, state.q)
+    axes = joint_motion_axes(model, frames)
+    return KinematicPass(frames, axes, body_twists(model, axes, base_twist(state), state.qd))
+
+
 @eqx.filter_jit
 def link_velocities(model: Model, state: State) -> tuple[Array, Array]:
     """Centroid linear and angular velocities of every body (SpaceDyn ``calc_vel``).
@@ -223,9 +288,8 @@ def link_velocities(model: Model, state: State) -> tuple[Array, Array]:
         the base (``v0``, ``w0``).
     """
     check_state(model, state)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    twists = body_twists(model, joint_motion_axes(model, frames), base_twist(state), state.qd)
-    return point_velocity(twists, frames.centroid), twists[:, :3]
+    motion = kinematic_pass(model, state)
+    return motion.centroid_velocities, motion.twists[:, :3]
 
 
 @eqx.filter_jit
@@ -249,13 +313,11 @@ def link_accelerations(
     dtype = state.q.dtype
     base_acceleration = check_vector("base_acceleration", base_acceleration, (6,), dtype)
     qdd = check_vector("qdd", qdd, (model.num_joints,), dtype)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    axes = joint_motion_axes(model, frames)
-    twists = body_twists(model, axes, base_twist(state), state.qd)
+    motion = kinematic_pass(model, state)
     accelerations = body_spatial_accelerations(
-        model, axes, twists, base_spatial_acceleration(state, base_acceleration), state.qd, qdd
+        model, motion.axes, motion.twists, base_spatial_acceleration(state, base_acceleration), state.qd, qdd
     )
-    return point_acceleration(accelerations, twists, frames.centroid), accelerations[:, :3]
+    return point_acceleration(accelerations, motion.twists, motion.frames.centroid), accelerations[:, :3]
 
 
 def body_masses(model: Model) -> Array:

@@ -26,13 +26,14 @@ hence the Lagrange equations in ``x``, ``M(x) xdd + C(x, xd) = Q``, are exactly 
 ``phi != 0``; Rodrigues' formula is exact through fourth order at ``phi = 0``, more than the
 two derivatives the equations need.)
 
-With ``fixed_base=True`` the base pose is held at the state's pose (a fixed-base manipulator,
+With ``base="fixed"`` the base pose is held at the state's pose (a fixed-base manipulator,
 or the limit of an infinitely heavy base, seed 002 section 6) and ``x = q``: ``H`` is the joint
 block ``H_m`` and ``C`` the fixed-base bias with gravity.
 
 Base modes (:data:`sdjax.BASE_MODES`). ``x`` holds the base coordinates the model's base mode
 leaves free, the others kept at the state's values: ``(r0_x, r0_y, phi_z, q)`` for a planar
-base (``w0_z = phi_z'`` exactly: one fixed axis), ``q`` for a fixed base (as ``fixed_base=True``).
+base (``w0_z = phi_z'`` exactly: one fixed axis), ``q`` for a fixed base (as ``base="fixed"``).
+``base=`` overrides the model's base mode with another of :data:`sdjax.BASE_MODES`.
 The terms then have the size of :attr:`sdjax.Model.num_velocities` and equal
 :func:`sdjax.inertia_matrix` and :func:`sdjax.bias_forces`.
 
@@ -41,6 +42,7 @@ Units SI; vectors in the inertial frame.
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import equinox as eqx
@@ -51,17 +53,39 @@ from jax import Array
 
 from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import Frames, body_inertias, body_masses, relative_frames, world_inertias
-from sdjax.model import Model, free_coordinates
+from sdjax._checks import check_choice
+from sdjax.model import BASE_MODES, Model, edit_model, free_coordinates
 from sdjax.rotation import rotation_vector_to_matrix, skew, unskew
-from sdjax.state import BASE_TWIST_NAMES, State, check_state
+from sdjax.state import BASE_TWIST_NAMES, State, check_state, with_base_motion_checked
 
 # ------------------------------------------------------------------------------------------
 # Energies as functions of the local coordinates.
 
 
-def _held(model: Model, fixed_base: bool) -> bool:
-    """Whether the base pose is held (``fixed_base=True`` or a fixed base mode)."""
-    return fixed_base or model.base == "fixed"
+def _held(model: Model, held: bool) -> bool:
+    """Whether the base pose is held (``base="fixed"`` asked for, or a fixed base mode)."""
+    return held or model.base == "fixed"
+
+
+def _base_mode(what: str, model: Model, base: str | None, fixed_base: bool | None) -> tuple[Model, bool]:
+    """The model in the base mode asked for, and whether the base pose is held at the
+    state's pose (``base="fixed"``: the base twist of ``state`` is ignored). ``fixed_base``
+    is the earlier spelling of ``base="fixed"`` (deprecated)."""
+    if fixed_base is not None:
+        warnings.warn(
+            f'{what}: fixed_base= is now spelled base="fixed" (base=None keeps the model\'s mode)',
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if base is not None:
+            raise ValueError(f"{what}: give base= or the deprecated fixed_base=, not both")
+        base = "fixed" if fixed_base else None
+    if base is None or base == model.base:
+        return model, False
+    check_choice(f"{what}: base", base, BASE_MODES, "base mode")
+    if base == "fixed":
+        return model, True
+    return edit_model(model, base=base), False
 
 
 def _all_coordinates(state: State) -> Array:
@@ -69,17 +93,17 @@ def _all_coordinates(state: State) -> Array:
     return jnp.concatenate([state.base_position, jnp.zeros(3, state.q.dtype), state.q])
 
 
-def _coordinates(model: Model, state: State, fixed_base: bool) -> tuple[Array, Array]:
+def _coordinates(model: Model, state: State, held: bool) -> tuple[Array, Array]:
     """``(x, xd)``: the free entries of ``(r0, phi = 0, q)`` and ``nu``, or ``(q, qd)`` for a
     held base."""
-    if _held(model, fixed_base):
+    if _held(model, held):
         return state.q, state.qd
     return free_coordinates(model, _all_coordinates(state)), free_coordinates(model, state.generalized_velocity)
 
 
-def _body_frames(model: Model, state: State, fixed_base: bool, x: Array) -> tuple[Array, Frames]:
+def _body_frames(model: Model, state: State, held: bool, x: Array) -> tuple[Array, Frames]:
     """Base centroid ``r0`` (3,) and the body frames (positions relative to ``r0``) at ``x``."""
-    if _held(model, fixed_base):
+    if _held(model, held):
         return state.base_position, relative_frames(model, state.base_rotation, x)
     if model.base != "floating":  # the base coordinates the mode fixes keep the state's values
         x = _all_coordinates(state).at[jnp.asarray(model.velocity_indices)].set(x)
@@ -97,13 +121,13 @@ class _Jacobians(eqx.Module):
     frames: Frames  # body frames, positions relative to r0
 
 
-def _velocity_jacobians(model: Model, state: State, fixed_base: bool, x: Array) -> _Jacobians:
+def _velocity_jacobians(model: Model, state: State, held: bool, x: Array) -> _Jacobians:
     """Centroid and angular velocity Jacobians of every body, by forward-mode differentiation
     of the poses: ``skew(angular[b, :, k]) = (dA_b/dx_k) A_b^T`` (seed 002 eqs 3-4: body
     velocities are linear in the rates)."""
 
     def pose(y):
-        out = _body_frames(model, state, fixed_base, y)
+        out = _body_frames(model, state, held, y)
         return out, out
 
     (d_r0, d_frames), (r0, frames) = jax.jacfwd(pose, has_aux=True)(x)
@@ -121,9 +145,9 @@ def _kinetic(model: Model, jacobians: _Jacobians, xd: Array) -> Array:
     return 0.5 * (body_masses(model) @ jnp.sum(velocity * velocity, axis=-1) + spin)
 
 
-def _kinetic_energy(model: Model, state: State, fixed_base: bool, x: Array, xd: Array) -> Array:
+def _kinetic_energy(model: Model, state: State, held: bool, x: Array, xd: Array) -> Array:
     """Kinetic energy ``T(x, xd)``, J."""
-    return _kinetic(model, _velocity_jacobians(model, state, fixed_base, x), xd)
+    return _kinetic(model, _velocity_jacobians(model, state, held, x), xd)
 
 
 def _mass_matrix(model: Model, jacobians: _Jacobians) -> Array:
@@ -156,11 +180,11 @@ class LagrangianTerms(eqx.Module):
 
     Attributes:
         inertia: ``(nv, nv)`` mass matrix ``H`` (seed 002 eq 15; ``nv`` the model's
-            ``num_velocities``, ``n`` with ``fixed_base=True``); equals
-            :func:`sdjax.inertia_matrix` (its ``H_m`` block with ``fixed_base=True``).
+            ``num_velocities``, ``n`` with ``base="fixed"``); equals
+            :func:`sdjax.inertia_matrix` (its ``H_m`` block with ``base="fixed"``).
         bias: ``(nv,)`` non-linear velocity terms with gravity,
             ``C = (d2L/dxd dx) xd - dL/dx`` (eqs 17a-c, plus ``dV/dx``); equals
-            :func:`sdjax.bias_forces` (with ``fixed_base=True``: its joint rows at zero base twist).
+            :func:`sdjax.bias_forces` (with ``base="fixed"``: its joint rows at zero base twist).
         gravity: ``(nv,)`` gravity forces ``dV/dx`` (the bias at zero velocity).
         kinetic_energy: ``()`` ``T``, J.
         potential_energy: ``()`` ``V = -sum m_i g . r_i``, J (zero at the inertial origin).
@@ -174,7 +198,9 @@ class LagrangianTerms(eqx.Module):
 
 
 @eqx.filter_jit
-def lagrangian_terms(model: Model, state: State, *, fixed_base: bool = False) -> LagrangianTerms:
+def lagrangian_terms(
+    model: Model, state: State, *, base: str | None = None, fixed_base: bool | None = None
+) -> LagrangianTerms:
     """Mass matrix, non-linear terms and energies by automatic differentiation of ``L = T - V``.
 
     In the local coordinates of the module docstring (``xd = nu`` there), ``H = d2T/dxd2``
@@ -186,7 +212,10 @@ def lagrangian_terms(model: Model, state: State, *, fixed_base: bool = False) ->
     Arguments:
         model: the system (any tree: several manipulators on one base).
         state: its state.
-        fixed_base: hold the base pose fixed (the base twist of ``state`` is ignored): the
+        base: ``None`` (the model's base mode) or a mode of :data:`sdjax.BASE_MODES`;
+            ``"fixed"`` holds the base pose at the state's (the base twist of ``state`` is
+            ignored): the terms of the fixed-base manipulator in ``q`` alone.
+        fixed_base: deprecated spelling of ``base="fixed"`` (``DeprecationWarning``).
             terms of the fixed-base manipulator in ``q`` alone. Otherwise the base moves as
             the model's base mode lets it (module docstring).
 
@@ -194,10 +223,12 @@ def lagrangian_terms(model: Model, state: State, *, fixed_base: bool = False) ->
         :class:`LagrangianTerms` (sizes ``num_velocities``, or ``n`` with a held base).
     """
     check_state(model, state)
-    x, xd = _coordinates(model, state, fixed_base)
-    jacobians = _velocity_jacobians(model, state, fixed_base, x)
+    model, held = _base_mode("lagrangian_terms", model, base, fixed_base)
+    state = with_base_motion_checked(model, state, "lagrangian_terms")
+    x, xd = _coordinates(model, state, held)
+    jacobians = _velocity_jacobians(model, state, held, x)
     momentum = jax.grad(_kinetic_energy, argnums=4)
-    coupling = jax.jacfwd(momentum, argnums=3)(model, state, fixed_base, x, xd)  # P[i, j] = dp_i/dx_j
+    coupling = jax.jacfwd(momentum, argnums=3)(model, state, held, x, xd)  # P[i, j] = dp_i/dx_j
     potential, gravity = _potential(model, jacobians)
     return LagrangianTerms(
         inertia=_mass_matrix(model, jacobians),
@@ -209,7 +240,7 @@ def lagrangian_terms(model: Model, state: State, *, fixed_base: bool = False) ->
 
 
 @eqx.filter_jit
-def coriolis_matrix(model: Model, state: State, *, fixed_base: bool = False) -> Array:
+def coriolis_matrix(model: Model, state: State, *, base: str | None = None, fixed_base: bool | None = None) -> Array:
     """Factored velocity terms ``C~(x, nu)`` with ``C~ nu + g = C`` (seed 002 eq 18).
 
     From the Christoffel symbols of the first kind of ``M(x)`` in the local coordinates,
@@ -228,22 +259,26 @@ def coriolis_matrix(model: Model, state: State, *, fixed_base: bool = False) -> 
     Arguments:
         model: the system.
         state: its state.
-        fixed_base: hold the base fixed (``C~`` of the manipulator in ``q`` alone).
+        base: ``None`` (the model's base mode) or a mode of :data:`sdjax.BASE_MODES`;
+            ``"fixed"`` holds the base (``C~`` of the manipulator in ``q`` alone).
+        fixed_base: deprecated spelling of ``base="fixed"`` (``DeprecationWarning``).
 
     Returns:
         ``(nv, nv)`` (``(n, n)`` with a held base) matrix, linear in ``nu``; the gravity vector is
         :attr:`LagrangianTerms.gravity`.
     """
     check_state(model, state)
-    x, xd = _coordinates(model, state, fixed_base)
-    mass_matrix = lambda y: _mass_matrix(model, _velocity_jacobians(model, state, fixed_base, y))  # noqa: E731
+    model, held = _base_mode("coriolis_matrix", model, base, fixed_base)
+    state = with_base_motion_checked(model, state, "coriolis_matrix")
+    x, xd = _coordinates(model, state, held)
+    mass_matrix = lambda y: _mass_matrix(model, _velocity_jacobians(model, state, held, y))  # noqa: E731
     inertia, d_inertia = mass_matrix(x), jax.jacfwd(mass_matrix)(x)  # d_inertia[i, j, k] = dM_ij/dx_k
     christoffel = 0.5 * (
         jnp.einsum("ijk,k->ij", d_inertia, xd)
         + jnp.einsum("ikj,k->ij", d_inertia, xd)
         - jnp.einsum("jki,k->ij", d_inertia, xd)
     )
-    if _held(model, fixed_base) or model.base == "planar":  # T' = 0: a planar base turns about one fixed axis
+    if _held(model, held) or model.base == "planar":  # T' = 0: a planar base turns about one fixed axis
         return christoffel
     half_spin = 0.5 * skew(state.base_angular_velocity)  # T' restricted to the w0 block
     return christoffel.at[:, 3:6].add(-inertia[:, 3:6] @ half_spin)
@@ -300,7 +335,7 @@ def mass_parameter_dependence(model: Model, state: State, *, kind: InertiaKind =
     reaches ``H_jk`` only if it is carried by both joints ``j`` and ``k``. The kinds:
 
     * ``"fixed_base"``: ``H_m`` of the fixed-base system (:func:`lagrangian_terms` with
-      ``fixed_base=True``), ``(n, n)``: eq 24a's backward propagation.
+      ``base="fixed"``), ``(n, n)``: eq 24a's backward propagation.
     * ``"floating_base"``: the full ``H`` of the moving base, ``(nv, nv)`` (``nv = 6 + n`` for a
       floating base; the free coordinates of a planar one). Its joint block
       *is* the fixed-base ``H_m`` (same pattern), the base columns of joint ``k`` depend on the
@@ -327,9 +362,9 @@ def mass_parameter_dependence(model: Model, state: State, *, kind: InertiaKind =
         varied = _with_mass_properties(model, masses, inertias)
         if kind == "generalized":
             return generalized_inertia_matrix(varied, state)
-        fixed_base = kind == "fixed_base"
-        x, _ = _coordinates(varied, state, fixed_base)
-        return _mass_matrix(varied, _velocity_jacobians(varied, state, fixed_base, x))
+        held = kind == "fixed_base"
+        x, _ = _coordinates(varied, state, held)
+        return _mass_matrix(varied, _velocity_jacobians(varied, state, held, x))
 
     masses, inertias = body_masses(model), body_inertias(model)
     value = matrix(masses, inertias)

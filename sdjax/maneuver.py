@@ -46,13 +46,15 @@ import numpy as np
 from jax import Array
 
 from sdjax.dynamics import Controls
+from sdjax.editing import append_links
 from sdjax.model import Model
 from sdjax.rotation import quat_conjugate, quat_multiply, quat_to_rotation_vector, rpy_to_matrix
 from sdjax._checks import check_choice, is_traced
 from sdjax.state import State
 
-#: The five maneuvering modes of seed 003, Table 1.
-MODES = ("floating", "rotation-floating", "rotation-flying", "translation-flying", "flying")
+#: The five maneuvering modes of seed 003, Table 1 (how the base is actuated; not to be confused
+#: with the base modes of :data:`sdjax.BASE_MODES`, which say how the base may move).
+MANEUVER_MODES = ("floating", "rotation-floating", "rotation-flying", "translation-flying", "flying")
 
 #: Saturation choices of :class:`Thrusters` and :func:`saturate`.
 SATURATIONS = ("none", "clip", "tanh")
@@ -189,30 +191,17 @@ def add_reaction_wheels(
         if s in model.link_names or s in names[:i]:
             raise ValueError(f"add_reaction_wheels: names[{i}] = {s!r} repeats a link name; names must be unique")
 
-    zeros_k = jnp.zeros((k,), dtype)
     inertia = jax.vmap(lambda t, s: jnp.diag(jnp.stack([t, t, s])))(transverse, spin)
-    return Model(
-        parent=model.parent + (0,) * k,
-        joint_type=model.joint_type + ("R",) * k,
-        base_mass=model.base_mass,
-        base_inertia=model.base_inertia,
-        link_mass=jnp.concatenate([model.link_mass, masses]),
-        link_inertia=jnp.concatenate([model.link_inertia, inertia]),
-        parent_centroid_to_joint=jnp.concatenate([model.parent_centroid_to_joint, pos]),
-        centroid_to_joint=jnp.concatenate([model.centroid_to_joint, jnp.zeros((k, 3), dtype)]),
-        joint_rpy=jnp.concatenate([model.joint_rpy, axis_to_rpy(unit)]),
-        end_point_link=model.end_point_link,
-        end_point_names=model.end_point_names,
-        inertia_check=model.inertia_check,
-        base=model.base,
-        centroid_to_end_point=model.centroid_to_end_point,
-        end_point_rpy=model.end_point_rpy,
-        joint_stiffness=jnp.concatenate([model.joint_stiffness, zeros_k]),
-        joint_damping=jnp.concatenate([model.joint_damping, zeros_k]),
-        gravity=model.gravity,
-        link_names=model.link_names + names,
-        name=model.name,
-        dtype=dtype,
+    return append_links(
+        model,
+        (0,) * k,
+        ("R",) * k,
+        link_mass=masses,
+        link_inertia=inertia,
+        parent_centroid_to_joint=pos,
+        centroid_to_joint=jnp.zeros((k, 3), dtype),
+        joint_rpy=axis_to_rpy(unit),
+        link_names=names,
     )
 
 
@@ -511,7 +500,7 @@ class ManeuverLaw(eqx.Module):
     """A control law ``(t, state) -> Controls`` for one maneuvering mode (see :func:`maneuver_law`).
 
     Attributes:
-        mode: static, one of :data:`MODES`.
+        mode: static, one of :data:`MANEUVER_MODES`.
         joint_law: ``(t, state) -> (n,) or (n - k,)`` joint torques, or None (zero).
         attitude_law: ``(t, state) -> (3,)`` desired base torque, inertial, N m, or None.
         translation_law: ``(t, state) -> (3,)`` desired base force, inertial, N, or None.
@@ -643,7 +632,7 @@ def maneuver_law(
 
     Arguments:
         model: the system (wheels from :func:`add_reaction_wheels`, if any).
-        mode: one of :data:`MODES`.
+        mode: one of :data:`MANEUVER_MODES`.
         joint_law: ``(t, state) -> tau``: ``(n,)`` (wheel entries replaced by the mode logic)
             or ``(n - k,)`` for the non-wheel joints in order; None for zero.
         attitude_law: ``(t, state) -> (3,)`` desired base torque, inertial frame, N m (e.g.
@@ -662,7 +651,7 @@ def maneuver_law(
             one it forbids is given; thrusters missing or forbidden; wheels missing, not wheels,
             or spanning fewer than 3 independent axes where attitude is wheel-controlled.
     """
-    check_choice("maneuver_law", mode, MODES, "mode")
+    check_choice("maneuver_law", mode, MANEUVER_MODES, "maneuvering mode")
     uses_attitude, uses_translation, uses_thrusters = _MODE_INPUTS[mode]
     if uses_attitude is True and attitude_law is None:
         raise ValueError(f"maneuver_law: mode {mode!r} controls the base attitude and needs attitude_law")
@@ -723,7 +712,7 @@ def maneuver_law(
 
 
 __all__ = [
-    "MODES",
+    "MANEUVER_MODES",
     "REACTION_WHEEL_PREFIX",
     "SATURATIONS",
     "AttitudePD",
@@ -739,3 +728,13 @@ __all__ = [
     "realised_base_wrench",
     "saturate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``MODES``, the earlier name of :data:`MANEUVER_MODES`, with a ``DeprecationWarning``."""
+    if name == "MODES":
+        import warnings
+
+        warnings.warn("sdjax.maneuver.MODES is now MANEUVER_MODES", DeprecationWarning, stacklevel=2)
+        return MANEUVER_MODES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,7 +32,44 @@ from jax import Array
 from sdjax._checks import check_choice
 from sdjax.tree import TreeIndex, tree_index
 
+__all__ = [
+    "BASE_MODES",
+    "INERTIA_CHECKS",
+    "INERTIA_RTOL",
+    "MAX_MAGNITUDE",
+    "END_POINT_FIELDS",
+    "LINK_FIELDS",
+    "MODEL_FIELDS",
+    "Model",
+    "SINGULAR_RTOL",
+    "check_inertia",
+    "check_spacedyn_base",
+    "check_spacedyn_end_points",
+    "check_well_posed",
+    "edit_model",
+    "floating_coordinates",
+    "free_coordinates",
+    "stack_models",
+    "validate",
+    "violates_triangle_inequality",
+    "warn_unphysical_inertia",
+]
+
 JOINT_TYPES = ("R", "P")
+
+#: The array fields of :class:`Model` with one row per link (joint), in constructor order.
+LINK_FIELDS = (
+    "link_mass",
+    "link_inertia",
+    "parent_centroid_to_joint",
+    "centroid_to_joint",
+    "joint_rpy",
+    "joint_stiffness",
+    "joint_damping",
+)
+
+#: The array fields of :class:`Model` with one row per end point.
+END_POINT_FIELDS = ("centroid_to_end_point", "end_point_rpy")
 
 #: Relative tolerance of the symmetry and triangle-inequality checks of inertia tensors
 #: (float64 data typed in by hand or converted from other tools is exact to ~1e-12).
@@ -481,24 +518,14 @@ def validate(model: Model) -> None:
     if any(isinstance(x, jax.core.Tracer) for x in leaves):
         return
     # Values.
-    per_link = (
-        "link_mass",
-        "link_inertia",
-        "parent_centroid_to_joint",
-        "centroid_to_joint",
-        "joint_rpy",
-        "joint_stiffness",
-        "joint_damping",
-    )
-    per_end_point = ("centroid_to_end_point", "end_point_rpy")
     for field in shapes:
         value = np.asarray(getattr(model, field), dtype=np.float64)
         bad = np.argwhere(~(np.abs(value) <= MAX_MAGNITUDE))  # also catches nan
         if bad.size:
             where = tuple(int(i) for i in bad[0])
-            if field in per_link:
+            if field in LINK_FIELDS:
                 label = f" ({_link_label(model, where[0])})"
-            elif field in per_end_point:
+            elif field in END_POINT_FIELDS:
                 label = f" (end point {model.end_point_names[where[0]]!r} on body {model.end_point_link[where[0]]})"
             else:
                 label = ""

@@ -16,25 +16,18 @@ import jax.numpy as jnp
 from jax import Array
 
 from sdjax.algebra import cross3
-from sdjax.kinematics import (
-    base_twist,
-    body_masses,
-    body_twists,
-    joint_motion_axes,
-    point_velocity,
-    relative_frames,
-    world_inertias,
-)
+from sdjax.kinematics import Frames, body_masses, kinematic_pass, relative_frames, world_inertias
 from sdjax.model import Model
 from sdjax.state import State, check_state
 
+__all__ = ["angular_momentum", "center_of_mass_velocity", "kinetic_energy", "linear_momentum", "potential_energy"]
 
-def _body_motion(model: Model, state: State):
+
+def _body_motion(model: Model, state: State) -> tuple[Frames, Array, Array]:
+    """Checked state; body frames, ``(n + 1, 3)`` centroid velocities and angular velocities."""
     check_state(model, state)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    twists = body_twists(model, joint_motion_axes(model, frames), base_twist(state), state.qd)
-    velocity = point_velocity(twists, frames.centroid)
-    return frames, velocity, twists[:, :3]
+    motion = kinematic_pass(model, state)
+    return motion.frames, motion.centroid_velocities, motion.twists[:, :3]
 
 
 @eqx.filter_jit

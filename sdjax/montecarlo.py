@@ -67,6 +67,7 @@ from jax.sharding import PartitionSpec as P
 from sdjax._checks import float_array
 from sdjax.control import ComputedTorque, JointPD
 from sdjax.dynamics import Controls
+from sdjax.editing import merge_payload
 from sdjax.integrate import Trajectory, rollout
 from sdjax.model import Model
 from sdjax.rotation import quat_conjugate, quat_multiply, rotation_vector_to_matrix
@@ -447,7 +448,8 @@ class InertiaRotation(Perturbation):
 
 
 class Payload(Perturbation):
-    """A rigid payload attached to a link, merged into it by the parallel-axis rule.
+    """A rigid payload attached to a link, merged into it by the parallel-axis rule
+    (:func:`sdjax.editing.merge_payload`).
 
     The link's mass becomes ``m + mp``; its centroid moves by ``d = mp r / (m + mp)`` (link
     frame), so ``centroid_to_joint``, the link's end-point vectors and its children's
@@ -501,42 +503,9 @@ class Payload(Perturbation):
         }
 
     def apply(self, model, draw):
-        k = self.link - 1
-        mp, r, gyr = draw["mass"], draw["offset"], draw["radius_of_gyration"]
-        m = model.link_mass[k]
-        total = m + mp
-        d = mp * r / total
-        eye = jnp.eye(3, dtype=r.dtype)
-
-        def shift(v):  # inertia of a point mass at v about the origin, per unit mass
-            return jnp.dot(v, v) * eye - jnp.outer(v, v)
-
-        inertia = model.link_inertia[k] + m * shift(d) + mp * gyr**2 * eye + mp * shift(r - d)
-        children = [j for j, p in enumerate(model.parent) if p == self.link]
-        ends = [e for e, link in enumerate(model.end_point_link) if link == self.link]
-        pcj = model.parent_centroid_to_joint
-        if children:
-            pcj = pcj.at[jnp.asarray(children)].add(-d)
-        ce = model.centroid_to_end_point
-        if ends:
-            ce = ce.at[jnp.asarray(ends)].add(-d)
-        return eqx.tree_at(
-            lambda mm: (
-                mm.link_mass,
-                mm.link_inertia,
-                mm.centroid_to_joint,
-                mm.parent_centroid_to_joint,
-                mm.centroid_to_end_point,
-            ),
-            model,
-            (
-                model.link_mass.at[k].set(total),
-                model.link_inertia.at[k].set(0.5 * (inertia + inertia.T)),
-                model.centroid_to_joint.at[k].add(-d),
-                pcj,
-                ce,
-            ),
-        )
+        gyration = draw["mass"] * draw["radius_of_gyration"] ** 2  # mp k^2: a sphere-like body
+        inertia = gyration * jnp.eye(3, dtype=draw["offset"].dtype)
+        return merge_payload(model, self.link, draw["mass"], draw["offset"], inertia)
 
 
 def _name_key(key: Array, name: str) -> Array:

@@ -99,6 +99,19 @@ from sdjax.model import Model
 from sdjax._checks import check_choice, is_traced
 from sdjax.state import State, check_state
 
+__all__ = [
+    "EnvironmentSum",
+    "GravityGradient",
+    "RotatingFrame",
+    "body_loads",
+    "clohessy_wiltshire",
+    "clohessy_wiltshire_solution",
+    "combine_environments",
+    "gravity_gradient_wrenches",
+    "mean_motion_from_radius",
+    "rotating_frame_wrenches",
+]
+
 FRAMES = ("hill", "nonrotating")
 ABOUT = ("origin", "com")
 

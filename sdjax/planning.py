@@ -57,7 +57,28 @@ from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rotation_vector, quat_conjugate, quat_multiply, quat_to_rotation_vector
 from sdjax._checks import float_array, is_traced
+from sdjax.solvers import levenberg_marquardt
 from sdjax.state import State, check_state
+
+__all__ = [
+    "DEGREES",
+    "IK_ITERATIONS",
+    "PlanEvaluation",
+    "PlanResult",
+    "PlanningProblem",
+    "ReactionlessPlan",
+    "SplineTrajectory",
+    "StraightLinePlan",
+    "bspline_basis",
+    "improvement_factor",
+    "initial_coefficients",
+    "optimize_plan",
+    "plan_loss",
+    "reactionless_plan",
+    "refine_plan",
+    "simulate_plan",
+    "straight_line_plan",
+]
 
 #: Supported spline degrees: cubic (zero rate at both ends) and quintic (zero rate and
 #: acceleration at both ends).
@@ -461,7 +482,7 @@ def _base_rotation(problem: PlanningProblem, base_quaternion: Array) -> Array:
 
 
 def _executor(problem: PlanningProblem, reference: Any) -> ComputedTorque:
-    return ComputedTorque(problem.model, problem.kp, problem.kd, reference, mode="floating")
+    return ComputedTorque(problem.model, problem.kp, problem.kd, reference, base="floating")
 
 
 @eqx.filter_jit
@@ -634,32 +655,31 @@ def _damped_gauss_newton(
     (``J = dr/dx``), scaled so no entry moves more than ``max_step`` rad, and projected into
     the joint limits: the residual goes to zero while the plan changes as little as possible.
 
+    The iteration is :func:`sdjax.solvers.levenberg_marquardt` with a fixed damping ``d^2``
+    (every step taken; forward-mode Jacobians, which compile far faster than a reverse pass
+    through the checkpointed rollout, the plans having tens of unknowns).
+
     Returns:
         ``(x, history, iterations)``: the final ``x``, ``(max_iterations + 1,)`` ``max |r|``
         before each step and after the last (NaN past the stop), and the steps taken.
     """
-    r0 = residual(x)
-    history = jnp.full((max_iterations + 1,), jnp.nan, r0.dtype).at[0].set(jnp.max(jnp.abs(r0)))
 
-    def keep_going(carry):
-        _, r, k, _ = carry
-        return (k < max_iterations) & (jnp.max(jnp.abs(r)) > tolerance)
+    def project(value: Array) -> Array:
+        return jnp.clip(value, problem.joint_lower, problem.joint_upper)
 
-    def step(carry):
-        value, r, k, history = carry
-        # Forward mode: one batched tangent pass; compiles far faster than a reverse pass
-        # through the checkpointed rollout, and the plans have tens of unknowns.
-        jac = jax.jacfwd(residual)(value).reshape(r.shape[0], -1)
-        dx = -jac.T @ jnp.linalg.solve(jac @ jac.T + damping**2 * jnp.eye(r.shape[0], dtype=value.dtype), r)
-        biggest = jnp.max(jnp.abs(dx))
-        value = value + dx.reshape(value.shape) * jnp.minimum(1.0, max_step / jnp.where(biggest > 0, biggest, 1.0))
-        if problem.joint_lower is not None:
-            value = jnp.clip(value, problem.joint_lower, problem.joint_upper)
-        r = residual(value)
-        return value, r, k + 1, history.at[k + 1].set(jnp.max(jnp.abs(r)))
-
-    x, _, iterations, history = lax.while_loop(keep_going, step, (x, r0, jnp.zeros((), jnp.int32), history))
-    return x, history, iterations
+    result = levenberg_marquardt(
+        residual,
+        x,
+        max_iterations=max_iterations,
+        damping=damping**2,
+        adaptive=False,
+        # The small m x m system: a plan has a few residuals (3 to 9) and tens of unknowns.
+        form="min_norm",
+        max_step=max_step,
+        project=None if problem.joint_lower is None else project,
+        tolerance=tolerance,
+    )
+    return result.x, result.residual_history, result.iterations
 
 
 def _gauss_newton_on_task(

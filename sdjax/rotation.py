@@ -27,6 +27,31 @@ from jax.typing import ArrayLike
 
 from sdjax.algebra import cross3
 
+__all__ = [
+    "euler313_to_matrix",
+    "matrix_to_euler313",
+    "matrix_to_quat",
+    "matrix_to_rotation_vector",
+    "matrix_to_rpy",
+    "matrix_to_rpy_numpy",
+    "quat_conjugate",
+    "quat_multiply",
+    "quat_normalize",
+    "quat_rate",
+    "quat_to_matrix",
+    "quat_to_rotation_vector",
+    "rodrigues_update",
+    "rot_x",
+    "rot_y",
+    "rot_z",
+    "rotation_difference",
+    "rotation_vector_to_matrix",
+    "rotation_vector_to_quat",
+    "rpy_to_matrix",
+    "skew",
+    "unskew",
+]
+
 
 def skew(v: Array) -> Array:
     """Cross-product matrix: ``skew(v) @ a == cross(v, a)``.

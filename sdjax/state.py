@@ -14,6 +14,16 @@ from sdjax._checks import is_traced
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_matrix, rpy_to_matrix
 
+__all__ = [
+    "BASE_TWIST_NAMES",
+    "State",
+    "check_base_motion",
+    "check_state",
+    "make_state",
+    "normalize_state",
+    "with_base_motion_checked",
+]
+
 
 class State(eqx.Module):
     """Positions and velocities of a moving-base system (a pytree; batch with ``jax.vmap``).

@@ -35,6 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+__all__ = ["DENSE_MAX_LINKS", "TreeIndex", "accumulate_up", "propagate_down", "tree_index"]
+
 #: Trees with at most this many links use the dense support matrix for subtree sums.
 DENSE_MAX_LINKS = 48
 

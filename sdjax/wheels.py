@@ -85,7 +85,7 @@ from jax import Array, lax
 from sdjax._checks import float_array
 from sdjax.contact import ContactParameters, Terrain, _check_terrain, penalty_normal_force
 from sdjax.dynamics import Controls, make_controls, point_loads
-from sdjax.kinematics import base_twist, body_twists, joint_motion_axes, point_velocity, relative_frames
+from sdjax.kinematics import kinematic_pass, point_velocity
 from sdjax.model import Model
 from sdjax._checks import is_traced
 from sdjax.state import State, check_state
@@ -299,8 +299,8 @@ def _wheel_state(
 ) -> WheelDiagnostics:
     dtype = state.q.dtype
     stiffness, damping, friction, eps, smoothing = parameters.per_contact(wheels.num_wheels, dtype)
-    frames = relative_frames(model, state.base_rotation, state.q)
-    twists = body_twists(model, joint_motion_axes(model, frames), base_twist(state), state.qd)
+    motion = kinematic_pass(model, state)
+    frames, twists = motion.frames, motion.twists
     index = np.asarray(wheels.joints) - 1
     centre = frames.joint_position[index]  # from r0
     axis = frames.joint_axis[index]

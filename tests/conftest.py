@@ -21,9 +21,12 @@ import tempfile
 # jaxlib 0.10.2). Results agree to round-off; three tests that compared differently compiled
 # programs bitwise now allow a few ulp. Set SDJAX_TEST_XLA_OPT=default to compile as users do
 # (the benchmarks always do).
+# XLA's fast-compile preset (--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_COMPILE: fewer and cheaper
+# HLO passes) on top: the gradient through a constrained rollout and the capture of two systems,
+# compiled afresh, 126 s -> 93 s (2-core CPU, jaxlib 0.10.2); again round-off only.
 _COMPILE_FAST = ["--xla_cpu_use_fusion_emitters=false"]
 if os.environ.get("SDJAX_TEST_XLA_OPT", "fast") != "default":
-    _COMPILE_FAST.append("--xla_backend_optimization_level=0")
+    _COMPILE_FAST += ["--xla_backend_optimization_level=0", "--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_COMPILE"]
 for _flag in _COMPILE_FAST:
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()

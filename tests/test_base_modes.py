@@ -247,7 +247,7 @@ def test_computed_torque_gives_the_commanded_acceleration(base):
         tau = sdjax.computed_torque(model, s, u, momentum=momentum)
         _, qdd = sdjax.forward_dynamics(model, s, tau)
         assert_close(qdd, u, 1e-10 * scale, f"qdd for momentum={momentum}")  # two solves, cond(H) ~ 1e3
-    h, c = sdjax.computed_torque_terms(model, state, mode="fixed")
+    h, c = sdjax.computed_torque_terms(model, state, base="fixed")
     nb = model.num_base_velocities
     assert_close(h, np.asarray(sdjax.inertia_matrix(model, state))[nb:, nb:], 1e-14, "H_m")  # same numbers
 

@@ -152,8 +152,8 @@ def _computed_torque_quantities(state, momentum, u):
     return dict(
         terms=sdjax.computed_torque_terms(model, state, momentum=momentum),
         measured=sdjax.computed_torque_terms(model, carrying, momentum="measured"),
-        fixed=sdjax.computed_torque_terms(model, state, mode="fixed"),
-        tau_fixed=sdjax.computed_torque(model, state, u, mode="fixed"),
+        fixed=sdjax.computed_torque_terms(model, state, base="fixed"),
+        tau_fixed=sdjax.computed_torque(model, state, u, base="fixed"),
         reduced=(sdjax.generalized_inertia_matrix(model, state), sdjax.generalized_bias(model, state, momentum)),
         full=(sdjax.inertia_matrix(model, state)[6:, 6:], sdjax.bias_forces(model, rest)[6:]),
         passive=sdjax.passive_joint_torques(model, state),
@@ -641,8 +641,14 @@ def test_bad_inputs(arm, arm_state):
         sdjax.damped_least_squares(np.eye(3), np.zeros(3), max_damping=-1.0)
     with pytest.raises(ValueError, match=r"rhs: expected shape \(3,\)"):
         sdjax.damped_least_squares(np.eye(3), np.zeros(2))
-    with pytest.raises(ValueError, match="unknown value 'hovering'"):
-        sdjax.ComputedTorque(arm, 1.0, 1.0, arm_state.q, mode="hovering")
+    with pytest.raises(ValueError, match="ComputedTorque: base: unknown base mode 'hovering'"):
+        sdjax.ComputedTorque(arm, 1.0, 1.0, arm_state.q, base="hovering")
+    # mode=, the earlier name of base=, still works with a warning.
+    with pytest.warns(DeprecationWarning, match="mode= is now spelled base="):
+        assert sdjax.ComputedTorque(arm, 1.0, 1.0, arm_state.q, mode="fixed").base == "fixed"
+    with pytest.warns(DeprecationWarning, match="mode= is now spelled base="):
+        old = sdjax.computed_torque(arm, arm_state, np.ones(7), mode="fixed")
+    np.testing.assert_array_equal(old, sdjax.computed_torque(arm, arm_state, np.ones(7), base="fixed"))
     with pytest.raises(ValueError, match="momentum: expected None"):
         sdjax.ComputedTorque(arm, 1.0, 1.0, arm_state.q, momentum="estimated")
     with pytest.raises(ValueError, match=r"kp: expected a scalar or shape \(7,\)"):

@@ -27,8 +27,9 @@ DOCS = ROOT / "docs"
 API = DOCS / "api"
 DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
 #: Modules that are not part of the reference: the command line's entry points (documented by
-#: docs/guide/cli.md from ``sdjax --help``) and the internal tree recursion and 3 x 3 algebra.
-INTERNAL = {"sdjax.__main__", "sdjax.cli", "sdjax.tree", "sdjax.algebra"}
+#: docs/guide/cli.md from ``sdjax --help``), the internal tree recursion and 3 x 3 algebra and the
+#: readers' shared input checks (tests/test_public_api.py keeps the same list).
+INTERNAL = {"sdjax.__main__", "sdjax.cli", "sdjax.tree", "sdjax.algebra", "sdjax.io.inputs"}
 
 
 def _nav_paths(node) -> list[str]:
@@ -86,6 +87,39 @@ def _public_modules() -> list[str]:
     return sorted(set(top) - INTERNAL)
 
 
+def _public_submodules() -> list[str]:
+    """The public modules inside sdjax's subpackages (sdjax.io.urdf, sdjax.models.srms, ...) but
+    the viewer's, whose ``__all__`` is their interface to each other (its page renders the
+    names of the package)."""
+    names = [m.name for m in pkgutil.walk_packages(sdjax.__path__, "sdjax.") if m.name.count(".") >= 2]
+    return sorted(
+        n
+        for n in set(names) - INTERNAL
+        if not n.startswith("sdjax.viewer.") and not any(p.startswith("_") for p in n.split("."))
+    )
+
+
+_ORIGINS: dict[str, dict[str, str]] = {}
+
+
+def _import_origins(module: str) -> dict[str, str]:
+    """Name -> ``origin.name`` of the names ``module`` imports from other sdjax modules
+    (re-exports, followed through packages), read from its source."""
+    if module in _ORIGINS:
+        return _ORIGINS[module]
+    out = _ORIGINS[module] = {}  # (an import cycle ends here)
+    path = ROOT / pathlib.Path(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if not path.is_file():  # ``from sdjax.x import y`` where sdjax.x.y is a module
+        return out
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sdjax"):
+            for alias in node.names:
+                origin = f"{node.module}.{alias.name}"
+                out[alias.asname or alias.name] = _import_origins(node.module).get(alias.name, origin)
+    return out
+
+
 def test_every_nav_page_exists(nav):
     missing = [p for p in nav if not (DOCS / p).is_file()]
     assert not missing, f"mkdocs.yml nav names pages that do not exist under docs/: {missing}"
@@ -139,17 +173,25 @@ def test_every_top_level_name_is_in_the_api_reference(directives, rendered):
 
 
 def test_every_module_all_name_is_rendered(directives, rendered):
-    """Each name in a public module's ``__all__`` appears in the API reference: mkdocstrings
-    leaves out objects without a docstring, so each needs one."""
+    """Each name in a public module's ``__all__``, subpackages' modules included, appears in the
+    API reference: mkdocstrings leaves out objects without a docstring, so each needs one, and a
+    submodule's names are rendered by its own ``:::`` directive or by its package's (a re-export)."""
     problems = []
-    for module_name in _public_modules():
-        module = importlib.import_module(module_name)
+    for module_name in _public_modules() + _public_submodules():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:  # an optional dependency (viser, MuJoCo) is not installed
+            if (error.name or "").startswith("sdjax"):
+                raise
+            continue
         for name in getattr(module, "__all__", ()):
             obj = getattr(module, name)
             if isinstance(obj, types.ModuleType):
                 continue
             defining = getattr(obj, "__module__", None) if callable(obj) or isinstance(obj, type) else None
             candidates = {f"{module_name}.{name}"} | ({f"{defining}.{name}"} if defining else set())
+            if name in _import_origins(module_name):  # a re-exported constant: where it is defined
+                candidates.add(_import_origins(module_name)[name])
             if not candidates & (set(rendered) | set(rendered.values())):
                 problems.append(f"{module_name}.{name}")
     assert not problems, f"names in a module's __all__ that the API reference does not render: {problems}"

@@ -308,7 +308,11 @@ def test_bad_parameters_raise(sample_model):
         beam_layout(model, "q")
     with pytest.raises(ValueError, match="has no 'twist' joints"):
         beam_layout(model, "p").joints_of("twist")
-    with pytest.raises(ValueError, match="base must be 'clamped' or 'floating'"):
-        linear_modes(model, (7, 8), base="fixed")
+    with pytest.raises(ValueError, match="unknown base mode 'planar'; choose one of \\['fixed', 'floating'\\]"):
+        linear_modes(model, (7, 8), base="planar")
+    # The earlier spelling of the fixed base still works for one release, with a warning.
+    with pytest.warns(DeprecationWarning, match='spelled base="fixed"'):
+        clamped = linear_modes(model, (7, 8), base="clamped")
+    np.testing.assert_array_equal(clamped[0], linear_modes(model, (7, 8), base="fixed")[0])
     with pytest.raises(ValueError, match="joints must be 1-based"):
         linear_modes(model, (0, 7))

@@ -181,6 +181,25 @@ def test_residuals_are_affine_in_the_parameters(residual, arm, payload_data):
     assert_close(ident.regressor(arm, data, unknowns, far, residual=residual), y, 1e-11, "constant regressor")
 
 
+def test_residuals_accept_parameters_of_no_rigid_body(arm, payload_data):
+    """A model refuses a tensor no body can have (:func:`apply_parameters` validates concrete
+    values), but the residuals, affine in the parameters, are defined everywhere (an
+    unconstrained least-squares estimate): no refusal, the affine prediction holds."""
+    data = payload_data.subsample(40)
+    unknowns = ident.Unknowns(links=(3,), payload_link=PAYLOAD_LINK)
+    nominal = ident.link_parameters(arm, (3, PAYLOAD_LINK))
+    vector = np.array(nominal.vector())
+    vector[:, 6] = 3.0 * (vector[:, 4] + vector[:, 5])  # Izz > Ixx + Iyy: no body has it
+    vector[1, 0] = -2.0  # a negative payload mass
+    bad = ident.InertialParameters.from_vector(vector)
+    with pytest.raises(ValueError, match="triangle inequality"):
+        ident.apply_parameters(arm, (3,), jax.tree.map(lambda x: x[:1], bad))
+    y = np.asarray(ident.regressor(arm, data, unknowns, nominal))
+    r0 = np.asarray(ident.residuals(arm, data, unknowns, nominal))
+    r1 = np.asarray(ident.residuals(arm, data, unknowns, bad))
+    assert_close(r0 + y @ (vector - np.asarray(nominal.vector())).ravel(), r1, 1e-11, "affine residual")
+
+
 def test_residual_zero_at_truth(arm, payload_data):
     unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
     r = ident.residuals(arm, payload_data, unknowns, true_payload(), residual="momentum")

@@ -136,8 +136,8 @@ def _evaluate(model: sdjax.Model, state: sdjax.State, with_fixed_base: bool) -> 
     if with_fixed_base:
         still = _with_velocity(state, jnp.concatenate([jnp.zeros(6, state.q.dtype), state.qd]))
         out.update(
-            fixed=lagrangian_terms(model, state, fixed_base=True),
-            coriolis_fixed=coriolis_matrix(model, state, fixed_base=True),
+            fixed=lagrangian_terms(model, state, base="fixed"),
+            coriolis_fixed=coriolis_matrix(model, state, base="fixed"),
             c_still=sdjax.bias_forces(model, still),
             H_m_rate=_inertia_rate(model, state, fixed_base=True),
         )
@@ -314,6 +314,33 @@ def test_float32(random_tree):
     # exceed |C| by ~10x: observed ~1e-6. 1e-4 leaves two orders of margin and still rejects
     # any modelling error (>= 1e-3).
     assert max(rel_h.max(), rel_c.max(), rel_f.max()) < 1e-4
+
+
+def test_base_override_equals_the_model_in_that_mode():
+    """``base=`` computes the terms of the model in another base mode: equal to building the
+    model in that mode (``edit_model``) and to the recursive ``H``/``c`` there; ``"fixed"`` holds
+    the base of a moving state (its twist ignored). ``fixed_base=`` is the deprecated spelling."""
+    model = random_model(5, 2, gravity=True)
+    state = sdjax.make_state(model, q=jnp.array([0.3, 0.6]), qd=jnp.array([0.2, -0.4]))
+    for mode in ("planar", "fixed"):
+        moved = sdjax.edit_model(model, base=mode)
+        terms = lagrangian_terms(model, state, base=mode)
+        h, c = sdjax.inertia_matrix(moved, state), sdjax.bias_forces(moved, state)
+        # Same tolerance as the module's oracle comparisons: autodiff and the recursion round off differently.
+        np.testing.assert_allclose(terms.inertia, h, rtol=0, atol=RTOL * np.abs(h).max())
+        np.testing.assert_allclose(terms.bias, c, rtol=0, atol=RTOL * np.abs(c).max())
+    spinning = eqx.tree_at(lambda s: s.base_angular_velocity, state, jnp.array([0.1, 0.2, 0.3]))
+    held = lagrangian_terms(model, spinning, base="fixed")  # the twist is ignored, not refused
+    np.testing.assert_array_equal(held.inertia, lagrangian_terms(model, state, base="fixed").inertia)
+    with pytest.raises(
+        Exception, match="the planar base .* cannot move along v0_z, w0_x, w0_y"
+    ):  # checked when it runs
+        lagrangian_terms(model, spinning, base="planar")
+    with pytest.warns(DeprecationWarning, match='spelled base="fixed"'):
+        old = coriolis_matrix(model, state, fixed_base=True)
+    np.testing.assert_array_equal(old, coriolis_matrix(model, state, base="fixed"))
+    with pytest.raises(ValueError, match="unknown base mode 'clamped'"):
+        lagrangian_terms(model, state, base="clamped")
 
 
 def test_bad_state_shape_raises():

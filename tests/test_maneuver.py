@@ -610,7 +610,7 @@ def test_maneuver_law_rejects_bad_modes_and_laws(arm7_model, sample_model):
             wheeled,
             "free-floating",
             {},
-            r"maneuver_law: unknown mode 'free-floating'; choose one of \['floating', 'rotation-floating', 'rotation-flying', 'translation-flying', 'flying'\]",
+            r"maneuver_law: unknown maneuvering mode 'free-floating'; choose one of \['floating', 'rotation-floating', 'rotation-flying', 'translation-flying', 'flying'\]",
         ),
         (
             wheeled,
@@ -751,3 +751,15 @@ def test_joint_law_shapes_and_passive_wheels(arm7_model):
     )
     tau = law(0.0, sdjax.make_state(named, base_angular_velocity=[0.1, 0.0, 0.0])).tau
     assert_close(tau, jnp.array([0.0] * 7 + [0.1, 0.0, 0.0]), 1e-15, "wheel torques")  # -U^T (-kd w0)
+
+
+def test_maneuver_modes_earlier_name_warns():
+    """``MODES`` was renamed ``MANEUVER_MODES`` (it is not the base modes of ``BASE_MODES``);
+    the earlier name still returns the same tuple, with a warning, at both places it lived."""
+    with pytest.warns(DeprecationWarning, match="MANEUVER_MODES"):
+        assert mv.MODES is mv.MANEUVER_MODES
+    with pytest.warns(DeprecationWarning, match="MANEUVER_MODES"):
+        assert sdjax.MODES is sdjax.MANEUVER_MODES
+    assert "MODES" not in sdjax.__all__ and "MODES" not in mv.__all__
+    with pytest.raises(AttributeError, match="no attribute 'NOT_A_NAME'"):
+        mv.NOT_A_NAME  # noqa: B018

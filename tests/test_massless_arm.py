@@ -227,7 +227,7 @@ def test_state_derivative_matches_seed_equations(seed):
         payload_gravity=rng.normal(size=3),
     )
     ref = seed_equations(system, state, tau, loads)
-    rate = ma.state_derivative(system, state, tau, loads)
+    rate = ma.two_body_state_derivative(system, state, tau, loads)
     b1, b2 = quat_matrix(state.orbiter_quaternion), quat_matrix(state.payload_quaternion)
     # Tolerances: 6x6 solves with condition numbers up to ~1e3 (normal equations in the damped
     # solver square it): ~1e-10 relative.
@@ -308,7 +308,7 @@ def free_run():
         orbiter_angular_velocity=0.002 * rng.normal(size=3),
         orbiter_rotation=rot_np(rng.normal(size=3)),
     )
-    return system, state, ma.simulate(system, state, DT, NUM_STEPS, None)
+    return system, state, ma.simulate_two_body(system, state, DT, NUM_STEPS, None)
 
 
 def test_zero_torque_bodies_move_freely(free_run):
@@ -360,13 +360,13 @@ def test_momentum_conserved_and_energy_balance(which):
     taus = jnp.asarray(
         size * np.cumsum(rng.normal(size=(NUM_STEPS, 6)), axis=0) / np.sqrt(NUM_STEPS)
     )  # smooth-ish random torques
-    traj = ma.simulate(system, state, DT, NUM_STEPS, taus)
+    traj = ma.simulate_two_body(system, state, DT, NUM_STEPS, taus)
     momenta = np.asarray(jax.vmap(lambda s: ma.momentum(system, s))(traj.states))
     scale_p = np.abs(momenta[:, :3]).max()
     assert np.abs(momenta[:, :3] - momenta[0, :3]).max() < 1e-11 * scale_p  # round-off of 200 steps
     scale_l = np.abs(momenta[:, 3:]).max()
     assert np.abs(momenta[:, 3:] - momenta[0, 3:]).max() < 1e-7 * scale_l  # RK4 error and closure drift
-    energy = np.asarray(jax.vmap(lambda s: ma.kinetic_energy(system, s))(traj.states))
+    energy = np.asarray(jax.vmap(lambda s: ma.two_body_kinetic_energy(system, s))(traj.states))
     work = np.concatenate(
         [[0.0], np.cumsum(np.sum(np.asarray(taus) * np.diff(np.asarray(traj.states.q), axis=0), axis=1))]
     )
@@ -405,7 +405,7 @@ def test_locked_arm_moves_as_one_rigid_body(srms):
     gain = jnp.diag(ma.joint_space_inertia(system, state))  # 1 s rate loop (stable with DT: see the servo tests)
     for hold in (0.1, 1.0):  # position gain K_p, 1/s: static stiffness K_v K_p grows 10x
         ctrl = ma.ArmController(ma.JointHoldCommand(q, hold), ma.JointRateServo(gain))
-        end = at(ma.simulate(system, state, DT, NUM_STEPS, ctrl).states, -1)
+        end = at(ma.simulate_two_body(system, state, DT, NUM_STEPS, ctrl).states, -1)
         errors.append(float(np.linalg.norm(np.asarray(end.payload_position) - exact_payload)))
         # Angular momentum is shared between the bodies; the composite spin rate stays put.
         np.testing.assert_allclose(np.asarray(end.orbiter_angular_velocity), omega, atol=0.05 * np.linalg.norm(omega))
@@ -445,7 +445,7 @@ def berthing():
             jnp.diag(ma.joint_space_inertia(system, state)) / 2.0
         )  # 2 s rate loop: M^-1 K eigenvalues <= 10/s, DT x 10 = 0.5 (stable ZOH)
         ctrl = ma.ArmController(ma.ResolvedRateCommand(system.arm, path, 0.5), ma.JointRateServo(gain, TORQUE_LIMIT))
-        massless = ma.simulate(system, state, DT, NUM_STEPS, ctrl)
+        massless = ma.simulate_two_body(system, state, DT, NUM_STEPS, ctrl)
         full = ma.full_multibody_model(system)
         ref = sdjax.rollout(full, ma.multibody_state(system, state), DT, NUM_STEPS, ctrl.multibody_law())
         payload = jax.vmap(lambda s: ma.multibody_payload_pose(system, full, s)[0])(ref.states)
@@ -482,14 +482,14 @@ def test_full_multibody_model_converges_to_massless_arm(berthing):
 def test_jit_vmap(srms):
     state = ma.make_massless_state(srms, q=GRAPPLE_Q, qd=0.01 * np.ones(6))
     tau = jnp.linspace(-100.0, 100.0, 6)
-    rate = ma.state_derivative(srms, state, tau)
-    jitted = jax.jit(ma.state_derivative)(srms, state, tau)
+    rate = ma.two_body_state_derivative(srms, state, tau)
+    jitted = jax.jit(ma.two_body_state_derivative)(srms, state, tau)
     assert rel_err(jitted.payload_velocity, rate.payload_velocity) < 1e-12  # same arithmetic, different fusion
     masses = jnp.array([1e4, 2e4, 3e4])
 
     def payload_accel(mass):
         system = eqx.tree_at(lambda s: s.payload_mass, srms, mass)
-        return ma.state_derivative(system, state, tau).payload_velocity
+        return ma.two_body_state_derivative(system, state, tau).payload_velocity
 
     batched = jax.vmap(payload_accel)(masses)
     for k, m in enumerate(masses):
@@ -506,7 +506,7 @@ def test_grad_through_simulation(srms):
 
     def final_x(mass):
         system = eqx.tree_at(lambda s: s.payload_mass, srms, mass)
-        return ma.simulate(system, state, DT, NUM_STEPS, taus).states.payload_position[-1, 0]
+        return ma.simulate_two_body(system, state, DT, NUM_STEPS, taus).states.payload_position[-1, 0]
 
     m0, h = 29_000.0, 1.0
     grad = float(jax.grad(final_x)(jnp.asarray(m0)))
@@ -527,7 +527,7 @@ def test_singular_configuration_is_reported_or_damped(srms):
     assert np.all(np.isfinite(wrench))  # documented damped fallback: bounded by |tau| / (2 max_damping)
     assert np.linalg.norm(wrench) <= np.linalg.norm(100.0 * np.ones(6)) / (2 * float(srms.max_damping)) * (1 + 1e-9)
     state = ma.make_massless_state(srms, q=straight, qd=0.01 * np.ones(6))
-    rate = ma.state_derivative(srms, state, np.ones(6))
+    rate = ma.two_body_state_derivative(srms, state, np.ones(6))
     assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(rate))
     grad = jax.grad(lambda q: jnp.sum(ma.end_effector_wrench(srms, q, jnp.ones(6)) ** 2))(jnp.asarray(straight))
     assert np.all(np.isfinite(np.asarray(grad)))  # no NaN in gradients either
@@ -537,7 +537,7 @@ def test_singular_configuration_is_reported_or_damped(srms):
 def test_checked_simulation_stops_at_singularity(srms):
     state = ma.make_massless_state(srms, q=np.zeros(6), qd=0.01 * np.ones(6))
     with pytest.raises(Exception, match="singular configuration"):
-        ma.simulate(srms, state, DT, NUM_STEPS, None, check=True)
+        ma.simulate_two_body(srms, state, DT, NUM_STEPS, None, check=True)
 
 
 def test_bad_inputs(srms):
@@ -563,9 +563,9 @@ def test_bad_inputs(srms):
     with pytest.raises(ValueError, match="expected shape"):
         ma.MasslessArmState(*(jnp.zeros(3),) * 8, jnp.zeros(6))  # quaternions need 4
     with pytest.raises(ValueError, match="torque sequence expected shape"):
-        ma.simulate(srms, ma.make_massless_state(srms, q=GRAPPLE_Q), DT, 3, jnp.zeros((3, 5)))
+        ma.simulate_two_body(srms, ma.make_massless_state(srms, q=GRAPPLE_Q), DT, 3, jnp.zeros((3, 5)))
     with pytest.raises(ValueError, match="num_steps"):
-        ma.simulate(srms, ma.make_massless_state(srms, q=GRAPPLE_Q), DT, -1)
+        ma.simulate_two_body(srms, ma.make_massless_state(srms, q=GRAPPLE_Q), DT, -1)
     with pytest.raises(ValueError, match="gain"):
         ma.JointRateServo(-1.0)
     with pytest.raises(ValueError, match="torque_limit"):
@@ -583,3 +583,26 @@ def test_torque_limit_saturates():
     np.testing.assert_allclose(
         np.asarray(servo(jnp.full(6, 1e-3), jnp.zeros(6))), 10.0, rtol=1e-12
     )  # linear below the limit
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("simulate", "simulate_two_body"),
+        ("rk4_step", "two_body_rk4_step"),
+        ("state_derivative", "two_body_state_derivative"),
+        ("kinetic_energy", "two_body_kinetic_energy"),
+        ("passive_joint_torques", "passive_flexibility_torques"),
+    ],
+)
+def test_renamed_functions_keep_their_old_names_for_one_release(old, new):
+    """The names that collided with sdjax's own functions (``sdjax.simulate`` simulates a Model)
+    still import, with a DeprecationWarning naming the new name, and are not exported."""
+    with pytest.warns(DeprecationWarning, match=f"renamed sdjax.massless_arm.{new}"):
+        assert getattr(ma, old) is getattr(ma, new)
+    with pytest.warns(DeprecationWarning, match=new):
+        exec(f"from sdjax.massless_arm import {old}", {})
+    assert old not in ma.__all__ and new in ma.__all__
+    assert getattr(sdjax, old) is not getattr(ma, new)  # the top-level name means something else
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        ma.no_such_name

@@ -121,7 +121,7 @@ def test_joint_flexibility_and_modes(srms):
     np.testing.assert_allclose(jac @ yj @ jac.T, y, atol=1e-10 * np.abs(y).max())
     # eqs 3-1 .. 3-3 with the passive torques of eq 3-6: J^T P_e = -tau_F, Y P_e = J dtheta.
     dtheta = 1e-3 * np.random.default_rng(2).normal(size=6)
-    tau_f = np.asarray(ma.passive_joint_torques(yj, dtheta))
+    tau_f = np.asarray(ma.passive_flexibility_torques(yj, dtheta))
     load = np.linalg.solve(jac.T, -tau_f)
     np.testing.assert_allclose(y @ load, jac @ dtheta, atol=1e-9 * np.abs(jac @ dtheta).max())
     # eq 3-7 literally (delete row and column i) and the Schur identity 1 / (YJ^-1)_ii.

@@ -27,6 +27,12 @@ import griffe
 API_DIR = pathlib.Path(__file__).resolve().parent.parent / "api"
 ROLE = re.compile(r":(?:func|class|mod|data|meth|attr|obj|exc):`(~?)([A-Za-z_][\w.]*)(?:\(\))?`")
 DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
+# A directive that renders a module's docstring only (its names are rendered by the directives of
+# the modules that define them, e.g. a package whose page renders its submodules):
+#     ::: sdjax.massless_arm
+#         options:
+#           members: false
+NO_MEMBERS = re.compile(r"^:::\s+([\w.]+)\s*\n\s+options:\s*\n\s+members:\s*false\s*$", re.MULTILINE)
 SECTION = re.compile(r"^(Arguments|Args|Parameters|Returns|Yields|Raises|Attributes|Examples?|Notes?|Warns|Warnings):\s*$")
 RULE = re.compile(r"^(\s*)(=+)((?:\s+=+)+)\s*$")
 
@@ -34,6 +40,11 @@ RULE = re.compile(r"^(\s*)(=+)((?:\s+=+)+)\s*$")
 def _documented_modules() -> list[str]:
     """Modules (and single objects) that the API pages render (their ``::: path`` directives)."""
     return [m for page in sorted(API_DIR.glob("*.md")) for m in DIRECTIVE.findall(page.read_text())]
+
+
+def _docstring_only_modules() -> set[str]:
+    """Modules whose directive renders their docstring only (``members: false``)."""
+    return {m for page in sorted(API_DIR.glob("*.md")) for m in NO_MEMBERS.findall(page.read_text())}
 
 
 def _target(obj):
@@ -47,6 +58,7 @@ def _target(obj):
 def _rendered(pkg) -> dict[str, str]:
     """Canonical path -> identifier of the heading that renders it, for every rendered object."""
     out: dict[str, str] = {}
+    docstring_only = _docstring_only_modules()
 
     def visit(obj, ident: str) -> None:
         target = _target(obj)
@@ -68,6 +80,8 @@ def _rendered(pkg) -> dict[str, str]:
             visit(module, path)
             continue
         out.setdefault(module.path, module.path)
+        if path in docstring_only:
+            continue
         for name, member in module.members.items():
             if name.startswith("_") or not member.is_public:
                 continue

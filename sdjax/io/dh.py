@@ -53,6 +53,8 @@ from sdjax.io.inputs import names_the_file, numeric_array, read_text_file
 from sdjax.model import JOINT_TYPES, Model
 from sdjax.rotation import matrix_to_rpy_numpy
 
+__all__ = ["dh_matrix", "euler123_to_matrix", "model_from_dh", "model_from_dh_file"]
+
 #: Largest arm accepted (refused before allocating anything).
 MAX_LINKS = 10_000
 

@@ -14,6 +14,8 @@ import numpy as np
 
 from sdjax.model import MAX_MAGNITUDE
 
+__all__ = ["names_the_file", "naming_file", "naming_the_file", "numeric_array", "read_text_file"]
+
 
 def numeric_array(
     prefix: str, name: str, value: Any, shape: tuple[int, ...], *, matlab_vectors: bool = False

@@ -54,6 +54,8 @@ from sdjax.io.inputs import names_the_file, read_text_file
 from sdjax.io.spacedyn_arrays import model_from_lp
 from sdjax.model import Model
 
+__all__ = ["load_json_model", "model_from_dict", "model_to_dict", "save_json_model"]
+
 FORMAT = "sdjax-model"
 VERSION = 2
 #: Versions this reader accepts.

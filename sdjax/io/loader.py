@@ -33,6 +33,8 @@ from sdjax.io.spacedyn_mat import model_from_mat, save_mat
 from sdjax.io.urdf import model_from_urdf, save_urdf
 from sdjax.model import Model, edit_model
 
+__all__ = ["load_model", "save_model"]
+
 _READERS: dict[str, Callable[..., Model]] = {
     ".json": lambda path, dtype: load_json_model(path, dtype=dtype),
     ".urdf": lambda path, dtype, **options: model_from_urdf(path, dtype=dtype, **options),

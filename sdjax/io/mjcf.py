@@ -26,6 +26,8 @@ from sdjax.io.pinocchio import depth_first_order, planar_yaw
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_quat, rpy_to_matrix
 
+__all__ = ["mujoco_coordinates", "to_mjcf"]
+
 
 def _vec(values: ArrayLike) -> str:
     return " ".join(repr(float(v)) for v in np.ravel(values))

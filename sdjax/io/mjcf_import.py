@@ -48,6 +48,8 @@ from sdjax.model import MAX_MAGNITUDE, edit_model
 from sdjax.rotation import matrix_to_quat
 from sdjax.state import State, make_state
 
+__all__ = ["MjcfImport", "import_mjcf", "model_from_mjcf", "state_from_mujoco"]
+
 _FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
 
 

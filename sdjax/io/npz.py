@@ -20,6 +20,8 @@ import numpy as np
 
 from sdjax.io.inputs import naming_the_file
 
+__all__ = ["MAX_ENTRY_BYTES", "MAX_TEXT_CHARS", "NpzArchive"]
+
 #: Largest entry read (bytes of the decompressed array), checked from its header first.
 MAX_ENTRY_BYTES = 4 * 1024**3
 #: Largest text entry (the JSON ``meta``), characters.

@@ -33,6 +33,14 @@ from sdjax.model import BASE_MODES, Model
 from sdjax.rotation import rpy_to_matrix
 from sdjax.state import State
 
+__all__ = [
+    "PinocchioTwin",
+    "depth_first_order",
+    "pinocchio_acceleration_offset",
+    "pinocchio_coordinates",
+    "to_pinocchio",
+]
+
 
 @dataclasses.dataclass
 class PinocchioTwin:

@@ -16,6 +16,8 @@ import numpy as np
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rpy_numpy
 
+__all__ = ["model_from_reference_pose"]
+
 
 def _unit(name: str, v: np.ndarray) -> np.ndarray:
     norm = np.linalg.norm(v)

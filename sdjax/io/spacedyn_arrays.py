@@ -34,6 +34,8 @@ import numpy as np
 from sdjax.io.inputs import numeric_array
 from sdjax.model import Model, check_spacedyn_base, check_spacedyn_end_points, warn_unphysical_inertia
 
+__all__ = ["model_from_lp", "model_from_spacedyn_arrays", "model_to_spacedyn_arrays"]
+
 #: Largest number of links accepted from array data (refused before allocating).
 MAX_LINKS = 10_000
 

@@ -63,6 +63,8 @@ import numpy as np
 from sdjax.io.inputs import names_the_file, read_text_file
 from sdjax.model import Model, check_spacedyn_base, check_spacedyn_end_points, warn_unphysical_inertia
 
+__all__ = ["model_from_def", "model_to_def", "save_def"]
+
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_LINKS = 10_000
 

@@ -27,6 +27,8 @@ from sdjax.io.inputs import names_the_file
 from sdjax.io.spacedyn_arrays import model_from_lp
 from sdjax.model import Model
 
+__all__ = ["lp_from_mat", "model_from_mat", "save_mat"]
+
 #: Largest ``.mat`` file read (refused before reading).
 MAX_FILE_BYTES = 64 * 1024 * 1024
 #: Most bytes the compressed elements of one file may expand to (checked while inflating).

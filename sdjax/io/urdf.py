@@ -96,12 +96,23 @@ from typing import Any
 import numpy as np
 
 from sdjax._checks import check_choice
+from sdjax.editing import combine_bodies, rotate_inertia, transform_body
 from sdjax.io.inputs import names_the_file, read_text_file
 from sdjax.io.dh import euler123_to_matrix
 from sdjax.io.visuals import VisualShape, urdf_link_visuals, urdf_materials
 from sdjax.model import MAX_MAGNITUDE, Model
 from sdjax.rotation import matrix_to_rpy_numpy, quat_to_matrix, rpy_to_matrix
 from sdjax.state import State, make_state
+
+__all__ = [
+    "UrdfImport",
+    "import_urdf",
+    "model_from_urdf",
+    "model_to_urdf",
+    "pinocchio_from_state",
+    "save_urdf",
+    "state_from_pinocchio",
+]
 
 #: Largest accepted URDF text (bytes) and number of XML elements, checked before building.
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -360,21 +371,6 @@ def _world_root(
     return joint.child, joint.kind
 
 
-def _combine(parts: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[float, np.ndarray, np.ndarray]:
-    """Mass, centroid and inertia about it of rigidly joined parts ``(m, c, I_c)`` (one frame):
-    parallel-axis theorem ``I = sum I_k + m_k (|d_k|^2 E - d_k d_k^T)``, ``d_k = c_k - c``.
-    Massless parts: the "centroid" is the frame origin and the inertia the sum of theirs."""
-    mass = sum((m for m, _, _ in parts), 0.0)
-    if not mass > 0:
-        return 0.0, np.zeros(3), sum((i for _, _, i in parts), np.zeros((3, 3)))
-    centroid = sum((m * c for m, c, _ in parts), np.zeros(3)) / mass
-    inertia = np.zeros((3, 3))
-    for m, c, i in parts:
-        d = c - centroid
-        inertia += i + m * (float(d @ d) * np.eye(3) - np.outer(d, d))
-    return mass, centroid, inertia
-
-
 # ------------------------------------------------------------------------------------------
 # Import.
 
@@ -548,13 +544,17 @@ def tree_import(
     centroid = np.zeros((n + 1, 3))
     inertia = np.zeros((n + 1, 3, 3))
     for b in range(n + 1):
-        parts = []
-        for link_name in body_links[b]:
-            link = links[link_name]
-            if link.mass > 0 or np.any(link.inertia):
-                rot, pos = pose[link_name]
-                parts.append((link.mass, rot @ link.centroid + pos, rot @ link.inertia @ rot.T))
-        mass[b], centroid[b], inertia[b] = _combine(parts)
+        # (m, c, I_c) of each link in the body's URDF frame, then their union (parallel-axis theorem).
+        parts = [
+            transform_body(links[ln].mass, links[ln].centroid, links[ln].inertia, *pose[ln])
+            for ln in body_links[b]
+            if links[ln].mass > 0 or np.any(links[ln].inertia)
+        ]
+        mass[b], centroid[b], inertia[b] = combine_bodies(
+            np.array([p[0] for p in parts]).reshape(-1),
+            np.array([p[1] for p in parts]).reshape(-1, 3),
+            np.array([p[2] for p in parts]).reshape(-1, 3, 3),
+        )
         if b == 0 and not mass[b] > 0 and base != "fixed":
             welded = sorted(set(body_links[0]) - {root})
             extra = f" with its fixed children {welded}" if welded else ""
@@ -565,7 +565,9 @@ def tree_import(
 
     # sdjax link frames: F_b = URDF body frame * S_b (S_0 = identity, base origin moved to its centroid).
     frame = [np.eye(3)] + [_z_to_axis(j.axis) for j in moving]
-    link_inertia = np.stack([frame[b].T @ inertia[b] @ frame[b] for b in range(1, n + 1)]) if n else np.zeros((0, 3, 3))
+    link_inertia = (
+        np.stack([rotate_inertia(inertia[b], frame[b].T) for b in range(1, n + 1)]) if n else np.zeros((0, 3, 3))
+    )
     centroid_to_joint = np.stack([-(frame[b].T @ centroid[b]) for b in range(1, n + 1)]) if n else np.zeros((0, 3))
     pcj, rpy = np.zeros((n, 3)), np.zeros((n, 3))
     for k, joint in enumerate(moving):

@@ -40,7 +40,7 @@ Singular arm configurations. ``J^-1`` and ``J^-T`` are computed by
 :func:`sdjax.damped_least_squares` with the system's ``singular_threshold`` and
 ``max_damping``: where the smallest singular value of ``J`` is at least the threshold the
 result is the exact inverse; below it, a damped least-squares solution (bounded, never NaN)
-is used. ``simulate(..., check=True)`` and :func:`check_configuration` raise instead.
+is used. ``simulate_two_body(..., check=True)`` and :func:`check_configuration` raise instead.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from sdjax.control import solve_damped_least_squares
-from sdjax.identification import attach_payload, payload_parameters
+from sdjax.editing import merge_payload
+from sdjax.solvers import solve_damped_least_squares
 from sdjax.integrate import runge_kutta4
 from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import end_point_frames, forward_kinematics, joint_motion_axes, relative_frames
@@ -72,11 +72,43 @@ from sdjax.rotation import (
 from sdjax._checks import check_vector, is_traced
 from sdjax.state import State, make_state
 
+__all__ = [
+    "MAX_DAMPING",
+    "SINGULAR_THRESHOLD",
+    "ArmKinematics",
+    "ExternalLoads",
+    "InteractionLoads",
+    "MasslessArmState",
+    "MasslessArmSystem",
+    "MasslessArmTrajectory",
+    "arm_kinematics",
+    "check_configuration",
+    "closure_error",
+    "end_effector_wrench",
+    "full_multibody_model",
+    "interaction_loads",
+    "joint_rates",
+    "joint_space_inertia",
+    "make_loads",
+    "make_massless_state",
+    "momentum",
+    "multibody_payload_pose",
+    "multibody_state",
+    "payload_pose",
+    "relative_velocity",
+    "simulate_two_body",
+    "smallest_singular_value",
+    "two_body_kinetic_energy",
+    "two_body_rk4_step",
+    "two_body_state_derivative",
+]
+
 #: Default singularity handling of ``J^-1`` / ``J^-T`` (units of ``J``: m for the linear rows,
 #: 1 for the angular rows). A 15 m arm has singular values of order 0.1-10 away from
 #: singularities; below 1e-4 the damped solution (damping up to 1e-3) takes over, which bounds
 #: ``|J^-T tau|`` by ``|tau| / 2e-3`` at an exact singularity instead of producing inf/NaN.
 SINGULAR_THRESHOLD = 1e-4
+#: Default largest damping of that damped least-squares solution (see :data:`SINGULAR_THRESHOLD`).
 MAX_DAMPING = 1e-3
 
 
@@ -354,7 +386,7 @@ def smallest_singular_value(system: MasslessArmSystem, q: Any) -> Array:
 
 def check_configuration(system: MasslessArmSystem, q: Any) -> None:
     """Raise ``ValueError`` if the arm is within ``singular_threshold`` of a singularity at
-    ``q`` (eager; inside ``jit`` use ``simulate(..., check=True)``)."""
+    ``q`` (eager; inside ``jit`` use ``simulate_two_body(..., check=True)``)."""
     sigma = float(smallest_singular_value(system, q))
     if not sigma >= float(system.singular_threshold):
         raise ValueError(
@@ -460,7 +492,7 @@ def _euler_rate(inertia: Array, rotation: Array, omega: Array, moment: Array) ->
     return rotation @ jnp.linalg.solve(inertia, mb - jnp.cross(wb, inertia @ wb))
 
 
-def state_derivative(
+def two_body_state_derivative(
     system: MasslessArmSystem, state: MasslessArmState, tau: Any, loads: ExternalLoads | None = None
 ) -> MasslessArmState:
     """Time derivative of the state (a :class:`MasslessArmState` of rates), eqs 2-3 .. 2-12.
@@ -477,7 +509,7 @@ def state_derivative(
     """
     dtype = state.q.dtype
     loads = make_loads(dtype) if loads is None else loads
-    tau = check_vector("state_derivative: tau", tau, (6,), dtype)
+    tau = check_vector("two_body_state_derivative: tau", tau, (6,), dtype)
     kin = arm_kinematics(system, state.q)
     b1 = quat_to_matrix(state.orbiter_quaternion)
     b2 = quat_to_matrix(state.payload_quaternion)
@@ -604,7 +636,7 @@ def make_massless_state(
 # Energy, momentum, effective joint inertia.
 
 
-def kinetic_energy(system: MasslessArmSystem, state: MasslessArmState) -> Array:
+def two_body_kinetic_energy(system: MasslessArmSystem, state: MasslessArmState) -> Array:
     """``()`` kinetic energy of orbiter and payload (the arm has none), J."""
     total = jnp.zeros((), state.q.dtype)
     for m, inertia, quat, v, w in (
@@ -697,19 +729,19 @@ def _normalize(state: MasslessArmState) -> MasslessArmState:
     )
 
 
-def rk4_step(
+def two_body_rk4_step(
     system: MasslessArmSystem, state: MasslessArmState, dt: Any, tau: Any, loads: ExternalLoads | None = None
 ) -> MasslessArmState:
     """One classical RK4 step with ``tau`` and ``loads`` held over the step; quaternions
     normalised at the end (sdjax's :func:`sdjax.integrate.runge_kutta4`)."""
     dtype = state.q.dtype
     loads = make_loads(dtype) if loads is None else loads
-    new = runge_kutta4(lambda s, _: state_derivative(system, s, tau, loads), state, jnp.asarray(dt, dtype))
+    new = runge_kutta4(lambda s, _: two_body_state_derivative(system, s, tau, loads), state, jnp.asarray(dt, dtype))
     return _normalize(new)
 
 
 class MasslessArmTrajectory(eqx.Module):
-    """Result of :func:`simulate`.
+    """Result of :func:`simulate_two_body`.
 
     Attributes:
         time: ``(N + 1,)`` s.
@@ -728,7 +760,7 @@ class MasslessArmTrajectory(eqx.Module):
 
 
 @eqx.filter_jit
-def simulate(
+def simulate_two_body(
     system: MasslessArmSystem,
     initial_state: MasslessArmState,
     dt: Any,
@@ -759,14 +791,16 @@ def simulate(
         :class:`MasslessArmTrajectory`.
     """
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
-        raise ValueError(f"simulate: num_steps must be a non-negative int, got {num_steps!r}")
+        raise ValueError(f"simulate_two_body: num_steps must be a non-negative int, got {num_steps!r}")
     dtype = initial_state.q.dtype
     loads = make_loads(dtype) if loads is None else loads
     sequence = None
     if control is not None and not callable(control):
         sequence = jnp.asarray(control, dtype)
         if sequence.shape != (num_steps, 6):
-            raise ValueError(f"simulate: torque sequence expected shape ({num_steps}, 6), got {sequence.shape}")
+            raise ValueError(
+                f"simulate_two_body: torque sequence expected shape ({num_steps}, 6), got {sequence.shape}"
+            )
     t0 = jnp.asarray(t0, dtype)
     dt = jnp.asarray(dt, dtype)
 
@@ -780,18 +814,18 @@ def simulate(
         elif sequence is not None:
             tau = applied
         else:
-            tau = check_vector("simulate: control output", control(t, state.q, qd), (6,), dtype)
+            tau = check_vector("simulate_two_body: control output", control(t, state.q, qd), (6,), dtype)
         wrench = _solve(system, kin.jacobian.T, tau)
-        new = rk4_step(system, state, dt, tau, loads)
+        new = two_body_rk4_step(system, state, dt, tau, loads)
         if check:
             sigma = jnp.linalg.svd(kin.jacobian, compute_uv=False)[-1]
             new = eqx.error_if(
                 new,
                 sigma < system.singular_threshold,
-                "simulate: the arm reached a singular configuration (J^-1 does not exist)",
+                "simulate_two_body: the arm reached a singular configuration (J^-1 does not exist)",
             )
             finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new)]))
-            new = eqx.error_if(new, ~finite, "simulate: the state became non-finite")
+            new = eqx.error_if(new, ~finite, "simulate_two_body: the state became non-finite")
         return (new, k + 1), (new, tau, qd, wrench)
 
     (_, _), (states, tau, qd, wrench) = lax.scan(
@@ -808,7 +842,7 @@ def simulate(
 
 def full_multibody_model(system: MasslessArmSystem) -> Model:
     """The same system as an sdjax :class:`~sdjax.Model`: orbiter = base, the arm links with
-    their own masses, the payload rigidly merged into link 6 (:func:`sdjax.attach_payload`).
+    their own masses, the payload rigidly merged into link 6 (:func:`sdjax.merge_payload`).
 
     Its end point 0 stays the end-effector tip; the payload centre of mass is at
     ``tip - payload_rotation p2`` in the end-effector frame.
@@ -819,7 +853,7 @@ def full_multibody_model(system: MasslessArmSystem) -> Model:
     payload_in_link = ee_in_link @ system.payload_rotation  # payload frame -> link 6 frame
     centroid = tip_in_link - payload_in_link @ system.payload_to_tip
     inertia = payload_in_link @ system.payload_inertia @ payload_in_link.T
-    return attach_payload(arm, 6, payload_parameters(system.payload_mass, centroid, inertia))
+    return merge_payload(arm, 6, system.payload_mass, centroid, inertia)
 
 
 def multibody_state(system: MasslessArmSystem, state: MasslessArmState, qd: Any = None) -> State:

@@ -9,7 +9,7 @@
   beam frame to the orbiter frame: :func:`chain_flexibility`, :func:`arm_flexibility_matrix`.
 - Joint flexibility (eqs 3-1 .. 3-5): ``YJ = J^-1 Y J^-T``, so that ``dtheta = -YJ tau_F``.
 - Passive mode (locked joints, eq 3-6): ``tau_F = -YJ^-1 (theta - theta_neutral)``
-  (:func:`passive_joint_torques`, :class:`PassiveFlexibility` as a controller).
+  (:func:`passive_flexibility_torques`, :class:`PassiveFlexibility` as a controller).
 - Active mode (eq 3-7): the flexibility term of motor ``i``,
   ``Y_i^e = YJ_ii - {YJ_i^21}^T [YJ_i^22]^-1 {YJ_i^21}`` (:func:`motor_flexibility_terms`).
 
@@ -38,6 +38,20 @@ from jax import Array
 from sdjax.massless_arm.dynamics import MasslessArmSystem, _arm_kinematics, _check_q, _solve
 from sdjax.rotation import skew
 from sdjax._checks import check_vector, is_traced
+
+__all__ = [
+    "BEAM_TERMS",
+    "ArmFlexibility",
+    "PassiveFlexibility",
+    "arm_flexibility_matrix",
+    "beam_flexibility",
+    "cantilever_terms",
+    "chain_flexibility",
+    "joint_flexibility_matrix",
+    "motor_flexibility_terms",
+    "passive_flexibility_torques",
+    "shift_matrix",
+]
 
 #: Names of the seven independent terms of eq B-7, in this order everywhere.
 BEAM_TERMS = ("y11", "y22", "y33", "y26", "y35", "y55", "y66")
@@ -252,7 +266,7 @@ def joint_flexibility_matrix(system: MasslessArmSystem, flexibility: ArmFlexibil
     return 0.5 * (yj + yj.T)
 
 
-def passive_joint_torques(joint_flexibility: Any, deflection: Any) -> Array:
+def passive_flexibility_torques(joint_flexibility: Any, deflection: Any) -> Array:
     """Passive mode (joints locked), eq 3-6: ``tau_F = -YJ^-1 (theta - theta_neutral)``.
 
     ``YJ`` must be non-singular: beams with no axial compliance (eq B-7) all in one line (a
@@ -267,8 +281,8 @@ def passive_joint_torques(joint_flexibility: Any, deflection: Any) -> Array:
     """
     yj = jnp.asarray(joint_flexibility)
     if yj.shape != (6, 6):
-        raise ValueError(f"passive_joint_torques: joint_flexibility expected shape (6, 6), got {yj.shape}")
-    return -jnp.linalg.solve(yj, check_vector("passive_joint_torques: deflection", deflection, (6,), yj.dtype))
+        raise ValueError(f"passive_flexibility_torques: joint_flexibility expected shape (6, 6), got {yj.shape}")
+    return -jnp.linalg.solve(yj, check_vector("passive_flexibility_torques: deflection", deflection, (6,), yj.dtype))
 
 
 #: For motor i, the indices of the other five (eq 3-7's deleted row and column).
@@ -300,7 +314,7 @@ def motor_flexibility_terms(joint_flexibility: Any) -> Array:
 
 class PassiveFlexibility(eqx.Module):
     """Passive-mode arm as a controller ``(t, q, qd) -> tau`` for
-    :func:`sdjax.massless_arm.simulate`: locked joints at ``q_neutral``, elastic torques
+    :func:`sdjax.massless_arm.simulate_two_body`: locked joints at ``q_neutral``, elastic torques
     ``tau_F = -YJ(q)^-1 (q - q_neutral)`` (eq 3-6), plus an optional joint damping
     ``-D qd`` (structural damping; the seed has none).
 
@@ -323,4 +337,4 @@ class PassiveFlexibility(eqx.Module):
 
     def __call__(self, t: Array, q: Array, qd: Array) -> Array:
         yj = joint_flexibility_matrix(self.system, self.flexibility, q)
-        return passive_joint_torques(yj, q - self.q_neutral.astype(q.dtype)) - self.damping.astype(q.dtype) * qd
+        return passive_flexibility_torques(yj, q - self.q_neutral.astype(q.dtype)) - self.damping.astype(q.dtype) * qd

@@ -4,7 +4,7 @@ motor torque limits (seed 004 section 1: "the resolved rate law (ref. 1)").
 A controller is a pure function of time, joint angles and joint rates,
 ``controller(t, q, qd) -> tau (6,)``, the quantities a real joint servo measures (encoders
 and tachometers). The same controller therefore drives the massless-arm model
-(:func:`sdjax.massless_arm.simulate`, rates from eq 2-12) and the full multibody model
+(:func:`sdjax.massless_arm.simulate_two_body`, rates from eq 2-12) and the full multibody model
 (:func:`sdjax.rollout` through :meth:`ArmController.multibody_law`), which is what the
 validation compares.
 
@@ -24,17 +24,15 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import Array
 
-from sdjax.control import (
-    DEFAULT_MAX_DAMPING,
-    DEFAULT_SINGULAR_THRESHOLD,
-    solve_damped_least_squares,
-    split_task_target,
-    task_error,
-)
+from sdjax.control.resolved_rates import split_task_target
+from sdjax.control.task_space import task_error
 from sdjax.massless_arm.dynamics import _arm_kinematics
 from sdjax.model import Model
 from sdjax._checks import check_vector, float_array
+from sdjax.solvers import DEFAULT_MAX_DAMPING, DEFAULT_SINGULAR_THRESHOLD, solve_damped_least_squares
 from sdjax.state import State
+
+__all__ = ["ArmController", "JointHoldCommand", "JointRateServo", "MultibodyLaw", "ResolvedRateCommand"]
 
 
 class JointRateServo(eqx.Module):

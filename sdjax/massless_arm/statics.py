@@ -29,6 +29,8 @@ from jax import Array
 from sdjax.massless_arm.dynamics import MasslessArmSystem, _arm_kinematics, _check_q
 from sdjax._checks import check_vector
 
+__all__ = ["SEED_STATIONS", "MemberLoads", "member_loads", "seed_joint_loads"]
+
 
 class MemberLoads(eqx.Module):
     """Loads on each arm link at its two ends, in the link's frame.

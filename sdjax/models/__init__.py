@@ -3,7 +3,7 @@ planar four-link and spatial six-link systems, an ETS-VII-like robot, a Shuttle-
 orbiter-arm-payload system (seed 004), a small-body lander, a legged rover, a wheeled rover, a tumbling
 capture target and a satellite with flexible solar paddles."""
 
-from sdjax.models.builtin import free_flying_arm_7dof, rigid_body, spacedyn_sample
+from sdjax.models.builtin import free_flying_arm_7dof, free_flying_arm_initial_q, rigid_body, spacedyn_sample
 from sdjax.models.flexible_satellite import flexible_satellite, paddle_beam
 from sdjax.models.lander import lander, point_mass_probe
 from sdjax.models.random import random_model
@@ -19,6 +19,7 @@ __all__ = [
     "ets7_like",
     "flexible_satellite",
     "free_flying_arm_7dof",
+    "free_flying_arm_initial_q",
     "lander",
     "paddle_beam",
     "planar_four_link",

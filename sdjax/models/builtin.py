@@ -10,6 +10,8 @@ from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.io.spacedyn_arrays import model_from_spacedyn_arrays
 from sdjax.model import Model
 
+__all__ = ["free_flying_arm_7dof", "free_flying_arm_initial_q", "rigid_body", "spacedyn_sample"]
+
 
 def rigid_body(
     mass: Any, inertia: Any, *, gravity: Any = (0.0, 0.0, 0.0), name: str = "rigid_body", dtype: Any = None

@@ -10,6 +10,8 @@ from sdjax.flexible import Beam, attach_beam
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
 
+__all__ = ["ARM_JOINTS", "PADDLES", "flexible_satellite", "paddle_beam"]
+
 #: Link names of the arm joints (links 1-3 of :func:`flexible_satellite`).
 ARM_JOINTS = ("arm_yaw", "arm_shoulder", "arm_elbow")
 

@@ -16,6 +16,8 @@ from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
 from sdjax.models.builtin import rigid_body
 
+__all__ = ["lander", "point_mass_probe"]
+
 #: Gravity of a small asteroid (order of magnitude of 25143 Itokawa's, 1e-5..1e-4 m/s^2).
 SMALL_BODY_GRAVITY = 1e-4
 

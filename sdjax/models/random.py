@@ -8,6 +8,8 @@ import numpy as np
 
 from sdjax.model import Model
 
+__all__ = ["random_model"]
+
 
 def random_rotation(rng: np.random.Generator) -> np.ndarray:
     """Uniformly distributed rotation matrix (QR of a Gaussian matrix, signs fixed)."""

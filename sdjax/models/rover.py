@@ -14,6 +14,8 @@ import numpy as np
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
 
+__all__ = ["rover"]
+
 #: Surface gravity of Mars, m/s^2.
 MARS_GRAVITY = 3.711
 

@@ -15,6 +15,8 @@ import numpy as np
 from sdjax.io.dh import model_from_dh
 from sdjax.model import Model
 
+__all__ = ["ets7_like", "planar_four_link", "spatial_six_link"]
+
 HALF_PI = 0.5 * np.pi
 
 

@@ -47,6 +47,8 @@ import numpy as np
 from sdjax.massless_arm import ArmFlexibility, MasslessArmSystem, arm_kinematics, cantilever_terms
 from sdjax.model import Model
 
+__all__ = ["srms_arm", "srms_flexibility", "srms_system"]
+
 #: Unit conversions (exact).
 LB = 0.45359237  # kg per lb (mass)
 FT = 0.3048  # m per ft

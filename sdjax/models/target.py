@@ -7,6 +7,8 @@ from typing import Any
 from sdjax.model import Model
 from sdjax.models.builtin import rigid_body
 
+__all__ = ["TARGET_HANDLE_OFFSET", "tumbling_target"]
+
 #: Handle (grapple fixture) position relative to the target's centroid, body frame, m.
 TARGET_HANDLE_OFFSET = (-0.75, 0.0, 0.0)
 

@@ -17,6 +17,8 @@ from sdjax.model import Model
 from sdjax.models.rover import MARS_GRAVITY
 from sdjax.wheels import Wheels
 
+__all__ = ["wheeled_rover"]
+
 _AXLE_NAMES = {1: ("middle",), 2: ("front", "rear"), 3: ("front", "middle", "rear")}
 
 

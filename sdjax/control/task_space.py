@@ -1,0 +1,163 @@
+"""Task points: their pose, their joint-rate Jacobian and the task error (seed 003 eqs
+103-110).
+
+Task points. A task point is an end point (``end_point=k``, index into
+``model.end_point_link``; its frame is the end-point frame) or any point fixed on a link
+(``link=i``, ``point`` = position relative to the link centroid in the link frame; its
+frame is the link frame). Task velocities are ``[linear (m/s); angular (rad/s)]`` of that
+point and frame, inertial frame; ``task`` selects ``"pose"`` (6 rows), ``"position"``
+(rows 0:3) or ``"orientation"`` (rows 3:6) (:data:`TASKS`).
+
+Base assumption (:data:`CONTROL_BASES`). ``base="floating"`` lets the base react to the
+joints under conserved momentum (eq 109) as far as the model's base mode lets it move: the
+task Jacobian is the generalized Jacobian ``J*`` (eq 110) plus the momentum offset;
+``base="fixed"`` holds the base at rest: the Jacobian is the joint block ``J_m``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from sdjax.dynamics import inertia_matrix
+from sdjax.gjm import generalized_columns, momentum_offset
+from sdjax.jacobians import point_jacobian
+from sdjax.kinematics import relative_frames
+from sdjax.model import Model
+from sdjax.rotation import matrix_to_rotation_vector, rpy_to_matrix
+from sdjax._checks import check_choice, check_vector
+from sdjax.state import State, check_state
+
+#: What the model-based functions assume of the base (see the module docstring): it reacts
+#: as the model's base mode lets it, or it is held at rest.
+CONTROL_BASES = ("floating", "fixed")
+
+#: Task selections: rows of the ``[linear; angular]`` task velocity.
+TASKS = {"pose": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
+
+
+def _task_point(model: Model, end_point: Any, link: Any, point: Any, dtype: Any) -> tuple[int, Array, Array]:
+    """``(link, point in the link frame from its centroid (3,), frame offset rotation (3, 3))``."""
+    if link is not None:
+        if isinstance(link, bool) or not isinstance(link, (int, np.integer)) or not 1 <= int(link) <= model.num_joints:
+            raise ValueError(f"link: expected a static link index 1..{model.num_joints}, got {link!r}")
+        return int(link), check_vector("point", point, (3,), dtype), jnp.eye(3, dtype=dtype)
+    if point is not None:
+        raise ValueError("point: give a point together with link=...; end points carry their own offset")
+    ne = model.num_end_points
+    if isinstance(end_point, bool) or not isinstance(end_point, (int, np.integer)) or not 0 <= int(end_point) < ne:
+        raise ValueError(
+            f"end_point: unknown end point {end_point!r}; model {model.name!r} has {ne} end point(s) "
+            f"(indices 0..{ne - 1}, on links {model.end_point_link}); or pass link=... and point=..."
+        )
+    k = int(end_point)
+    return (
+        model.end_point_link[k],
+        model.centroid_to_end_point[k].astype(dtype),
+        rpy_to_matrix(model.end_point_rpy[k]).astype(dtype),
+    )
+
+
+class _Task(eqx.Module):
+    """Kinematics of a task point at one state (internal)."""
+
+    position: Array  # (3,) inertial, absolute
+    rotation: Array  # (3, 3) task frame to inertial
+    jacobian: Array  # (6, n) joint-rate Jacobian (J* or J_m)
+    offset: Array  # (6,) velocity not due to the joints (momentum offset), inertial
+
+
+def _task_kinematics(model: Model, state: State, spec: tuple[Any, Any, Any], base: str, momentum: Any) -> _Task:
+    dtype = state.q.dtype
+    link, point, offset_rotation = _task_point(model, *spec, dtype)
+    frames = relative_frames(model, state.base_rotation, state.q)
+    rotation = frames.rotation[link]
+    x = frames.centroid[link] + rotation @ point
+    columns = point_jacobian(model, state, link, point)  # (6, nv), free coordinates
+    if base == "floating":
+        h = inertia_matrix(model, state)
+        jacobian = generalized_columns(model, h, columns)  # eq 110
+        offset = momentum_offset(model, state, h, columns, momentum)
+    else:
+        jacobian, offset = columns[:, model.num_base_velocities :], jnp.zeros((6,), dtype)
+    return _Task(state.base_position + x, rotation @ offset_rotation, jacobian, offset)
+
+
+def task_error(
+    task: str, position: Array, rotation: Array, target_position: Array | None, target_rotation: Array | None
+) -> Array:
+    """Task error ``[x_d - x; phi]`` (rows of ``task``), ``phi`` the inertial rotation vector
+    of ``R_d R^T`` (the rotation that takes the current frame onto the target)."""
+    parts = []
+    if task in ("pose", "position"):
+        if target_position is None:
+            raise ValueError(f"task_error: task {task!r} needs target_position")
+        parts.append(target_position - position)
+    if task in ("pose", "orientation"):
+        if target_rotation is None:
+            raise ValueError(f"task_error: task {task!r} needs target_rotation")
+        parts.append(matrix_to_rotation_vector(target_rotation @ rotation.T))
+    return jnp.concatenate(parts)
+
+
+@eqx.filter_jit
+def task_jacobian(
+    model: Model,
+    state: State,
+    *,
+    end_point: int = 0,
+    link: int | None = None,
+    point: Any = None,
+    task: str = "pose",
+    base: str = "floating",
+    momentum: Any = None,
+) -> tuple[Array, Array]:
+    """Joint-rate Jacobian and velocity offset of a task point (seed 003 eqs 103-110).
+
+    The task point's velocity is ``jacobian @ qd + offset``. Floating base: ``jacobian`` is
+    the generalized Jacobian ``J* = J_m - J_b H_b^-1 H_bm`` (eq 110) and ``offset`` the
+    momentum term ``J_b H_b^-1 M_r0`` (zero for zero momentum). Fixed base: ``J_m`` and zero.
+
+    Arguments:
+        model, state: the system and its state (positions).
+        end_point, link, point: the task point (see the module docstring).
+        task: ``"pose"``, ``"position"`` or ``"orientation"``.
+        base: ``"floating"`` or ``"fixed"``.
+        momentum: ``(6,)`` conserved ``[P; L_O]`` (default zero); floating base only.
+
+    Returns:
+        ``jacobian (m, n)`` and ``offset (m,)``, rows ``[linear (m/s); angular (rad/s)]``
+        selected by ``task``, inertial frame.
+    """
+    check_state(model, state)
+    rows = TASKS[check_choice("task_jacobian: task", task, TASKS)]
+    _check_base_momentum("task_jacobian", base, momentum)
+    kin = _task_kinematics(model, state, (end_point, link, point), base, momentum)
+    return kin.jacobian[rows], kin.offset[rows]
+
+
+@eqx.filter_jit
+def task_pose(
+    model: Model, state: State, *, end_point: int = 0, link: int | None = None, point: Any = None
+) -> tuple[Array, Array]:
+    """Position ``(3,)`` (inertial, m) and frame rotation ``(3, 3)`` (task frame to inertial)
+    of a task point (see the module docstring)."""
+    check_state(model, state)
+    dtype = state.q.dtype
+    link_index, offset, offset_rotation = _task_point(model, end_point, link, point, dtype)
+    frames = relative_frames(model, state.base_rotation, state.q)
+    rotation = frames.rotation[link_index]
+    return state.base_position + frames.centroid[link_index] + rotation @ offset, rotation @ offset_rotation
+
+
+def _check_base_momentum(name: str, base: str, momentum: Any) -> None:
+    check_choice(f"{name}: base", base, CONTROL_BASES)
+    if base == "fixed" and momentum is not None:
+        raise ValueError(f"{name}: momentum applies to base='floating' only")
+
+
+__all__ = ["CONTROL_BASES", "TASKS", "task_jacobian", "task_pose"]

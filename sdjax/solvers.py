@@ -1,0 +1,502 @@
+"""Damped least squares and the Gauss-Newton / Levenberg-Marquardt iteration.
+
+The numerical building blocks that resolved motion rate control and inverse kinematics
+(:mod:`sdjax.control`), plan refinement (:mod:`sdjax.planning`) and inertial parameter
+identification (:mod:`sdjax.identification`) share.
+
+Damped least squares. For a Jacobian ``J`` ``(m, n)``, a right-hand side ``b`` ``(m,)``, a
+damping ``mu >= 0`` and a positive diagonal ``D = diag(d)`` (default the identity),
+:func:`damped_solve` returns
+
+    x = argmin |J x - b|^2 + mu x^T D x
+
+in one of two equivalent forms (Levenberg 1944; Marquardt 1963; Nocedal and Wright,
+*Numerical Optimization*, 2nd ed. 2006, section 10.3):
+
+- normal equations, an ``n x n`` system: ``(J^T J + mu D) x = J^T b``;
+- minimum norm, an ``m x m`` system: ``x = D^-1 J^T (J D^-1 J^T + mu E)^-1 b``.
+
+For ``mu > 0`` they are the same vector (the push-through identity
+``(J^T J + mu D)^-1 J^T = D^-1 J^T (J D^-1 J^T + mu E)^-1``); the smaller system is the
+cheaper one. At ``mu = 0`` the normal form is the least-squares solution of a ``J`` of full
+column rank and the minimum-norm form the minimum-norm solution ``J^+ b`` of a ``J`` of full
+row rank. Along a singular direction of ``J`` (``D = E``) with singular value ``sigma`` the
+damped solution scales the component of ``b`` by ``sigma / (sigma^2 + mu) <= 1 / (2 sqrt(mu))``
+instead of ``1 / sigma``: damping bounds the solution where ``J`` loses rank.
+
+:func:`damped_least_squares` (the resolved motion rate inverse ``J^#``) chooses ``mu =
+lambda^2`` from the smallest singular value of ``J`` (Nakamura and Hanafusa 1986;
+Maciejewski and Klein 1988; Chiaverini 1997): zero away from singularities, so the answer is
+the exact (pseudo-)inverse there, growing to ``lambda_max^2`` at a singularity.
+
+Levenberg-Marquardt. :func:`levenberg_marquardt` minimises ``1/2 |r(x)|^2`` by steps
+``dx = argmin |J dx + r|^2 + mu dx^T D dx`` (``J = dr/dx`` by forward-mode differentiation)
+in a ``lax.while_loop``, so it runs inside ``jit``:
+
+- step rule: :func:`damped_solve` in either form, optionally scaled so that no entry of ``dx``
+  exceeds ``max_step`` (:func:`limit_step`) and projected onto a feasible set;
+- damping: fixed (``adaptive=False``: the damped Gauss-Newton method, every step taken) or
+  Marquardt's rule (``adaptive=True``): a step is accepted when the cost does not increase,
+  else ``mu`` is multiplied by 10 and the step recomputed; after an accepted step ``mu`` is
+  divided by 10, down to a floor (Marquardt 1963);
+- scaling: ``D = E`` or Marquardt's ``D = diag(J^T J)`` (:func:`marquardt_scaling`), which
+  makes the steps invariant to the units of the unknowns (Marquardt 1963; Nocedal and Wright
+  10.3);
+- stopping: a residual tolerance ``max |r| <= tolerance`` checked before each step, a step
+  tolerance ``|dx| < step_tolerance (1 + |x|)`` after each accepted step, no acceptable
+  damping within ``max_tries``, or ``max_iterations`` accepted steps;
+- history: the cost ``1/2 |r|^2`` and ``max |r|`` at the start and after every accepted step.
+
+The damped systems are solved by LU with partial pivoting (``jnp.linalg.solve``), which
+still returns a finite answer where the damped matrix is singular to working precision (the
+undamped normal equations of a rank-deficient ``J``, as in identification with unobservable
+parameters); the Levenberg-Marquardt acceptance test then rejects a useless step.
+
+References:
+
+- K. Levenberg, "A method for the solution of certain non-linear problems in least squares",
+  Quarterly of Applied Mathematics 2(2), 164-168, 1944.
+- D. W. Marquardt, "An algorithm for least-squares estimation of nonlinear parameters",
+  Journal of the Society for Industrial and Applied Mathematics 11(2), 431-441, 1963.
+- J. Nocedal and S. J. Wright, *Numerical Optimization*, 2nd ed., Springer 2006, chapter 10.
+- Y. Nakamura and H. Hanafusa, "Inverse kinematic solutions with singularity robustness for
+  robot manipulator control", J. Dynamic Systems, Measurement, and Control 108(3), 163-171,
+  1986.
+- A. A. Maciejewski and C. A. Klein, "Numerical filtering for the operation of robotic
+  manipulators through kinematically singular configurations", J. Robotic Systems 5(6),
+  527-552, 1988.
+- S. Chiaverini, "Singularity-robust task-priority redundancy resolution for real-time
+  kinematic control of robot manipulators", IEEE Trans. Robotics and Automation 13(3),
+  398-410, 1997.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+
+from sdjax._checks import check_choice, check_vector, is_traced
+
+#: Forms of the damped system solved by :func:`damped_solve`: ``"auto"`` (the smaller of the
+#: two: minimum norm when ``m <= n``), ``"min_norm"`` (``m x m``) or ``"normal"`` (``n x n``).
+FORMS = ("auto", "min_norm", "normal")
+
+#: Default singular-value threshold ``eps`` of :func:`damped_least_squares`: damping switches on
+#: when the smallest singular value of the (weighted) task Jacobian drops below it (units of the
+#: Jacobian: m/rad for linear rows, dimensionless for angular rows). A 1-3 m arm has singular
+#: values of order 1, so 0.05 damps only close to a singularity.
+DEFAULT_SINGULAR_THRESHOLD = 0.05
+
+#: Default largest damping ``lambda_max`` of :func:`damped_least_squares`, reached at a
+#: singularity: it bounds joint rates by 1/(2 * 0.05) = 10 rad/s per unit task speed there.
+DEFAULT_MAX_DAMPING = 0.05
+
+
+# ------------------------------------------------------------------------------------------
+# Damped linear least squares.
+
+
+def damped_solve(
+    jacobian: Array, rhs: Array, damping: Any, *, diagonal: Array | None = None, form: str = "auto"
+) -> Array:
+    """Damped least-squares solution ``x = argmin |J x - b|^2 + mu x^T diag(d) x``.
+
+    Traceable (no checks on values); see the module docstring for the two forms.
+
+    Arguments:
+        jacobian: ``(m, n)`` matrix ``J``.
+        rhs: ``(m,)`` right-hand side ``b``.
+        damping: ``()`` ``mu >= 0`` (units of ``J^2`` over those of ``d``).
+        diagonal: optional ``(n,)`` positive ``d`` (default ones).
+        form: ``"auto"``, ``"min_norm"`` or ``"normal"`` (:data:`FORMS`); static.
+
+    Returns:
+        ``(n,)`` solution ``x``.
+    """
+    check_choice("damped_solve: form", form, FORMS)
+    m, n = jacobian.shape
+    if form == "min_norm" or (form == "auto" and m <= n):
+        # x = D^-1 J^T (J D^-1 J^T + mu E)^-1 b: an m x m system.
+        scaled = jacobian.T if diagonal is None else jacobian.T / diagonal[:, None]
+        gram = jacobian @ scaled
+        return scaled @ jnp.linalg.solve(gram + damping * jnp.eye(m, dtype=gram.dtype), rhs)
+    # (J^T J + mu D) x = J^T b: an n x n system.
+    gram = jacobian.T @ jacobian
+    penalty = jnp.eye(n, dtype=gram.dtype) if diagonal is None else jnp.diag(diagonal)
+    return jnp.linalg.solve(gram + damping * penalty, jacobian.T @ rhs)
+
+
+def marquardt_scaling(jacobian: Array) -> Array:
+    """Marquardt's diagonal scaling ``d = diag(J^T J)`` for :func:`damped_solve`.
+
+    With ``D = diag(J^T J)`` the damped step does not depend on the units of the unknowns
+    (Marquardt 1963). A zero column of ``J`` (an unknown the residual does not see) would give
+    ``d_j = 0`` and an unbounded step along it, so every entry is raised by
+    ``eps (1 + max d)``, ``eps`` the machine epsilon of the dtype: negligible next to every
+    non-zero column, enough to keep ``D`` positive definite.
+
+    Arguments:
+        jacobian: ``(m, n)`` matrix ``J``.
+
+    Returns:
+        ``(n,)`` positive diagonal ``d``.
+    """
+    diag = jnp.diag(jacobian.T @ jacobian)
+    return diag + jnp.finfo(jacobian.dtype).eps * (1.0 + jnp.max(diag))
+
+
+def limit_step(step: Array, max_step: Any) -> Array:
+    """``step`` scaled (direction kept) so that no entry exceeds ``max_step`` in magnitude.
+
+    A trust region in the infinity norm for a Newton-type step: far from a solution the
+    linearisation is poor, and a long step can leave the region where it holds (or, for
+    joint angles, wrap around).
+
+    Arguments:
+        step: any shape.
+        max_step: ``()`` positive bound, units of ``step``.
+
+    Returns:
+        ``step * min(1, max_step / max |step_i|)``, same shape (zero stays zero).
+    """
+    biggest = jnp.max(jnp.abs(step))
+    return step * jnp.minimum(1.0, max_step / jnp.where(biggest > 0, biggest, 1.0))
+
+
+def equilibrated_lstsq(matrix: Any, rhs: Any, rcond: float = 1e-10) -> np.ndarray:
+    """Least-squares solution of ``A x = b`` with the columns of ``A`` scaled to unit norm.
+
+    ``x = S^-1 lstsq(A S^-1, b)``, ``S = diag(|a_j|)`` (zero columns unscaled): column
+    equilibration makes the relative singular-value cut ``rcond`` of the truncated-SVD solve
+    (``np.linalg.lstsq``) independent of the units of the unknowns; among the solutions it
+    returns the one of minimum norm in the scaled coordinates ``S x``. NumPy, on the host (for
+    one-off solves outside ``jit``), in the precision of the inputs.
+
+    Arguments:
+        matrix: ``(m, n)`` ``A``.
+        rhs: ``(m,)`` ``b``.
+        rcond: singular values below ``rcond`` times the largest (of ``A S^-1``) count as zero.
+
+    Returns:
+        ``(n,)`` NumPy array ``x``.
+    """
+    matrix, rhs = np.asarray(matrix), np.asarray(rhs)
+    norms = np.linalg.norm(matrix, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    return np.linalg.lstsq(matrix / scale, rhs, rcond=rcond)[0] / scale
+
+
+# ------------------------------------------------------------------------------------------
+# Damped least squares with a singular-value damping schedule (resolved motion rates).
+
+
+class DampedLeastSquares(eqx.Module):
+    """Result of :func:`damped_least_squares`.
+
+    Attributes:
+        solution: ``(n,)`` ``x`` minimising ``|W^1/2 (J x - b)|^2 + lambda^2 |x|^2``.
+        damping: ``()`` ``lambda`` used (0 away from singularities).
+        min_singular_value: ``()`` smallest singular value of ``W^1/2 J``.
+    """
+
+    solution: Array
+    damping: Array
+    min_singular_value: Array
+
+
+def damped_least_squares(
+    jacobian: Any,
+    rhs: Any,
+    *,
+    singular_threshold: Any = DEFAULT_SINGULAR_THRESHOLD,
+    max_damping: Any = DEFAULT_MAX_DAMPING,
+    weights: Any = None,
+) -> DampedLeastSquares:
+    """Damped least-squares (Levenberg-Marquardt) solution of ``J x = b`` with a damping
+    that switches on near singularities (Nakamura and Hanafusa 1986; Maciejewski and Klein
+    1988; Chiaverini's schedule):
+
+        x = J^T (J J^T + lambda^2 E)^-1 b,
+        lambda^2 = lambda_max^2 (1 - (sigma_min / eps)^2)  if sigma_min < eps, else 0,
+
+    ``sigma_min`` the smallest singular value of ``J`` (from the eigenvalues of ``J J^T``).
+    Away from singularities (``sigma_min >= eps``) this is the exact minimum-norm solution
+    ``J^+ b``; near one, each singular direction is scaled by ``sigma / (sigma^2 + lambda^2)
+    <= 1 / (2 lambda)``, so ``|x| <= |b| / (2 lambda)`` stays bounded where ``J^+`` blows up.
+    For ``m > n`` rows the normal equations ``(J^T J + lambda^2 E) x = J^T b`` are solved.
+
+    Arguments:
+        jacobian: ``(m, n)`` matrix ``J``.
+        rhs: ``(m,)`` right-hand side ``b``.
+        singular_threshold: ``eps >= 0`` (units of ``J``).
+        max_damping: ``lambda_max >= 0``. With ``eps = 0`` or ``lambda_max = 0`` this is the
+            undamped pseudo-inverse (which fails at a singularity).
+        weights: optional ``(m,)`` positive task-row weights ``W`` (e.g. to trade position
+            against orientation accuracy); the schedule uses ``W^1/2 J``.
+
+    Returns:
+        :class:`DampedLeastSquares`.
+    """
+    jac = jnp.asarray(jacobian)
+    if jac.ndim != 2:
+        raise ValueError(f"damped_least_squares: jacobian expected shape (m, n), got {jac.shape}")
+    m = jac.shape[0]
+    b = check_vector("damped_least_squares: rhs", rhs, (m,), jac.dtype)
+    check_damping("damped_least_squares", singular_threshold, max_damping)
+    if weights is not None:
+        weights = check_vector("damped_least_squares: weights", weights, (m,), jac.dtype)
+        if not is_traced(weights) and not np.all(np.asarray(weights, np.float64) > 0):
+            raise ValueError(f"damped_least_squares: weights must be positive, got {np.asarray(weights).tolist()}")
+    return solve_damped_least_squares(jac, b, singular_threshold, max_damping, weights)
+
+
+# Building blocks shared with :mod:`sdjax.control` and :mod:`sdjax.massless_arm` (public names,
+# not in ``__all__``).
+
+
+def check_damping(name: str, singular_threshold: Any, max_damping: Any) -> None:
+    """``ValueError`` naming ``name`` unless both schedule parameters of
+    :func:`damped_least_squares` are finite non-negative scalars (traced values pass)."""
+    for label, value in (("singular_threshold", singular_threshold), ("max_damping", max_damping)):
+        if not is_traced(value):
+            arr = np.asarray(value, np.float64)
+            if arr.shape != () or not arr >= 0 or not np.isfinite(arr):
+                raise ValueError(f"{name}: {label} must be a finite non-negative scalar, got {value!r}")
+
+
+@eqx.filter_jit
+def solve_damped_least_squares(
+    jac: Array, b: Array, singular_threshold: Any, max_damping: Any, weights: Array | None
+) -> DampedLeastSquares:
+    """:func:`damped_least_squares` without the argument checks (traceable): ``jac (m, n)``,
+    ``b (m,)``, ``weights (m,)`` or ``None``."""
+    m, n = jac.shape
+    if weights is not None:
+        root = jnp.sqrt(weights)
+        jac, b = root[:, None] * jac, root * b
+    wide = m <= n
+    gram = jac @ jac.T if wide else jac.T @ jac
+    # The smallest eigenvalue of the Gram matrix is sigma_min^2; symmetrised so that eigvalsh
+    # reads a symmetric matrix (the product is symmetric only up to round-off).
+    sigma_sq = jnp.maximum(jnp.linalg.eigvalsh(0.5 * (gram + gram.T))[0], 0.0)
+    eps = jnp.asarray(singular_threshold).astype(jac.dtype)
+    lam_max = jnp.asarray(max_damping).astype(jac.dtype)
+    near = sigma_sq < eps**2
+    ratio = sigma_sq / jnp.where(near, eps**2, 1.0)
+    lam_sq = jnp.where(near, lam_max**2 * (1.0 - ratio), 0.0)
+    x = damped_solve(jac, b, lam_sq, form="min_norm" if wide else "normal")
+    return DampedLeastSquares(solution=x, damping=_safe_sqrt(lam_sq), min_singular_value=_safe_sqrt(sigma_sq))
+
+
+def _safe_sqrt(value: Array) -> Array:
+    """``sqrt(value)`` for ``value >= 0`` with a zero (not infinite) gradient at 0."""
+    positive = value > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, value, 1.0)), 0.0)
+
+
+# ------------------------------------------------------------------------------------------
+# Nonlinear least squares: Gauss-Newton / Levenberg-Marquardt.
+
+
+class LeastSquaresResult(eqx.Module):
+    """Result of :func:`levenberg_marquardt` (``I = max_iterations``, ``m`` residuals).
+
+    Attributes:
+        x: the final iterate, shape of ``x0``.
+        residual: ``(m,)`` ``r(x)``.
+        cost: ``()`` ``1/2 |r(x)|^2``.
+        iterations: ``()`` int32 accepted steps.
+        damping: ``()`` damping ``mu`` the next step would start from.
+        converged: ``()`` bool, stopped by ``tolerance`` or ``step_tolerance`` (not by
+            ``max_iterations`` or by a failed damping search).
+        cost_history: ``(I + 1,)`` ``1/2 |r|^2`` at ``x0`` and after each accepted step; NaN
+            past the stop (``cost_history[:iterations + 1]`` are the values).
+        residual_history: ``(I + 1,)`` ``max |r|``, same rows.
+    """
+
+    x: Array
+    residual: Array
+    cost: Array
+    iterations: Array
+    damping: Array
+    converged: Array
+    cost_history: Array
+    residual_history: Array
+
+
+def levenberg_marquardt(
+    residual: Callable[[Array], Array],
+    x0: Array,
+    *,
+    max_iterations: int,
+    damping: Any,
+    adaptive: bool = True,
+    scaling: str = "identity",
+    form: str = "auto",
+    max_step: Any = None,
+    project: Callable[[Array], Array] | None = None,
+    tolerance: Any = None,
+    step_tolerance: Any = None,
+    damping_factor: float = 10.0,
+    min_damping: float = 1e-12,
+    max_tries: int = 30,
+) -> LeastSquaresResult:
+    """Minimise ``1/2 |r(x)|^2`` by damped Gauss-Newton / Levenberg-Marquardt steps.
+
+    One ``lax.while_loop`` (traceable inside ``jit``, forward-mode differentiable; reverse mode
+    does not pass a ``while_loop``). Each iteration forms ``J = dr/dx`` by ``jax.jacfwd`` (one
+    batched tangent pass: cheap for tens of unknowns, and it compiles far faster than a
+    reverse pass through a long rollout), then tries
+
+        dx = damped_solve(J, -r, mu, diagonal=D, form=form)   (then limit_step, x + dx, project)
+
+    With ``adaptive=False`` that step is always taken and ``mu`` stays ``damping`` (damped
+    Gauss-Newton). With ``adaptive=True`` the step is taken when the new cost is finite and not
+    larger than the current one; otherwise ``mu`` is multiplied by ``damping_factor`` and the
+    step recomputed from the same ``J``, at most ``max_tries`` times (then the iteration stops
+    at the current ``x``). After an accepted step ``mu`` is divided by ``damping_factor``,
+    floored at ``min_damping`` (Marquardt 1963).
+
+    The iteration stops before a step when ``max |r| <= tolerance``, after an accepted step
+    when ``|dx| < step_tolerance (1 + |x|)`` (``dx`` the limited step, before the projection),
+    when the damping search fails, or after ``max_iterations`` accepted steps.
+
+    Arguments:
+        residual: ``x -> (m,)`` residual vector, traceable.
+        x0: initial unknowns, any shape (flattened for the linear algebra).
+        max_iterations: static int >= 0, most accepted steps.
+        damping: ``()`` ``mu >= 0``: fixed, or the initial value when ``adaptive``.
+        adaptive: static; Marquardt's damping adaptation with a cost-decrease test.
+        scaling: static ``"identity"`` (``D = E``) or ``"marquardt"`` (``D = diag(J^T J)``,
+            :func:`marquardt_scaling`).
+        form: static form of the damped system (:data:`FORMS`).
+        max_step: optional ``()`` bound on every entry of a step (:func:`limit_step`).
+        project: optional ``x -> x`` applied after each step (e.g. clipping to bounds).
+        tolerance: optional ``()`` residual tolerance, units of ``r`` (``0``: stop only on an
+            exactly zero residual).
+        step_tolerance: optional ``()`` relative step tolerance.
+        damping_factor, min_damping, max_tries: static constants of the adaptive rule.
+
+    Returns:
+        :class:`LeastSquaresResult`.
+    """
+    if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 0:
+        raise ValueError(f"levenberg_marquardt: max_iterations must be an int >= 0, got {max_iterations!r}")
+    check_choice("levenberg_marquardt: scaling", scaling, ("identity", "marquardt"))
+    check_choice("levenberg_marquardt: form", form, FORMS)
+    x0 = jnp.asarray(x0)
+    dtype = x0.dtype
+    r0 = residual(x0)
+    size = r0.shape[0]
+
+    def measures(r: Array) -> tuple[Array, Array]:
+        return 0.5 * jnp.sum(r**2), jnp.max(jnp.abs(r))
+
+    def trial(x: Array, jac: Array, r: Array, diagonal: Array | None, mu: Array) -> tuple[Array, Array, Array]:
+        """``(x_new, r(x_new), |dx|)`` of the step with damping ``mu``."""
+        dx = damped_solve(jac, -r, mu, diagonal=diagonal, form=form)
+        if max_step is not None:
+            dx = limit_step(dx, max_step)
+        x_new = x + dx.reshape(x.shape)
+        if project is not None:
+            x_new = project(x_new)
+        return x_new, residual(x_new), jnp.linalg.norm(dx)
+
+    def keep_going(carry):
+        _, r, _, _, k, small, failed, _, _ = carry
+        going = (k < max_iterations) & ~small & ~failed
+        if tolerance is not None:
+            going = going & (jnp.max(jnp.abs(r)) > tolerance)
+        return going
+
+    def step(carry):
+        x, r, cost, mu, k, _, _, cost_history, residual_history = carry
+        jac = jax.jacfwd(residual)(x).reshape(size, -1)
+        diagonal = marquardt_scaling(jac) if scaling == "marquardt" else None
+        if adaptive:
+
+            def rejected(attempt):
+                tries, _, _, _, _, _, accepted = attempt
+                return ~accepted & (tries < max_tries)
+
+            def retry(attempt):
+                tries, mu_try, _, _, _, _, _ = attempt
+                x_new, r_new, length = trial(x, jac, r, diagonal, mu_try)
+                cost_new = measures(r_new)[0]
+                accepted = jnp.isfinite(cost_new) & (cost_new <= cost)
+                # mu_try ends as the damping of the accepted step (or one factor past the last try).
+                mu_try = jnp.where(accepted, mu_try, mu_try * damping_factor)
+                return tries + 1, mu_try, x_new, r_new, cost_new, length, accepted
+
+            start = (jnp.zeros((), jnp.int32), mu, x, r, cost, jnp.zeros((), r.dtype), jnp.zeros((), bool))
+            _, mu_used, x_new, r_new, cost_new, length, accepted = lax.while_loop(rejected, retry, start)
+            mu_next = jnp.maximum(mu_used / damping_factor, min_damping)
+        else:
+            x_new, r_new, length = trial(x, jac, r, diagonal, mu)
+            cost_new, accepted, mu_next = measures(r_new)[0], jnp.ones((), bool), mu
+        small = jnp.zeros((), bool)
+        if step_tolerance is not None:
+            small = length < step_tolerance * (1.0 + jnp.linalg.norm(x_new))
+        accepted_state = (
+            x_new,
+            r_new,
+            cost_new,
+            mu_next,
+            k + 1,
+            small,
+            jnp.zeros((), bool),
+            cost_history.at[k + 1].set(cost_new),
+            residual_history.at[k + 1].set(measures(r_new)[1]),
+        )
+        # A failed damping search leaves everything as it was and stops the iteration.
+        failed_state = (x, r, cost, mu, k, jnp.zeros((), bool), jnp.ones((), bool), cost_history, residual_history)
+        return jax.tree.map(lambda a, b: jnp.where(accepted, a, b), accepted_state, failed_state)
+
+    cost0, biggest0 = measures(r0)
+    nan = jnp.full((max_iterations + 1,), jnp.nan, r0.dtype)
+    init = (
+        x0,
+        r0,
+        cost0,
+        jnp.asarray(damping, dtype),
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), bool),
+        jnp.zeros((), bool),
+        nan.at[0].set(cost0),
+        nan.at[0].set(biggest0),
+    )
+    x, r, cost, mu, k, small, _, cost_history, residual_history = lax.while_loop(keep_going, step, init)
+    converged = small
+    if tolerance is not None:
+        converged = converged | (jnp.max(jnp.abs(r)) <= tolerance)
+    return LeastSquaresResult(
+        x=x,
+        residual=r,
+        cost=cost,
+        iterations=k,
+        damping=mu,
+        converged=converged,
+        cost_history=cost_history,
+        residual_history=residual_history,
+    )
+
+
+__all__ = [
+    "DEFAULT_MAX_DAMPING",
+    "DEFAULT_SINGULAR_THRESHOLD",
+    "FORMS",
+    "DampedLeastSquares",
+    "LeastSquaresResult",
+    "damped_least_squares",
+    "damped_solve",
+    "equilibrated_lstsq",
+    "levenberg_marquardt",
+    "limit_step",
+    "marquardt_scaling",
+]

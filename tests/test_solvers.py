@@ -1,0 +1,355 @@
+"""Damped least squares and the Levenberg-Marquardt iteration (sdjax.solvers), against NumPy's
+least squares, closed forms, SciPy's MINPACK Levenberg-Marquardt and a NumPy transcription of
+Marquardt's rule."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sdjax
+from sdjax import solvers
+
+EPS = np.finfo(np.float64).eps
+
+
+def random_matrix(rng, m, n, cond=10.0):
+    """``(m, n)`` matrix with singular values spread log-uniformly over [1, cond]."""
+    u, _ = np.linalg.qr(rng.normal(size=(m, m)))
+    v, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    k = min(m, n)
+    sigma = np.geomspace(cond, 1.0, k)
+    return (u[:, :k] * sigma) @ v[:, :k].T
+
+
+# ------------------------------------------------------------------------------------------
+# Damped linear least squares.
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_undamped_solve_equals_numpy_least_squares(seed):
+    rng = np.random.default_rng(seed)
+    # Over-determined, full column rank: the normal equations give the least-squares solution.
+    tall, b = random_matrix(rng, 9, 4), rng.normal(size=9)
+    expected = np.linalg.lstsq(tall, b, rcond=None)[0]
+    for form in ("normal", "auto"):
+        x = solvers.damped_solve(jnp.asarray(tall), jnp.asarray(b), 0.0, form=form)
+        # Normal equations square the condition number (10 -> 100): error ~ 100 eps ~ 2e-14.
+        np.testing.assert_allclose(x, expected, rtol=1e-11, atol=1e-13)
+    # Under-determined, full row rank: the minimum-norm form gives J^+ b, which lstsq also returns.
+    wide, b = random_matrix(rng, 3, 7), rng.normal(size=3)
+    expected = np.linalg.lstsq(wide, b, rcond=None)[0]
+    for form in ("min_norm", "auto"):
+        x = solvers.damped_solve(jnp.asarray(wide), jnp.asarray(b), 0.0, form=form)
+        np.testing.assert_allclose(x, expected, rtol=1e-11, atol=1e-13)  # same reason (J J^T)
+
+
+@pytest.mark.parametrize("shape", [(4, 7), (7, 4), (5, 5)])
+def test_damped_solve_is_the_augmented_least_squares_solution(shape):
+    """Both forms minimise |J x - b|^2 + mu x^T D x: the least-squares solution of the stacked
+    system [J; sqrt(mu D)] x = [b; 0] (NumPy's SVD solver as the reference)."""
+    rng = np.random.default_rng(1)
+    m, n = shape
+    jac, b = random_matrix(rng, m, n, cond=100.0), rng.normal(size=m)
+    d = rng.uniform(0.5, 2.0, n)
+    for mu in (1e-6, 1e-2, 1.0):
+        for diagonal in (None, d):
+            penalty = np.ones(n) if diagonal is None else diagonal
+            stacked = np.vstack([jac, np.diag(np.sqrt(mu * penalty))])
+            expected = np.linalg.lstsq(stacked, np.concatenate([b, np.zeros(n)]), rcond=None)[0]
+            for form in solvers.FORMS:
+                diag = None if diagonal is None else jnp.asarray(diagonal)
+                x = solvers.damped_solve(jnp.asarray(jac), jnp.asarray(b), mu, diagonal=diag, form=form)
+                minimum_norm = form == "min_norm" or (form == "auto" and m <= n)
+                if minimum_norm:
+                    system = jac / penalty @ jac.T + mu * np.eye(m)
+                else:
+                    system = jac.T @ jac + mu * np.diag(penalty)
+                # LU is backward stable: relative error <= c eps cond(system); c = 100 is generous.
+                # (The normal form of a wide J at mu = 1e-6 has cond 1e10: the reason "auto" picks
+                # the minimum-norm form there.)
+                rtol = 100 * EPS * np.linalg.cond(system)
+                np.testing.assert_allclose(x, expected, rtol=rtol, atol=rtol * np.max(np.abs(expected)))
+
+
+def test_minimum_norm_solution_of_an_under_determined_system():
+    rng = np.random.default_rng(2)
+    jac, b = random_matrix(rng, 3, 8), rng.normal(size=3)
+    x = np.asarray(solvers.damped_solve(jnp.asarray(jac), jnp.asarray(b), 0.0, form="min_norm"))
+    np.testing.assert_allclose(jac @ x, b, atol=1e-13)  # solves the system (round-off of |b| ~ 1)
+    # It lies in the row space of J (orthogonal to the null space) ...
+    null = np.linalg.svd(jac)[2][3:].T  # (8, 5) orthonormal basis of null(J)
+    assert np.max(np.abs(null.T @ x)) < 1e-13  # round-off of |x| ~ 1
+    # ... so every other solution x + z is longer.
+    for z in (null @ rng.normal(size=(5, 20))).T:
+        assert np.linalg.norm(x + z) > np.linalg.norm(x)
+
+
+def test_damping_bounds_the_solution_at_a_singularity():
+    """Along a singular direction the damped solution scales b by sigma / (sigma^2 + mu) <=
+    1 / (2 sqrt(mu)), so |x| <= |b| / (2 sqrt(mu)) even for an exactly singular J."""
+    rng = np.random.default_rng(3)
+    u, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    v, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    b = rng.normal(size=3)
+    for sigma_min in (1e-3, 1e-8, 0.0):
+        jac = (u * np.array([1.0, 0.3, sigma_min])) @ v[:, :3].T
+        for mu in (1e-4, 1e-2):
+            x = np.asarray(solvers.damped_solve(jnp.asarray(jac), jnp.asarray(b), mu))
+            assert np.all(np.isfinite(x))
+            assert np.linalg.norm(x) <= np.linalg.norm(b) / (2.0 * np.sqrt(mu)) * (1.0 + 1e-12)  # round-off
+            # Each singular direction scaled exactly by sigma / (sigma^2 + mu) (closed form).
+            sigma = np.array([1.0, 0.3, sigma_min])
+            expected = v[:, :3] @ (sigma / (sigma**2 + mu) * (u.T @ b))
+            np.testing.assert_allclose(x, expected, rtol=1e-10, atol=1e-12)  # well conditioned: mu >= 1e-4
+
+
+def test_marquardt_scaling_makes_the_step_independent_of_units():
+    """Rescaling the unknowns (x = S x', so J' = J S) rescales the Marquardt-scaled step by
+    S^-1: the step is the same physical change whatever the units."""
+    rng = np.random.default_rng(4)
+    jac, b = random_matrix(rng, 6, 4), rng.normal(size=6)
+    scale = np.array([1e-2, 1.0, 10.0, 1e2])
+    for mu in (1e-3, 1.0):
+        x = solvers.damped_solve(jnp.asarray(jac), b, mu, diagonal=solvers.marquardt_scaling(jnp.asarray(jac)))
+        scaled = jnp.asarray(jac * scale)
+        x_scaled = solvers.damped_solve(scaled, b, mu, diagonal=solvers.marquardt_scaling(scaled), form="normal")
+        # Invariant up to (a) the eps floor of the scaling, eps (max S / min S)^2 = 2e-8 relative
+        # on the smallest entry, and (b) the round-off of a normal matrix whose condition number
+        # the units raise by (max S / min S)^2 = 1e8 (error ~1e-8).
+        np.testing.assert_allclose(np.asarray(x_scaled) * scale, x, rtol=1e-6)
+    # A zero column gets a positive (eps) scale, so the damped system stays solvable.
+    with_zero = jnp.asarray(np.hstack([jac, np.zeros((6, 1))]))
+    d = solvers.marquardt_scaling(with_zero)
+    assert float(d[-1]) > 0
+    x = solvers.damped_solve(with_zero, b, 1e-3, diagonal=d, form="normal")
+    assert np.all(np.isfinite(x)) and abs(float(x[-1])) < 1e-12  # the invisible unknown does not move
+
+
+def test_limit_step():
+    step = jnp.array([[0.3, -0.9], [0.1, 0.2]])
+    limited = solvers.limit_step(step, 0.45)
+    np.testing.assert_allclose(limited, step / 2.0, rtol=1e-15)  # direction kept, max entry = bound
+    np.testing.assert_array_equal(solvers.limit_step(step, 2.0), step)  # short steps unchanged
+    np.testing.assert_array_equal(solvers.limit_step(jnp.zeros(3), 0.1), 0.0)  # no division by zero
+
+
+def test_equilibrated_lstsq():
+    rng = np.random.default_rng(5)
+    a, b = random_matrix(rng, 10, 4), rng.normal(size=10)
+    np.testing.assert_allclose(solvers.equilibrated_lstsq(a, b), np.linalg.lstsq(a, b, rcond=None)[0], rtol=1e-12)
+    # Column scaling does not change the answer (in physical units), even with units 1e12 apart,
+    # where the raw singular values fall below the 1e-10 cut and plain lstsq drops a column.
+    expected = np.linalg.lstsq(a, b)[0]
+    scale = np.array([1e-6, 1.0, 1e3, 1e6])
+    raw = np.linalg.lstsq(a * scale, b, rcond=1e-10)[0] * scale
+    assert not np.allclose(raw, expected, rtol=1e-3)
+    # a has condition number 10: the solve is accurate to ~eps cond^2, the scaling adds 1 ulp.
+    np.testing.assert_allclose(solvers.equilibrated_lstsq(a * scale, b) * scale, expected, rtol=1e-11)
+    # Rank deficient (a repeated column): the minimum-norm solution in equilibrated coordinates,
+    # which splits the weight equally between the two copies.
+    twin = np.hstack([a, a[:, :1]])
+    x = solvers.equilibrated_lstsq(twin, b)
+    np.testing.assert_allclose(x[0], x[-1], rtol=1e-9)
+    np.testing.assert_allclose(twin @ x, a @ np.linalg.lstsq(a, b)[0], atol=1e-12)
+
+
+def test_damped_least_squares_is_the_control_api():
+    """The public damped least squares moved here; ``sdjax.control`` and ``sdjax`` re-export it."""
+    assert sdjax.damped_least_squares is solvers.damped_least_squares is sdjax.control.damped_least_squares
+    assert sdjax.DampedLeastSquares is solvers.DampedLeastSquares
+    assert sdjax.control.DEFAULT_MAX_DAMPING == solvers.DEFAULT_MAX_DAMPING
+
+
+# ------------------------------------------------------------------------------------------
+# Levenberg-Marquardt.
+
+
+def rosenbrock(x):
+    """Rosenbrock's function as residuals: 1/2 |r|^2 = 50 (x2 - x1^2)^2 + (1 - x1)^2 / 2,
+    minimum 0 at (1, 1)."""
+    return jnp.stack([10.0 * (x[1] - x[0] ** 2), 1.0 - x[0]])
+
+
+def marquardt_reference(x, steps, mu, scaled):
+    """Marquardt's rule written out in NumPy with the analytic Jacobian (the test's oracle)."""
+
+    def residual(x):
+        return np.array([10.0 * (x[1] - x[0] ** 2), 1.0 - x[0]])
+
+    x = np.array(x, np.float64)
+    cost = 0.5 * residual(x) @ residual(x)
+    history = [cost]
+    for _ in range(steps):
+        jac, r = np.array([[-20.0 * x[0], 10.0], [-1.0, 0.0]]), residual(x)
+        d = np.diag(jac.T @ jac) if scaled else np.ones(2)
+        for _ in range(30):
+            dx = np.linalg.solve(jac.T @ jac + mu * np.diag(d), -jac.T @ r)
+            new = 0.5 * residual(x + dx) @ residual(x + dx)
+            if new <= cost:
+                break
+            mu *= 10.0
+        else:
+            break
+        x, cost, mu = x + dx, new, max(mu / 10.0, 1e-12)
+        history.append(cost)
+    return np.array(history), x, mu
+
+
+@pytest.mark.parametrize("scaling", ["identity", "marquardt"])
+def test_levenberg_marquardt_follows_marquardts_rule_on_rosenbrock(scaling):
+    x0 = jnp.array([-1.2, 1.0])  # the classic start, on the far side of the curved valley
+    result = solvers.levenberg_marquardt(
+        rosenbrock, x0, max_iterations=40, damping=1e-3, scaling=scaling, form="normal"
+    )
+    reference, x_ref, mu_ref = marquardt_reference(x0, 40, 1e-3, scaling == "marquardt")
+    k = int(result.iterations)
+    history = np.asarray(result.cost_history)
+    assert k == len(reference) - 1 == 40  # no step tolerance: every iteration accepted
+    # The same steps, damping increases (rejections happen on the way: mu reaches 0.1 to 1) and
+    # decreases: the cost histories agree to the round-off of the iterates, which enters the
+    # cost at first order (|J^T r| 1e-16) and so grows relative to a falling cost.
+    np.testing.assert_allclose(history, reference, rtol=1e-6, atol=1e-20)
+    np.testing.assert_allclose(result.x, x_ref, rtol=0, atol=1e-12)
+    assert float(result.damping) == pytest.approx(mu_ref, rel=1e-12)
+    # The known minimum, reached to round-off (Gauss-Newton converges quadratically on a
+    # zero-residual problem).
+    np.testing.assert_allclose(result.x, [1.0, 1.0], rtol=0, atol=1e-12)
+    assert np.all(np.diff(history[: k + 1]) <= 0)  # accepted steps never increase the cost
+
+
+def test_levenberg_marquardt_matches_minpack_on_an_exponential_fit():
+    """A noisy fit y = a exp(-b t) + c (non-zero residual at the minimum) against SciPy's
+    MINPACK Levenberg-Marquardt."""
+    scipy_optimize = pytest.importorskip("scipy.optimize")
+    t = np.linspace(0.0, 4.0, 30)
+    y = 2.5 * np.exp(-1.3 * t) + 0.4 + 0.01 * np.random.default_rng(6).normal(size=t.size)
+
+    def residual(p):
+        return p[0] * jnp.exp(-p[1] * t) + p[2] - y
+
+    start = jnp.array([1.0, 0.5, 0.0])
+    result = jax.jit(
+        lambda p: solvers.levenberg_marquardt(
+            residual, p, max_iterations=100, damping=1e-3, scaling="marquardt", step_tolerance=1e-12
+        )
+    )(start)
+    k = int(result.iterations)
+    assert bool(result.converged) and k < 100  # stopped by the step tolerance
+    history = np.asarray(result.cost_history)
+    assert np.all(np.diff(history[: k + 1]) <= 0) and np.all(np.isnan(history[k + 1 :]))
+    minpack = scipy_optimize.least_squares(
+        lambda p: np.asarray(residual(jnp.asarray(p))), np.asarray(start), method="lm", xtol=1e-15, ftol=1e-15
+    )
+    # The cost is flat at the minimum: its round-off (1e-16 relative) fixes the parameters only
+    # to about sqrt(eps) = 1.5e-8 (measured difference 8e-10).
+    np.testing.assert_allclose(result.x, minpack.x, rtol=1e-7)
+    np.testing.assert_allclose(result.cost, minpack.cost, rtol=1e-12)  # second order in the x difference
+    # First-order optimality: the gradient J^T r vanishes to round-off of |J| |r| (~0.2).
+    jac = jax.jacfwd(residual)(result.x)
+    assert float(jnp.max(jnp.abs(jac.T @ result.residual))) < 1e-12
+
+
+def test_stopping_rules():
+    rng = np.random.default_rng(7)
+    a, b = jnp.asarray(random_matrix(rng, 6, 3)), jnp.asarray(rng.normal(size=6))
+
+    def linear(x):
+        return a @ x - b
+
+    x0 = jnp.zeros(3)
+    # max_iterations only: exactly that many steps; the history is NaN past the stop.
+    fixed = solvers.levenberg_marquardt(linear, x0, max_iterations=5, damping=1e-9)
+    assert int(fixed.iterations) == 5 and not bool(fixed.converged)
+    assert np.all(np.isfinite(fixed.cost_history))
+    # Step tolerance: a linear residual is solved by the first (nearly undamped) step; the second
+    # step is round-off, below 1e-12 (1 + |x|), and ends the iteration.
+    stepped = solvers.levenberg_marquardt(linear, x0, max_iterations=20, damping=1e-12, step_tolerance=1e-12)
+    assert int(stepped.iterations) == 2 and bool(stepped.converged)
+    np.testing.assert_allclose(stepped.x, np.linalg.lstsq(a, b, rcond=None)[0], rtol=1e-10)  # cond ~10
+    assert np.all(np.isnan(stepped.cost_history[3:]))
+    # Residual tolerance, fixed damping (every step taken): stops at the first iterate with
+    # max |r| <= tolerance, never before.
+    target = jnp.asarray(rng.normal(size=3))
+
+    def square(x):
+        return x**2 - target**2
+
+    tolerance = 1e-9
+    solved = solvers.levenberg_marquardt(
+        square, jnp.full(3, 3.0), max_iterations=50, damping=0.0, adaptive=False, tolerance=tolerance
+    )
+    k = int(solved.iterations)
+    history = np.asarray(solved.residual_history)
+    assert bool(solved.converged) and 0 < k < 50
+    assert history[k] <= tolerance and np.all(history[:k] > tolerance)
+    np.testing.assert_allclose(np.abs(solved.x), np.abs(target), rtol=1e-8)  # |r| = |x^2 - t^2| <= 1e-9
+
+
+def test_failed_damping_search_stops_without_moving():
+    """A residual whose derivative has the wrong sign: every damped step goes uphill, the damping
+    search fails after max_tries and the iteration stops where it started."""
+
+    @jax.custom_jvp
+    def wrong(x):
+        return x - 1.0
+
+    @wrong.defjvp
+    def _(primals, tangents):
+        return wrong(primals[0]), -tangents[0]
+
+    x0 = jnp.array([3.0, -2.0])
+    result = solvers.levenberg_marquardt(wrong, x0, max_iterations=10, damping=1e-3, max_tries=5)
+    assert int(result.iterations) == 0 and not bool(result.converged)
+    np.testing.assert_array_equal(result.x, x0)
+    assert np.all(np.isnan(result.cost_history[1:]))
+
+
+def test_fixed_damping_step_limit_and_projection():
+    """adaptive=False takes every step: the first is the damped minimum-norm step, limited to
+    max_step per entry, then projected."""
+    rng = np.random.default_rng(8)
+    a, b = jnp.asarray(random_matrix(rng, 2, 5)), jnp.asarray(rng.normal(size=2))
+
+    def residual(x):
+        return a @ x - b
+
+    x0 = jnp.zeros(5)
+    one = solvers.levenberg_marquardt(residual, x0, max_iterations=1, damping=1e-2, adaptive=False, form="min_norm")
+    expected = -np.asarray(a).T @ np.linalg.solve(np.asarray(a @ a.T) + 1e-2 * np.eye(2), -np.asarray(b))
+    np.testing.assert_allclose(one.x, expected, rtol=1e-12)  # closed form; 2 x 2, well conditioned
+    limited = solvers.levenberg_marquardt(
+        residual, x0, max_iterations=1, damping=1e-2, adaptive=False, max_step=1e-3, project=lambda x: x
+    )
+    np.testing.assert_allclose(np.max(np.abs(limited.x)), 1e-3, rtol=1e-12)
+    boxed = solvers.levenberg_marquardt(
+        residual, x0, max_iterations=30, damping=1e-2, adaptive=False, project=lambda x: jnp.clip(x, -0.05, 0.05)
+    )
+    assert float(jnp.max(jnp.abs(boxed.x))) <= 0.05
+
+
+def test_levenberg_marquardt_traces_under_jit_and_vmap():
+    """The loop is a lax.while_loop: jit and vmap over starting points give the per-start answers."""
+    starts = jnp.array([[-1.2, 1.0], [0.5, -0.5], [2.0, 2.0]])
+
+    def solve(x0):
+        return solvers.levenberg_marquardt(rosenbrock, x0, max_iterations=30, damping=1e-3, step_tolerance=1e-12)
+
+    batched = jax.jit(jax.vmap(solve))(starts)
+    for i, x0 in enumerate(starts):
+        single = solve(x0)
+        assert int(batched.iterations[i]) == int(single.iterations)
+        # Same operations, batched: agreement to round-off of |x| ~ 1.
+        np.testing.assert_allclose(batched.x[i], single.x, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(batched.x[i], [1.0, 1.0], rtol=0, atol=1e-12)
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="max_iterations"):
+        solvers.levenberg_marquardt(rosenbrock, jnp.zeros(2), max_iterations=-1, damping=1e-3)
+    with pytest.raises(ValueError, match="scaling"):
+        solvers.levenberg_marquardt(rosenbrock, jnp.zeros(2), max_iterations=1, damping=1e-3, scaling="unit")
+    with pytest.raises(ValueError, match="form"):
+        solvers.damped_solve(jnp.eye(2), jnp.ones(2), 0.1, form="qr")
