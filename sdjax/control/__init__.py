@@ -26,8 +26,7 @@ frame is the link frame). Task velocities are ``[linear (m/s); angular (rad/s)]`
 point and frame, inertial frame; ``task`` selects ``"pose"`` (6 rows), ``"position"``
 (rows 0:3) or ``"orientation"`` (rows 3:6).
 
-Base assumption (:data:`CONTROL_BASES`). ``base="floating"`` (``mode=`` for the torque laws;
-the default) lets the base react to the joints under conserved momentum (eq 109) as far as
+Base assumption (:data:`CONTROL_BASES`). ``base="floating"`` (the default) lets the base react to the joints under conserved momentum (eq 109) as far as
 the model's base mode (:data:`sdjax.BASE_MODES`) lets it move: the task Jacobian is the
 generalized Jacobian ``J*`` (eq 110) plus the momentum offset, written with the free base
 coordinates (a planar base reacts in x, y and yaw and conserves ``P_x, P_y, L_z``; a fixed
