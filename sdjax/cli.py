@@ -1,4 +1,4 @@
-"""Command line: ``sdjax {demo,info,simulate,plot,view}`` (also ``python -m sdjax ...``).
+"""Command line: ``sdjax {demo,info,simulate,plot,view,plan,identify,montecarlo}`` (also ``python -m sdjax ...``).
 
 ::
 
@@ -10,6 +10,14 @@
     sdjax view run.npz [more.npz ...] [--model MODEL] [--port 8080] [--no-browser] [--no-meshes]
                                                   3-D viewer in the browser (pip install 'sdjax[viewer]');
                                                   a URDF/MJCF --model is drawn with its visual meshes
+    sdjax plan CONFIG.toml [--out DIR] [--force] [--set KEY=VALUE]
+                                                  plan a motion (reactionless, straight_line, optimize): run
+                                                  file, JSON summary, plots
+    sdjax identify CONFIG.toml [...]              identify a payload / links from a simulated excitation
+    sdjax montecarlo CONFIG.toml [...]            batch Monte-Carlo: results file, statistics, plots
+
+The last three read a small TOML file (``sdjax.cli_jobs``; examples in ``examples/``), validated
+key by key (errors name the file and the dotted key).
 
 ``MODEL`` is a built-in name (``sdjax.models.BUILTIN_MODELS``) or a model file read by
 ``sdjax.io.loader.load_model`` (chosen by suffix, e.g. ``.json``). Bad input (a missing or
@@ -32,6 +40,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import numpy as np
+
+from sdjax.cli_jobs import JOBS
 
 __all__ = ["MAX_STEPS", "SIMULATE_DT", "TREE_DRAWN_DEPTH", "build_parser", "main"]
 
@@ -622,7 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     builtin = ", ".join(sorted(BUILTIN_MODELS))
     parser = _Parser(prog="sdjax", description="Differentiable dynamics of space and mobile robots.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,info,simulate,plot,view}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{demo,info,simulate,plot,view,plan,identify,montecarlo}"
+    )
     demo = commands.add_parser("demo", help="simulate a built-in free-floating robot and print a summary")
     demo.add_argument("--model", choices=sorted(BUILTIN_MODELS), default="spacedyn_sample")
     demo.add_argument("--duration", type=_positive, default=20.0, help="simulated time, s (default 20)")
@@ -740,10 +752,26 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--package-dir", action="append", metavar="DIR",
                       help="folder holding the packages of package:// mesh names (repeatable; searched before ROS_PACKAGE_PATH "
                            "and the URDF file's ancestors)")  # fmt: skip
+    for name, (_, help_line) in JOBS.items():
+        job = commands.add_parser(name, help=help_line, description=f"{help_line[0].upper()}{help_line[1:]}; "
+                                  "the schema is in docs/guide/cli.md, examples in examples/.")  # fmt: skip
+        job.add_argument("config", metavar="CONFIG", help="TOML config file")
+        job.add_argument("--out", metavar="DIR", help="output directory (default: the config's outputs.directory)")
+        job.add_argument("--force", action="store_true", help="overwrite existing outputs")
+        job.add_argument("--set", action="append", metavar="KEY=VALUE",
+                         help="override one config key (dotted path, TOML value; repeatable), e.g. problem.steps=10")  # fmt: skip
+        job.add_argument("--no-progress", action="store_true", help="no progress bar")
+        job.add_argument("--float32", action="store_true", help="single precision (default float64)")
     return parser
 
 
+def _job(args: argparse.Namespace) -> int:
+    _setup_jax(args.float32)
+    return JOBS[args.command][0](args, lambda spec: _load_model(spec, args.float32), MAX_STEPS)
+
+
 _COMMANDS = {"demo": _demo, "info": _info, "simulate": _simulate, "plot": _plot, "view": _view}
+_COMMANDS.update({name: _job for name in JOBS})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

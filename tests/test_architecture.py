@@ -45,6 +45,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "plotting",
         "viewer",
         "cli",
+        "cli_jobs",
         "__main__",
     ),
 }

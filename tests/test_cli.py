@@ -176,7 +176,7 @@ BAD_INPUTS = [
         "argument --gravity: expected a finite number",
     ),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
-    ([], "required: {demo,info,simulate,plot,view}"),
+    ([], "required: {demo,info,simulate,plot,view,plan,identify,montecarlo}"),
 ]
 
 

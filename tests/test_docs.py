@@ -29,7 +29,7 @@ DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
 #: Modules that are not part of the reference: the command line's entry points (documented by
 #: docs/guide/cli.md from ``sdjax --help``), the internal tree recursion and 3 x 3 algebra and the
 #: readers' shared input checks (tests/test_public_api.py keeps the same list).
-INTERNAL = {"sdjax.__main__", "sdjax.cli", "sdjax.tree", "sdjax.algebra", "sdjax.io.inputs"}
+INTERNAL = {"sdjax.__main__", "sdjax.cli", "sdjax.cli_jobs", "sdjax.tree", "sdjax.algebra", "sdjax.io.inputs"}
 
 
 def _nav_paths(node) -> list[str]:

@@ -1,0 +1,172 @@
+"""``sdjax plan``, ``identify`` and ``montecarlo``: each example config end to end (shrunk by
+``--set``), and the config refusals as one error line naming the file and the key."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from sdjax.cli import main
+from sdjax.simulation import load_run
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
+
+
+def example(name):
+    return os.path.join(EXAMPLES, f"{name}.toml")
+
+
+def assert_png(path):
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.getsize(path) > 1000
+
+
+def test_plan_example_reaches_its_target(tmp_path, capsys):
+    out = tmp_path / "plan"
+    # Shrunk: the straight-line planner (no optimisation loop) over 10 steps.
+    argv = ["plan", example("plan"), "--out", str(out), "--no-progress",
+            "--set", "problem.steps=10", "--set", 'planner.method="straight_line"', "--set", "planner.refine_iterations=6"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    # Six Gauss-Newton refinements through the rollout put the end point on the target to
+    # well below a micrometre (they converge quadratically from a millimetre-level IK start).
+    assert summary["position_error_m"] < 1e-6
+    final, target = np.asarray(summary["final_position"]), np.asarray(summary["target_position"])
+    assert np.linalg.norm(final - target) == pytest.approx(summary["position_error_m"], abs=1e-12)  # same number
+    assert np.allclose(target - summary["start_position"], [0.15, 0.1, -0.1], atol=1e-12)  # target_offset
+    assert summary["torque_ratio"] == pytest.approx(summary["peak_torque"] / 20.0)
+    run = load_run(out / "plan.npz")  # the run format of 'sdjax simulate': 'sdjax plot' reads it
+    assert run.num_steps == 10 and run.model.name == "free_flying_arm_7dof"
+    assert_png(out / "plan.png")
+    assert main(["plot", str(out / "plan.npz"), "--out", str(tmp_path / "plots"), "--dpi", "30"]) == 0
+    # A second run refuses to overwrite the outputs (before planning).
+    assert main(argv) == 1
+    assert "plan.npz: exists; pass --force to overwrite it" in capsys.readouterr().err
+
+
+def test_identify_example_recovers_the_payload_mass(tmp_path, capsys):
+    out = tmp_path / "identify"
+    argv = ["identify", example("identify"), "--out", str(out), "--no-progress", "--set", "excitation.duration=0.5"]
+    assert main(argv) == 0, capsys.readouterr().err
+    estimates = json.loads((out / "estimates.json").read_text())
+    (body,) = estimates["bodies"]
+    assert body["true_mass"] == 30.0
+    # Noise of 1e-3 of each channel's spread on 26 samples: the notebook measures mass errors of
+    # a few 1e-3 at this level for the shortest record; 2 % leaves a margin of several times.
+    assert abs(body["mass"] - 30.0) / 30.0 < 0.02
+    assert body["errors"]["mass"] == pytest.approx(abs(body["mass"] - 30.0) / 30.0, rel=1e-9)
+    assert estimates["rank"] == 10  # a payload is fully identifiable from one tumbling manoeuvre
+    assert "10 of 10 parameter combinations identifiable" in (out / "identifiability.txt").read_text()
+    for name in ("excitation", "convergence", "singular_values"):
+        assert_png(out / f"{name}.png")
+
+
+def test_montecarlo_example_statistics_match_the_results_file(tmp_path, capsys):
+    import sdjax.montecarlo as mc
+
+    out = tmp_path / "mc"
+    argv = ["montecarlo", example("montecarlo"), "--out", str(out),
+            "--set", "samples=12", "--set", "chunk_size=4", "--set", "scenario.steps=10"]  # fmt: skip
+    assert main(argv) == 0
+    assert "12/12" in capsys.readouterr().err  # a progress bar over the chunks
+    results = mc.MonteCarloResults.load(out / "results.npz")
+    assert results.num_samples == 12 and results.seed == 2026
+    summary = json.loads((out / "summary.json").read_text())["statistics"]
+    for name, values in results.metrics.items():
+        # Same numbers through JSON (exact float round trip) as from the saved samples.
+        assert summary[name]["mean"] == float(np.mean(values))
+        assert summary[name]["p50"] == float(np.percentile(values, 50))
+    rows = (out / "summary.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert header[0] == "metric" and len(rows) == 1 + len(results.metrics)
+    first = dict(zip(header, rows[1].split(",")))
+    assert float(first["max"]) == summary[first["metric"]]["max"]  # repr round-trips floats
+    assert_png(out / "histograms.png")
+    assert_png(out / "sensitivity.png")
+
+
+def _config(tmp_path, text):
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    return str(path)
+
+
+PLAN = """model = "spacedyn_sample"
+[problem]
+target_offset = [0.1, 0.0, 0.0]
+duration = 2.0
+steps = 10
+[planner]
+method = "straight_line"
+"""
+
+REFUSALS = [
+    ("colour = 3\n" + PLAN, "job.toml: colour: unknown key"),
+    (PLAN.replace("steps = 10", "steps = 10\nstpes = 3"), "job.toml: problem.stpes: unknown key"),
+    (
+        PLAN.replace("duration = 2.0", 'duration = "long"'),
+        "job.toml: problem.duration: expected a number, got str 'long'",
+    ),
+    (PLAN.replace("duration = 2.0", "duration = -1.0"), "job.toml: problem.duration: expected a positive number"),
+    (PLAN.replace("duration = 2.0", "duration = nan"), "job.toml: problem.duration: expected a finite number, got nan"),
+    (PLAN.replace("duration = 2.0", "duration = inf"), "problem.duration: expected a finite number"),
+    (PLAN.replace("duration = 2.0\n", ""), "job.toml: problem.duration: missing required key"),
+    (PLAN.replace('model = "spacedyn_sample"', ""), "job.toml: model: missing required key"),
+    (PLAN.replace("steps = 10", "steps = 2.5"), "problem.steps: expected an integer, got float 2.5"),
+    (PLAN.replace("steps = 10", "steps = true"), "problem.steps: expected an integer, got a boolean (true)"),
+    (PLAN.replace("steps = 10", "steps = 100000000"), "problem.steps: expected at most 10000000"),  # MAX_STEPS
+    (PLAN.replace("[0.1, 0.0, 0.0]", "[0.1, 0.0]"), "problem.target_offset: expected 3 values, got 2"),
+    (PLAN.replace("[0.1, 0.0, 0.0]", '[0.1, "x", 0.0]'), "problem.target_offset[1]: expected a number"),
+    (
+        PLAN.replace('"straight_line"', '"magic"'),
+        "planner.method: expected one of reactionless, straight_line, optimize",
+    ),
+    ("planner = 3\n" + PLAN.split("[planner]")[0], "job.toml: planner: expected a table [planner], got int 3"),
+    (PLAN + "[limits]\ntorque = [1.0, 2.0]\n", "limits.torque: expected 1 or 6 values, got 2"),
+    (PLAN + "[limits]\njoint_lower = [0, 0, 0, 0, 0, 0]\n", "give both joint_lower and joint_upper"),
+    (PLAN.replace('model = "spacedyn_sample"', 'model = "nosuch.json"'), "nosuch.json: no such model file"),
+    ("model = [", "job.toml: not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("text, message", REFUSALS)
+def test_plan_config_refusals(tmp_path, capsys, text, message):
+    assert main(["plan", _config(tmp_path, text), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sdjax: error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()  # refused before anything ran or was written
+
+
+@pytest.mark.parametrize(
+    "command, text, message",
+    [
+        ("identify", 'model = "free_flying_arm_7dof"\n[unknowns]\npayload_link = 9\n', "unknowns.payload_link: expected at most 7"),
+        ("identify", 'model = "free_flying_arm_7dof"\n[unknowns]\npayload_link = 7\n', "payload.mass: missing required key"),
+        ("identify", 'model = "free_flying_arm_7dof"\n[unknowns]\n', "nothing to identify"),
+        ("montecarlo", 'model = "spacedyn_sample"\nsamples = 0\n', "job.toml: samples: expected an integer >= 1"),
+        ("montecarlo", 'model = "spacedyn_sample"\nsamples = 4\n[scenario]\nq_goal = [0,0,0,0,0,0]\nkp = 1.0\nkd = 1.0\n'
+         'dt = 0.01\nsteps = 10\n[uncertainty]\npayload_mass = [0.0, 1.0]\n', "uncertainty.payload_mass: needs uncertainty.payload_link"),
+        ("montecarlo", 'model = "spacedyn_sample"\nsamples = 4000\nchunk_size = 4000\n[scenario]\nq_goal = [0,0,0,0,0,0]\n'
+         "kp = 1.0\nkd = 1.0\ndt = 0.01\nsteps = 10000\n", "chunk_size x scenario.steps = 40000000 exceeds"),
+    ],
+)  # fmt: skip
+def test_identify_and_montecarlo_refusals(tmp_path, capsys, command, text, message):
+    assert main([command, _config(tmp_path, text), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_set_override_and_usage_errors(tmp_path, capsys):
+    path = _config(tmp_path, PLAN)
+    assert main(["plan", path, "--set", "problem.steps=abc"]) == 1
+    assert "--set problem.steps=abc: 'abc' is not a TOML value" in capsys.readouterr().err
+    assert main(["plan", path, "--set", "problem.duration=-2", "--out", str(tmp_path / "o")]) == 1
+    assert "problem.duration: expected a positive number, got -2" in capsys.readouterr().err
+    assert main(["plan", str(tmp_path / "missing.toml")]) == 1
+    assert "missing.toml: no such config file" in capsys.readouterr().err
+    assert main(["plan"]) == 2  # no CONFIG: usage
+    (tmp_path / "file").write_text("")
+    assert main(["plan", path, "--out", str(tmp_path / "file")]) == 1
+    assert "exists and is not a directory" in capsys.readouterr().err
