@@ -219,15 +219,25 @@ def _model(config: _Table, load_model: Callable[[str], Any]):
     return load_model(spec)
 
 
-def _outputs(config: _Table, args: argparse.Namespace, names: list[str]) -> tuple[str, bool]:
-    """The output directory (checked: parent exists, no output overwritten without --force)
-    and whether to draw plots."""
+def _outputs(
+    config: _Table, args: argparse.Namespace, names: list[str], *, parquet: bool = False
+) -> tuple[str, bool, bool]:
+    """The output directory (checked: parent exists, no output overwritten without --force),
+    whether to draw plots and, for a job with ``parquet=True`` (``outputs.parquet``, default:
+    whether pyarrow is importable), whether to write the ``.parquet`` outputs of ``names``."""
     out = config.table("outputs")
     default = os.path.splitext(os.path.basename(config.path))[0] + "_out"
     directory = args.out if args.out is not None else out.string("directory", default)
     if args.out is not None:
         out.used.add("directory")
     plots = out.boolean("plots", True)
+    if parquet:
+        import importlib.util
+
+        available = importlib.util.find_spec("pyarrow") is not None
+        parquet = out.boolean("parquet", available)
+        if parquet and not available:
+            raise out.fail("parquet", 'needs pyarrow (pip install "sdjax[data]"; or outputs.parquet = false)')
     out.done()
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise ConfigError(f"{directory}: exists and is not a directory")
@@ -241,11 +251,13 @@ def _outputs(config: _Table, args: argparse.Namespace, names: list[str]) -> tupl
             matplotlib.use("Agg")
         except ImportError:
             raise ConfigError("plots need matplotlib (pip install matplotlib; or outputs.plots = false)") from None
-    for name in names if plots else [n for n in names if not n.endswith(".png")]:
+    for name in names:
+        if (name.endswith(".png") and not plots) or (name.endswith(".parquet") and not parquet):
+            continue
         target = os.path.join(directory, name)
         if os.path.exists(target) and not args.force:
             raise ConfigError(f"{target}: exists; pass --force to overwrite it")
-    return directory, plots
+    return directory, plots, parquet
 
 
 def _write_json(path: str, data: dict) -> None:
@@ -338,7 +350,7 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
         )
     planner.done()
     names = ["plan.npz", "summary.json", "plan.png"]
-    directory, plots = _outputs(config, args, names)
+    directory, plots, _ = _outputs(config, args, names)
     config.done()
 
     state0 = sdjax.make_state(model, q=jnp.asarray(q0, dtype))
@@ -541,7 +553,7 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
     num_steps = solver.integer("steps", 50, minimum=0, maximum=100_000)
     solver.done()
     names = ["estimates.json", "identifiability.txt", "excitation.png", "convergence.png", "singular_values.png"]
-    directory, plots = _outputs(config, args, names)
+    directory, plots, _ = _outputs(config, args, names)
     config.done()
 
     bar = _stages(["simulate", "identify"], not args.no_progress)
@@ -742,8 +754,8 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
     if noise_sigma is not None:
         parameters["tau_noise"] = mc.Normal(0.0, noise_sigma, shape=(steps, n))
     un.done()
-    names = ["results.npz", "summary.json", "summary.csv", "histograms.png", "sensitivity.png"]
-    directory, plots = _outputs(config, args, names)
+    names = ["results.npz", "summary.json", "summary.csv", "histograms.png", "sensitivity.png", "results.parquet"]
+    directory, plots, parquet = _outputs(config, args, names, parquet=True)
     config.done()
 
     import sdjax
@@ -774,6 +786,9 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
         f.write(",".join(["metric", *columns]) + "\n")
         for name, row in stats.items():
             f.write(",".join([name, *(repr(row[c]) for c in columns)]) + "\n")
+    if parquet:
+        paths.append(os.path.join(directory, names[5]))
+        res.to_parquet(paths[-1], overwrite=True)  # an existing file was refused above without --force
     if plots:
         import matplotlib.pyplot as plt
 

@@ -46,11 +46,16 @@ Estimation by :func:`identify`: Levenberg-Marquardt on ``theta``
 Identifiability (:func:`identifiability`): SVD of the column-equilibrated regressor
 ``d r / d pi`` (exact, the residuals being linear in ``pi``), its numerical rank and the
 unobservable directions written in named parameters.
+Uncertainty (:func:`estimate_covariance`, ``IdentificationResult.covariance``): the covariance
+of the estimate ``s^2 (J^T J)^+`` from the same regressor, restricted to the identifiable
+subspace, with standard deviations and confidence intervals of the parameters, the masses and
+the centroids (:class:`ParameterCovariance`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from typing import Any
 
 import equinox as eqx
@@ -76,10 +81,12 @@ __all__ = [
     "IdentificationResult",
     "InertialParameters",
     "PARAMETER_NAMES",
+    "ParameterCovariance",
     "Unknowns",
     "add_noise",
     "apply_parameters",
     "attach_payload",
+    "estimate_covariance",
     "from_log_cholesky",
     "from_pseudo_inertia",
     "identifiability",
@@ -663,6 +670,234 @@ def _identifiability(y: np.ndarray, parameter_names: tuple[str, ...], tolerance:
 
 
 # ------------------------------------------------------------------------------------------
+# Uncertainty of the estimates.
+
+# A parameter counts as unidentifiable when some unobservable direction (unit vector in
+# column-equilibrated coordinates) has a component above this in it: round-off puts ~1e-8 at most
+# there (float64 SVD, singular-value gap of at least the rank tolerance 1e-8 relative).
+_TOUCH = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterCovariance:
+    """Covariance of estimated inertial parameters (:func:`estimate_covariance`).
+
+    Parameters are the stacked ``(10 k,)`` vectors of :meth:`InertialParameters.vector` (order
+    :data:`PARAMETER_NAMES`, bodies in ``unknowns`` order). Parameters that an unobservable
+    direction touches have ``inf`` variance (their rows and columns of ``covariance`` are
+    ``nan`` off the diagonal), as have the derived quantities that depend on them.
+
+    Attributes:
+        parameter_names: ``(p,)`` names ``"<body>.<parameter>"``.
+        estimate: ``(k, 10)`` the estimated parameter vectors the intervals are centred on.
+        covariance: ``(p, p)`` covariance, ``inf``/``nan`` for unidentifiable parameters.
+        identifiable_covariance: ``(p, p)`` finite covariance restricted to the identifiable
+            subspace (``s^2 D^-1 V_r S_r^-2 V_r^T D^-1``): right for any linear combination
+            ``a^T pi`` with ``D^-1 a`` orthogonal to the unobservable directions (e.g. the
+            observable sum of two unidentifiable parameters), meaningless otherwise.
+        identifiable: ``(p,)`` whether each parameter has a finite variance.
+        noise_variance: ``s^2 = |r_w|^2 / dof`` of the (whitened, when ``noise_std`` was
+            given) residual. Without ``noise_std`` it scales the covariance; with it, it is a
+            consistency check (about 1 when the given noise level is right) and is not used.
+        dof: degrees of freedom ``R - rank``.
+        rank: numerical rank of the regressor (as :class:`Identifiability`).
+        known_noise: whether ``noise_std`` was given.
+        confidence: level of the intervals (default 0.95).
+    """
+
+    parameter_names: tuple[str, ...]
+    estimate: np.ndarray
+    covariance: np.ndarray
+    identifiable_covariance: np.ndarray
+    identifiable: np.ndarray
+    noise_variance: float
+    dof: int
+    rank: int
+    known_noise: bool
+    confidence: float = 0.95
+
+    @property
+    def std(self) -> np.ndarray:
+        """``(p,)`` standard deviations of the parameters (``inf`` where unidentifiable)."""
+        return np.sqrt(np.diag(self.covariance))
+
+    @property
+    def z(self) -> float:
+        """Two-sided normal quantile of :attr:`confidence` (1.96 for 95 %)."""
+        return statistics.NormalDist().inv_cdf(0.5 + 0.5 * self.confidence)
+
+    @property
+    def intervals(self) -> np.ndarray:
+        """``(p, 2)`` lower and upper bounds ``estimate -/+ z std``."""
+        mid, half = self.estimate.ravel(), self.z * self.std
+        return np.stack([mid - half, mid + half], axis=-1)
+
+    @property
+    def mass_std(self) -> np.ndarray:
+        """``(k,)`` standard deviations of the masses, kg."""
+        return self.std.reshape(-1, 10)[:, 0]
+
+    @property
+    def centroid(self) -> np.ndarray:
+        """``(k, 3)`` estimated centroid offsets ``c = h / m`` from the reference points, m."""
+        return self.estimate[:, 1:4] / self.estimate[:, :1]
+
+    @property
+    def centroid_covariance(self) -> np.ndarray:
+        """``(k, 3, 3)`` covariance of the centroids by the delta method: ``G C G^T`` with
+        ``C`` the ``(m, h)`` block and ``G = d(h/m)/d(m, h) = [-c/m, 1/m]`` (``inf``/``nan``
+        where ``m`` or ``h`` is unidentifiable)."""
+        out = []
+        for body, (m, c) in enumerate(zip(self.estimate[:, 0], self.centroid)):
+            block = slice(10 * body, 10 * body + 4)
+            cov = self.identifiable_covariance[block, block]
+            g = np.concatenate([-c[:, None] / m, np.eye(3) / m], axis=1)
+            cc = g @ cov @ g.T
+            # c_i depends on m and h_i: infinite if either is unidentifiable.
+            ok = self.identifiable[block]
+            good = ok[0] & ok[1:]
+            cc = np.where(good[:, None] & good[None, :], cc, np.nan)
+            cc[np.diag_indices(3)] = np.where(good, np.diag(cc), np.inf)
+            out.append(cc)
+        return np.stack(out)
+
+    @property
+    def centroid_std(self) -> np.ndarray:
+        """``(k, 3)`` standard deviations of the centroid coordinates (link frame), m."""
+        return np.sqrt(np.diagonal(self.centroid_covariance, axis1=-2, axis2=-1))
+
+    @property
+    def mass_interval(self) -> np.ndarray:
+        """``(k, 2)`` confidence intervals of the masses, kg."""
+        m, half = self.estimate[:, 0], self.z * self.mass_std
+        return np.stack([m - half, m + half], axis=-1)
+
+    @property
+    def centroid_interval(self) -> np.ndarray:
+        """``(k, 3, 2)`` confidence intervals of the centroid coordinates, m."""
+        c, half = self.centroid, self.z * self.centroid_std
+        return np.stack([c - half, c + half], axis=-1)
+
+
+def estimate_covariance(
+    model: Model,
+    data: Dataset,
+    unknowns: Unknowns,
+    params: InertialParameters,
+    *,
+    noise_std: Any = None,
+    tolerance: float = 1e-8,
+    confidence: float = 0.95,
+    **kwargs: Any,
+) -> ParameterCovariance:
+    """Covariance of the parameter estimate ``params`` from the residual Jacobian.
+
+    The residual is affine in the parameter vectors, ``r(pi) = r_0 + J (pi - pi_0)`` with ``J``
+    the exact :func:`regressor`, so for residual noise ``e`` the least-squares estimate moves
+    by ``-(J^T J)^+ J^T e``, and its covariance is
+
+    - ``Cov = s^2 (J^T J)^+`` with ``s^2 = |r|^2 / (R - rank)`` (residual at ``params``; ``R``
+      residuals, ``rank`` identifiable combinations), when the noise level is unknown: the noise
+      is taken as white with one variance over all residual entries;
+    - ``Cov = (J^T W J)^+``, ``W = diag(1 / noise_std^2)``, when ``noise_std`` is given.
+
+    These hold to first order in the noise, for an estimate inside the physically consistent set
+    (the log-Cholesky parameterisation then does not bind, and the estimate is the linear
+    least-squares solution), with white noise of one variance on the residual entries (the
+    Monte-Carlo test checks standard deviations and 95 % coverage under exactly that). Noise on
+    the *measured states* (:func:`add_noise`) is not of that kind: it enters the momentum rows of
+    one sample correlated and with a variance that follows the motion, and the regressor itself
+    (errors in variables); on the payload case this formula then mis-states individual standard
+    deviations by factors of about 0.7 to 3. Read the intervals as indicative there. The momentum
+    residual's mean removal takes 6 more degrees of freedom than counted, ``6 / R`` relative.
+
+    Unidentifiable directions: ``(J^T J)^+`` alone would give those directions zero variance
+    (the minimum-norm pseudo-inverse simply drops them), i.e. a fake certainty about parameters
+    the data do not determine. The pseudo-inverse is therefore taken in column-equilibrated
+    coordinates and truncated to the numerical rank (same threshold as :func:`identifiability`),
+    and every parameter that an unobservable direction touches (component above 1e-6 in a unit
+    equilibrated direction) is reported with ``inf`` variance (``nan`` covariances): its value
+    is set by the initial guess or the regularisation, not by the data. The truncated covariance
+    is kept as ``identifiable_covariance`` for combinations in the identifiable subspace.
+
+    Arguments:
+        model, data, unknowns: as :func:`identify`.
+        params: the estimate (``(k,)`` bodies, e.g. ``identify(...).parameters``).
+        noise_std: standard deviation of the noise of the residual entries, in the units of
+            :func:`residuals`' output (weighted, each block divided by the square root of its
+            number of samples): a scalar, an ``(R,)`` vector, or for a single-block residual
+            one value per channel (``(c,)``, the block's columns, repeated over the samples).
+            ``None``: estimated from the residual.
+        tolerance: relative singular-value threshold of the rank (:func:`identifiability`).
+        confidence: level of the intervals (default 0.95: ``+- 1.96 std``).
+        **kwargs: residual options (``residual=``, weights) of :func:`residuals`.
+
+    Returns:
+        :class:`ParameterCovariance`.
+    """
+    y = np.asarray(regressor(model, data, unknowns, params, **kwargs), np.float64)
+    kwargs = {key: (jnp.asarray(v) if key.endswith("_weights") and v is not None else v) for key, v in kwargs.items()}
+    r = np.asarray(residuals(model, data, unknowns, params, **kwargs), np.float64)
+    return _covariance(
+        y, r, np.asarray(params.vector(), np.float64), unknowns.parameter_names(model), tolerance, noise_std, confidence
+    )
+
+
+def _covariance(
+    y: np.ndarray,
+    r: np.ndarray,
+    estimate: np.ndarray,
+    names: tuple[str, ...],
+    tolerance: float,
+    noise_std: Any,
+    confidence: float,
+) -> ParameterCovariance:
+    """:class:`ParameterCovariance` from the regressor ``y`` ``(R, p)`` and the residual ``r`` at
+    the estimate ``(k, 10)``."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"estimate_covariance: confidence must be in (0, 1), got {confidence}")
+    num, p = y.shape
+    if noise_std is not None:
+        sigma = np.asarray(noise_std, np.float64)
+        if sigma.ndim == 1 and sigma.size not in (1, num) and num % sigma.size == 0:
+            sigma = np.tile(sigma, num // sigma.size)  # per channel, repeated over the samples
+        if sigma.ndim > 1 or sigma.size not in (1, num):
+            raise ValueError(
+                f"estimate_covariance: noise_std must be a scalar, one value per residual ({num}) or per "
+                f"channel, got shape {sigma.shape}"
+            )
+        if not np.all(sigma > 0):
+            raise ValueError("estimate_covariance: noise_std must be positive")
+        y, r = y / sigma.reshape(-1, 1), r / sigma.reshape(-1)
+    norms = np.linalg.norm(y, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    _, s, vt = np.linalg.svd(y / scale, full_matrices=num < p)  # thin: no (R, R) matrix
+    s_full = np.zeros(p)
+    s_full[: s.size] = s
+    rank = int(np.sum(s_full > tolerance * max(s_full.max(), np.finfo(np.float64).tiny)))
+    dof = num - rank
+    variance = float(r @ r / dof) if dof > 0 else float("nan")
+    factor = 1.0 if noise_std is not None else variance
+    v = vt[:rank].T / s_full[:rank]
+    restricted = factor * (v @ v.T) / np.outer(scale, scale)
+    identifiable = np.max(np.abs(vt[rank:]), axis=0, initial=0.0) <= _TOUCH
+    full = np.where(identifiable[:, None] & identifiable[None, :], restricted, np.nan)
+    full[np.diag_indices(p)] = np.where(identifiable, np.diag(restricted), np.inf)
+    return ParameterCovariance(
+        parameter_names=names,
+        estimate=estimate.reshape(-1, 10),
+        covariance=full,
+        identifiable_covariance=restricted,
+        identifiable=identifiable,
+        noise_variance=variance,
+        dof=dof,
+        rank=rank,
+        known_noise=noise_std is not None,
+        confidence=confidence,
+    )
+
+
+# ------------------------------------------------------------------------------------------
 # Estimation.
 
 
@@ -684,6 +919,10 @@ class IdentificationResult:
         loss_history: ``(steps + 1,)`` loss ``1/2 |r|^2`` at the start and after every step.
         identifiability: :class:`Identifiability` at the estimate (static).
         errors: :func:`parameter_errors` against ``truth`` when it was given, else ``None``.
+        covariance: :class:`ParameterCovariance` of the estimate (:func:`estimate_covariance`
+            from the regressor and the residual at the estimate, ``noise_std`` of
+            :func:`identify`): standard deviations and 95 % intervals of the parameters, masses
+            and centroids; ``inf`` variance for unidentifiable parameters.
     """
 
     body_names: tuple[str, ...]
@@ -693,6 +932,7 @@ class IdentificationResult:
     loss_history: Array
     identifiability: Identifiability
     errors: dict | None
+    covariance: ParameterCovariance | None = None
 
 
 def parameter_errors(estimate: InertialParameters, truth: InertialParameters) -> dict[str, np.ndarray]:
@@ -725,6 +965,7 @@ def identify(
     tolerance: float = 1e-8,
     momentum_weights: Any = None,
     dynamics_weights: Any = None,
+    noise_std: Any = None,
 ) -> IdentificationResult:
     """Estimate inertial parameters from measured data.
 
@@ -746,6 +987,9 @@ def identify(
         truth: true parameters (same bodies) to report errors against.
         tolerance: relative singular-value threshold of the identifiability report.
         momentum_weights, dynamics_weights: see :func:`residuals`.
+        noise_std: known standard deviation of the residual noise (:func:`estimate_covariance`)
+            for ``result.covariance``; ``None`` (default) estimates it from the residual. The
+            covariance describes the data alone (the regularisation term is left out of it).
 
     Returns:
         :class:`IdentificationResult`.
@@ -804,6 +1048,12 @@ def identify(
         np.asarray(y, np.float64), unknowns.parameter_names(model), tolerance
     )  # Y is the same at every pi
     errors = parameter_errors(params, truth) if truth is not None else None
+    # The residual at the estimate from the affine model (exact), without the regularisation rows.
+    vector = np.asarray(params.vector(), np.float64)
+    r = np.asarray(offset, np.float64) + np.asarray(y, np.float64) @ (
+        vector.ravel() - np.asarray(problem.nominal, np.float64)
+    )
+    covariance = _covariance(np.asarray(y, np.float64), r, vector, report.parameter_names, tolerance, noise_std, 0.95)
     return IdentificationResult(
         body_names=unknowns.labels(model),
         parameters=params,
@@ -812,6 +1062,7 @@ def identify(
         loss_history=jnp.asarray(history, dtype),
         identifiability=report,
         errors=errors,
+        covariance=covariance,
     )
 
 

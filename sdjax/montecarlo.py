@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 import zlib
@@ -78,6 +79,11 @@ DEFAULT_PERCENTILES = (5.0, 50.0, 95.0)
 
 #: Version of the ``.npz`` layout written by :meth:`MonteCarloResults.save`.
 FILE_FORMAT = "sdjax.montecarlo/1"
+
+#: Version of the Parquet table written by :meth:`MonteCarloResults.to_parquet`, stored under the
+#: schema metadata key :data:`PARQUET_METADATA_KEY`.
+PARQUET_FORMAT = "sdjax.montecarlo.parquet/1"
+PARQUET_METADATA_KEY = "sdjax.montecarlo"
 
 
 # ------------------------------------------------------------------------------------------
@@ -955,6 +961,176 @@ class MonteCarloResults:
             draws = {k: data.array(f"draw/{k}", kinds="biuf", leading=samples) for k in meta["draw_names"]}
         return cls(metrics, draws, meta["seed"], samples, meta["info"])
 
+    # --- Tables (pandas, Parquet) ---------------------------------------------------------
+
+    def _columns(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The flat table (``{column: (B,) array}``: ``sample``, the metrics, every draw's
+        entries as ``name[i]`` / ``name[i,j]``) and its metadata (see :meth:`to_parquet`)."""
+        import sdjax
+
+        columns: dict[str, np.ndarray] = {"sample": np.arange(self.num_samples, dtype=np.int64)}
+
+        def add(column: str, values: np.ndarray) -> None:
+            if column in columns:
+                raise ValueError(f"to_parquet: two columns would be named {column!r}; rename the metric or draw")
+            columns[column] = values
+
+        for name, values in self.metrics.items():
+            add(name, values.reshape(self.num_samples))
+        draws = {}
+        for name, values in self.draws.items():
+            shape = values.shape[1:]
+            draws[name] = {"shape": list(shape), "dtype": values.dtype.str}
+            flat = values.reshape(self.num_samples, -1)
+            for column, index in enumerate(np.ndindex(*shape)):
+                add(f"{name}[{','.join(map(str, index))}]" if shape else name, flat[:, column])
+        meta = {
+            "format": PARQUET_FORMAT,
+            "seed": self.seed,
+            "num_samples": self.num_samples,
+            "model": self.info.get("model"),
+            "sdjax_version": sdjax.__version__,
+            "metric_names": list(self.metrics),
+            "metric_dtypes": [values.dtype.str for values in self.metrics.values()],
+            "draws": draws,
+            "info": self.info,
+        }
+        return columns, meta
+
+    def to_pandas(self) -> Any:
+        """The results as a ``pandas.DataFrame``: one row per sample, the columns of
+        :meth:`to_parquet` (``sample``, every metric, every draw entry) and the run's metadata
+        (seed, ``num_samples``, model, sdjax version, ``info``) in ``DataFrame.attrs``.
+
+        Raises:
+            ImportError: pandas is not installed (``pip install "sdjax[data]"``).
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError('MonteCarloResults.to_pandas needs pandas: pip install "sdjax[data]"') from None
+        columns, meta = self._columns()
+        frame = pd.DataFrame(columns)
+        frame.attrs.update(meta)
+        return frame
+
+    def to_parquet(self, path: Any, *, overwrite: bool = False) -> None:
+        """Write the results as a Parquet table (through pyarrow) readable by pandas
+        (``pandas.read_parquet``), polars, DuckDB or Spark.
+
+        One row per sample; columns ``sample`` (int64, the sample index), every metric (its
+        dtype, float64 as written, NaN kept for diverged samples) and every kept draw flattened
+        in C order to named columns: ``model/mass/factor[3]``, ``param/tau_noise[2,5]``, a
+        scalar draw keeps its name (``param/kp``). The schema metadata key
+        ``sdjax.montecarlo`` holds JSON ``{"format": "sdjax.montecarlo.parquet/1", "seed",
+        "num_samples", "model", "sdjax_version", "metric_names", "metric_dtypes", "draws":
+        {name: {"shape", "dtype"}}, "info"}``, from which :meth:`from_parquet` rebuilds every
+        draw's shape and dtype: the table holds everything :meth:`save` stores. The ``.npz``
+        of :meth:`save` stays the canonical format (checked header by header, no extra
+        dependency); Parquet is for analysis.
+
+        Raises:
+            ValueError: ``path`` exists and ``overwrite`` is false, or two columns would share
+                a name (a metric called ``sample``).
+            ImportError: pyarrow is not installed (``pip install "sdjax[data]"``).
+        """
+        pa, pq = _pyarrow("to_parquet")
+        name = os.fspath(path)
+        if os.path.exists(name) and not overwrite:
+            raise ValueError(f"{name}: exists; pass overwrite=True to replace it")
+        columns, meta = self._columns()
+        table = pa.table({k: pa.array(np.ascontiguousarray(v)) for k, v in columns.items()})
+        table = table.replace_schema_metadata({PARQUET_METADATA_KEY: json.dumps(meta)})
+        pq.write_table(table, name)
+
+    @classmethod
+    def from_parquet(cls, path: Any) -> MonteCarloResults:
+        """Read a table written by :meth:`to_parquet` (metrics, draws with their shapes and
+        dtypes, seed, ``num_samples``, ``info``: what :meth:`save` stores).
+
+        Raises:
+            ValueError: naming the file and what is wrong (missing, not Parquet, no
+                ``sdjax.montecarlo`` metadata, another format, a missing or malformed column).
+            ImportError: pyarrow is not installed (``pip install "sdjax[data]"``).
+        """
+        from sdjax.io.inputs import naming_file
+
+        pa, pq = _pyarrow("from_parquet")
+        name = os.fspath(path)
+        what = "sdjax Monte-Carlo Parquet table"
+        if not os.path.isfile(name):
+            raise ValueError(f"{name}: no such file (expected a {what})")
+        with naming_file(name):
+            try:
+                table = pq.read_table(name)
+            except (pa.ArrowException, OSError) as err:
+                raise ValueError(f"{name}: not a {what} (Parquet): {err}") from None
+            stored = (table.schema.metadata or {}).get(PARQUET_METADATA_KEY.encode())
+            if stored is None:
+                raise ValueError(f"no {PARQUET_METADATA_KEY!r} schema metadata; not a {what}")
+            try:
+                meta = json.loads(stored)
+            except ValueError:
+                raise ValueError(f"schema metadata {PARQUET_METADATA_KEY!r} is not valid JSON") from None
+            if not isinstance(meta, dict) or meta.get("format") != PARQUET_FORMAT:
+                found = meta.get("format") if isinstance(meta, dict) else meta
+                raise ValueError(f"format {found!r}, expected {PARQUET_FORMAT!r}; not a {what}")
+            for key, kind in (
+                ("seed", int),
+                ("num_samples", int),
+                ("metric_names", list),
+                ("metric_dtypes", list),
+                ("draws", dict),
+                ("info", dict),
+            ):
+                if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+                    raise ValueError(f"metadata {key} must be a {kind.__name__}, got {meta.get(key)!r}")
+            samples = meta["num_samples"]
+            if samples < 0 or table.num_rows != samples:
+                raise ValueError(f"{table.num_rows} rows, metadata num_samples {samples}; not a complete {what}")
+            if len(meta["metric_dtypes"]) != len(meta["metric_names"]):
+                raise ValueError("metadata metric_dtypes and metric_names differ in length")
+
+            def column(key: str, dtype: Any) -> np.ndarray:
+                if key not in table.column_names:
+                    raise ValueError(f"no column {key!r}; not a complete {what}")
+                try:
+                    values = np.asarray(table.column(key).to_numpy())
+                except pa.ArrowException as err:
+                    raise ValueError(f"column {key!r} is not readable: {err}") from None
+                if values.dtype != dtype:
+                    raise ValueError(f"column {key!r} has dtype {values.dtype}, expected {dtype}")
+                return values
+
+            def number_type(owner: str, dtype: Any) -> np.dtype:
+                try:
+                    kind = np.dtype(dtype)
+                except (TypeError, ValueError):
+                    kind = np.dtype(object)
+                if kind.kind not in "biuf":
+                    raise ValueError(f"metadata {owner} has dtype {dtype!r}, expected a number type")
+                return kind
+
+            if not np.array_equal(column("sample", np.dtype(np.int64)), np.arange(samples)):
+                raise ValueError(f"column 'sample' is not 0, 1, ..., {samples - 1}; not a {what}")
+            metrics = {
+                k: column(k, number_type(f"metric {k!r}", d))
+                for k, d in zip(meta["metric_names"], meta["metric_dtypes"])
+            }
+            draws = {}
+            for key, spec in meta["draws"].items():
+                shape = spec.get("shape") if isinstance(spec, dict) else None
+                if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+                    raise ValueError(f"metadata draw {key!r} has no valid shape: {spec!r}")
+                dtype = number_type(f"draw {key!r}", spec.get("dtype"))
+                parts = [
+                    column(f"{key}[{','.join(map(str, index))}]" if shape else key, dtype)
+                    for index in np.ndindex(*shape)
+                ]
+                flat = np.stack(parts, axis=1) if parts else np.zeros((samples, 0), dtype)
+                draws[key] = flat.reshape((samples, *shape))
+        return cls(metrics, draws, meta["seed"], samples, meta["info"])
+
     def plot(
         self, metrics: Sequence[str] | None = None, bins: int = 40, percentiles: Sequence[float] = DEFAULT_PERCENTILES
     ):
@@ -989,6 +1165,16 @@ class MonteCarloResults:
 
     def __repr__(self) -> str:
         return f"MonteCarloResults(num_samples={self.num_samples}, seed={self.seed}, metrics={list(self.metrics)}, draws={len(self.draws)})"
+
+
+def _pyarrow(method: str) -> tuple[Any, Any]:
+    """``(pyarrow, pyarrow.parquet)``, imported on first use (an optional dependency)."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise ImportError(f'MonteCarloResults.{method} needs pyarrow: pip install "sdjax[data]"') from None
+    return pyarrow, pyarrow.parquet
 
 
 def _check_confidence(confidence: Any) -> float:

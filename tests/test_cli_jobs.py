@@ -1,8 +1,10 @@
 """``sdjax plan``, ``identify`` and ``montecarlo``: each example config end to end (shrunk by
 ``--set``), and the config refusals as one error line naming the file and the key."""
 
+import importlib.util
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -85,6 +87,38 @@ def test_montecarlo_example_statistics_match_the_results_file(tmp_path, capsys):
     assert float(first["max"]) == summary[first["metric"]]["max"]  # repr round-trips floats
     assert_png(out / "histograms.png")
     assert_png(out / "sensitivity.png")
+    if importlib.util.find_spec("pyarrow") is not None:  # outputs.parquet defaults to true with pyarrow
+        table = mc.MonteCarloResults.from_parquet(out / "results.parquet")
+        assert table.num_samples == 12 and list(table.draws) == list(results.draws)
+        for name, values in results.metrics.items():
+            np.testing.assert_array_equal(table.metrics[name], values)
+    else:
+        assert not (out / "results.parquet").exists()
+
+
+def test_montecarlo_parquet_option(tmp_path, capsys, monkeypatch):
+    """``outputs.parquet``: an existing results.parquet is refused without --force only when the
+    table is written; true without pyarrow is refused before the run."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.parquet").write_text("old")
+    base = ["montecarlo", example("montecarlo"), "--out", str(out), "--set", "outputs.plots=false"]
+    # An unknown key is refused after the outputs are checked: the first error shows what was checked.
+    later = ["--set", "bogus=1"]
+    if importlib.util.find_spec("pyarrow") is not None:
+        assert main(base + later) == 1
+        assert "results.parquet: exists; pass --force" in capsys.readouterr().err
+    assert main(base + ["--set", "outputs.parquet=false"] + later) == 1
+    assert "bogus: unknown key" in capsys.readouterr().err
+    assert main(base + ["--set", "outputs.parquet=1"]) == 1
+    assert "outputs.parquet: expected true or false" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    assert main(base + ["--set", "outputs.parquet=true"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "montecarlo.toml: outputs.parquet: needs pyarrow" in err and "sdjax[data]" in err
+    assert main(base + later) == 1  # default false without pyarrow: the old file is not checked
+    assert "bogus: unknown key" in capsys.readouterr().err
+    assert (out / "results.parquet").read_text() == "old"
 
 
 def _config(tmp_path, text):

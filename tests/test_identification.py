@@ -382,3 +382,93 @@ def test_problem_errors(arm, payload_data):
 
 def _with_gravity(model):
     return eqx.tree_at(lambda m: m.gravity, model, jnp.asarray([0.0, 0.0, -9.81]))
+
+
+# ------------------------------------------------------------------------------------------
+# Uncertainty of the estimates.
+
+
+def test_covariance_matches_monte_carlo_over_noise_seeds(arm, payload_data, monkeypatch):
+    """Predicted standard deviations and 95 % interval coverage against a Monte-Carlo over
+    noise seeds (payload case, all 10 parameters identifiable). The noise is white Gaussian
+    noise added to the residual vector (the noise model of ``s^2 (J^T J)^+``), injected into the
+    residual offset that ``identify`` evaluates, so the whole LM solve and the covariance of
+    ``identify`` are exercised (compiled once: same shapes every seed)."""
+    data = payload_data.subsample(8)  # 51 samples over 2 s, R = 306 residuals
+    unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
+    truth = np.asarray(true_payload().vector()).ravel()
+    y = np.asarray(ident.regressor(arm, data, unknowns))
+    # Noise level giving a 0.01 kg mass standard deviation (inertia entries ~0.03 kg m^2 against
+    # centroidal principal moments ~0.6): every estimate stays well inside the physically
+    # consistent set, the constraint never binds and the linear theory applies. (At 0.3 kg the
+    # inertia spread reaches the boundary and the constrained estimates scatter less.)
+    sigma = 0.01 / np.sqrt(np.linalg.inv(y.T @ y)[0, 0])
+    exact = sigma * np.sqrt(np.diag(np.linalg.inv(y.T @ y)))
+    original = ident.residuals
+    num_seeds = 200
+    estimates, predicted, covered = [], [], []
+    for seed in range(num_seeds):
+        noise = sigma * np.random.default_rng(seed).standard_normal(y.shape[0])
+        monkeypatch.setattr(ident, "residuals", lambda *a, **k: original(*a, **k) + noise)
+        result = ident.identify(arm, data, unknowns)
+        cov = result.covariance
+        estimate = np.asarray(result.parameters.vector()).ravel()
+        estimates.append(estimate)
+        predicted.append(cov.std)
+        lower, upper = cov.intervals.T
+        covered.append((lower <= truth) & (truth <= upper))
+    monkeypatch.setattr(ident, "residuals", original)
+    estimates, predicted = np.array(estimates), np.array(predicted)
+    sample_std = estimates.std(axis=0, ddof=1)
+    # (a) The sample standard deviation of N = 200 estimates has a relative standard error of
+    # 1/sqrt(2 (N - 1)) = 5 %: +-25 % is 5 standard errors for each of the 10 parameters. The
+    # predicted std (s^2 estimated per seed, dof = 296, itself within ~4 % per seed) is averaged.
+    ratio = predicted.mean(axis=0) / sample_std
+    np.testing.assert_array_less(np.abs(ratio - 1.0), 0.25, err_msg=f"predicted/sample std {ratio}")
+    # The exact (known sigma) covariance agrees with the estimated one: s^2 is unbiased, and its
+    # mean over 200 seeds has a relative standard error of sqrt(2/296)/sqrt(200) = 0.6 %.
+    assert_close(predicted.mean(axis=0), exact, 0.03, "mean predicted std vs known-noise std")
+    # (b) Coverage of the 95 % intervals: binomial standard deviation sqrt(0.95 0.05 / 200)
+    # = 1.5 %; accept 0.95 +- 4.5 % (3 standard deviations) for each parameter.
+    coverage = np.mean(covered, axis=0)
+    np.testing.assert_array_less(np.abs(coverage - 0.95), 0.045, err_msg=f"coverage {coverage}")
+    # Derived quantities: the delta-method mass and centroid standard deviations against the
+    # sample ones (same 5 standard errors as above).
+    centroids = estimates[:, 1:4] / estimates[:, :1]
+    ratio_c = cov.centroid_std[0] / centroids.std(axis=0, ddof=1)
+    np.testing.assert_array_less(np.abs(ratio_c - 1.0), 0.25, err_msg=f"centroid std ratio {ratio_c}")
+    assert abs(cov.mass_std[0] / sample_std[0] - 1.0) < 0.25
+
+
+def test_covariance_known_noise_std(arm, payload_data):
+    """With ``noise_std`` given the covariance is ``(J^T W J)^-1`` exactly, whatever the residual."""
+    data = payload_data.subsample(8)
+    unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
+    result = ident.identify(arm, data, unknowns, noise_std=2e-6)
+    y = np.asarray(ident.regressor(arm, data, unknowns)) / 2e-6
+    # Round-off of a 10 x 10 inverse in float64 (condition of the equilibrated regressor ~1e4).
+    assert_close(result.covariance.covariance, np.linalg.inv(y.T @ y), 1e-8, "known-noise covariance")
+    assert result.covariance.known_noise and np.all(result.covariance.identifiable)
+    with pytest.raises(ValueError, match="noise_std"):
+        ident.estimate_covariance(arm, data, unknowns, result.parameters, noise_std=np.ones(7))
+
+
+def test_covariance_rank_deficient_reports_infinite_variance():
+    """Planar motion: link 4's Ixx, Iyy, Ixy never enter the momentum. Their variances are
+    infinite (not the zero the plain pseudo-inverse would give), the other 7 finite."""
+    model = planar_four_link()
+    data = simulate(model, np.array([0.4, 0.6, -0.5, 0.7]), 2.0, 0.01, base_twist=(0.01, -0.02, 0.0, 0.0, 0.0, 0.02))
+    data = ident.add_noise(data.subsample(5), 1e-3, 0)
+    unknowns = ident.Unknowns(links=(4,))
+    cov = ident.identify(model, data, unknowns).covariance
+    names = cov.parameter_names
+    bad = [names.index(f"link4.{p}") for p in ("Ixx", "Iyy", "Ixy")]
+    good = [j for j in range(10) if j not in bad]
+    assert cov.rank == 7
+    assert np.all(np.isinf(cov.std[bad]))
+    assert np.all(np.isfinite(cov.std[good])) and np.all(cov.std[good] > 0)
+    assert np.all(np.isnan(cov.covariance[bad][:, good]))
+    assert np.all(np.isfinite(cov.identifiable_covariance))
+    # Mass and centroid depend on identifiable parameters only.
+    assert np.all(np.isfinite(cov.mass_std)) and np.all(np.isfinite(cov.centroid_std))
+    assert np.all(np.isinf(cov.intervals[bad, 1]))

@@ -304,6 +304,110 @@ def test_summary_save_load_plot(reference_run, tmp_path):
             mc.MonteCarloResults.load(broken)
 
 
+def test_parquet_table_read_by_pandas(reference_run, tmp_path):
+    """``to_parquet``: one row per sample, metrics bit for bit (float64), every draw entry a
+    named column, the statistics recomputed by pandas equal ``summary()``, the run's metadata
+    in the schema; ``from_parquet`` gives back what ``save`` stores; ``to_pandas`` is the same table."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pd = pytest.importorskip("pandas")
+    res = reference_run
+    path = tmp_path / "mc.parquet"
+    res.to_parquet(path)
+    frame = pd.read_parquet(path)
+    assert len(frame) == res.num_samples == B and frame["sample"].tolist() == list(range(B))
+    for name, values in res.metrics.items():
+        assert frame[name].dtype == np.float64
+        np.testing.assert_array_equal(frame[name].to_numpy().view(np.int64), values.view(np.int64))
+    n = res.draws["param/kd"].shape[1]
+    assert [f"param/kd[{j}]" for j in range(n)] == [c for c in frame.columns if c.startswith("param/kd[")]
+    np.testing.assert_array_equal(frame["param/kd[3]"], res.draws["param/kd"][:, 3])
+    np.testing.assert_array_equal(frame["param/tau_noise[11,5]"], res.draws["param/tau_noise"][:, 11, 5])
+    np.testing.assert_array_equal(frame["param/kp"], res.draws["param/kp"])  # a scalar draw keeps its name
+    width = 1 + len(res.metrics) + sum(int(np.prod(v.shape[1:])) for v in res.draws.values())
+    assert frame.shape == (B, width)
+    # The statistics from the table equal the results' own (pandas' linear quantiles are numpy's).
+    summary = res.summary()
+    for name in res.metrics:
+        column, row = frame[name], summary[name]
+        assert column.mean() == pytest.approx(row["mean"], rel=1e-15, abs=0)
+        assert column.std(ddof=0) == pytest.approx(row["std"], rel=1e-15, abs=0)
+        assert column.quantile([0.05, 0.5, 0.95]).tolist() == [row["p5"], row["p50"], row["p95"]]
+        assert (column.min(), column.max()) == (row["min"], row["max"])
+    meta = json.loads(pq.read_schema(path).metadata[b"sdjax.montecarlo"])
+    assert meta["format"] == "sdjax.montecarlo.parquet/1" and meta["sdjax_version"] == sdjax.__version__
+    assert (meta["seed"], meta["num_samples"], meta["model"]) == (3, B, res.info["model"])
+    assert meta["info"] == json.loads(json.dumps(res.info))
+    back = mc.MonteCarloResults.from_parquet(path)
+    assert (back.seed, back.num_samples, back.info) == (res.seed, res.num_samples, res.info)
+    assert list(back.metrics) == list(res.metrics) and list(back.draws) == list(res.draws)
+    for name in res.metrics:
+        np.testing.assert_array_equal(back.metrics[name], res.metrics[name], strict=True)
+    for name in res.draws:
+        np.testing.assert_array_equal(back.draws[name], res.draws[name], strict=True)
+    table = res.to_pandas()
+    pd.testing.assert_frame_equal(table, frame)
+    assert table.attrs["seed"] == 3 and table.attrs["metric_names"] == list(res.metrics)
+    # Other dtypes, shapes and NaN (a diverged sample) round-trip too.
+    odd = mc.MonteCarloResults(
+        {"error": np.array([0.5, np.nan, -0.0])},
+        {"param/n": np.arange(18, dtype=np.float32).reshape(3, 2, 3), "param/i": np.array([1, 2, 3]),
+         "param/empty": np.zeros((3, 0))},
+        seed=1, num_samples=3, info={"model": "toy"},
+    )  # fmt: skip
+    odd.to_parquet(tmp_path / "odd.parquet")
+    again = mc.MonteCarloResults.from_parquet(tmp_path / "odd.parquet")
+    assert again.metrics["error"].tobytes() == odd.metrics["error"].tobytes()
+    for name, values in odd.draws.items():
+        np.testing.assert_array_equal(again.draws[name], values, strict=True)
+
+
+def test_parquet_refusals(reference_run, tmp_path, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    res = reference_run
+    path = tmp_path / "mc.parquet"
+    res.to_parquet(path)
+    with pytest.raises(ValueError, match="mc.parquet: exists; pass overwrite=True"):
+        res.to_parquet(path)
+    res.to_parquet(path, overwrite=True)
+    clash = mc.MonteCarloResults({"sample": np.zeros(2)}, {}, 0, 2)
+    with pytest.raises(ValueError, match="two columns would be named 'sample'"):
+        clash.to_parquet(tmp_path / "clash.parquet")
+    assert not (tmp_path / "clash.parquet").exists()
+    with pytest.raises(ValueError, match="missing.parquet: no such file"):
+        mc.MonteCarloResults.from_parquet(tmp_path / "missing.parquet")
+    (tmp_path / "text.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match=r"text.parquet: not a sdjax Monte-Carlo Parquet table \(Parquet\)"):
+        mc.MonteCarloResults.from_parquet(tmp_path / "text.parquet")
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[b"sdjax.montecarlo"])
+    broken = tmp_path / "broken.parquet"
+    for change, message in (
+        (lambda t: t.replace_schema_metadata({}), "broken.parquet: no 'sdjax.montecarlo' schema metadata"),
+        (lambda t: t.replace_schema_metadata({"sdjax.montecarlo": "{oops"}), "is not valid JSON"),
+        (lambda t: t.replace_schema_metadata({"sdjax.montecarlo": json.dumps({**meta, "format": "x/1"})}),
+         "format 'x/1', expected 'sdjax.montecarlo.parquet/1'"),
+        (lambda t: t.replace_schema_metadata({"sdjax.montecarlo": json.dumps({**meta, "seed": "s"})}),
+         "metadata seed must be a int"),
+        (lambda t: t.slice(0, B - 1), f"{B - 1} rows, metadata num_samples {B}"),
+        (lambda t: t.drop_columns(["peak_torque"]), "broken.parquet: no column 'peak_torque'"),
+        (lambda t: t.drop_columns(["param/kd[2]"]), "no column 'param/kd[2]'"),
+        (lambda t: t.set_column(t.column_names.index("peak_torque"), "peak_torque", pa.array(np.zeros(B, np.float32))),
+         "column 'peak_torque' has dtype float32, expected float64"),
+        (lambda t: t.set_column(0, "sample", pa.array(np.arange(B)[::-1].copy())), "column 'sample' is not 0, 1"),
+    ):  # fmt: skip
+        pq.write_table(change(table), broken)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            mc.MonteCarloResults.from_parquet(broken)
+    # Without the optional dependencies: an ImportError naming the extra.
+    for module in ("pyarrow", "pyarrow.parquet", "pandas"):
+        monkeypatch.setitem(sys.modules, module, None)
+    for call in (lambda: res.to_parquet(tmp_path / "new.parquet"), lambda: mc.MonteCarloResults.from_parquet(path),
+                 res.to_pandas):  # fmt: skip
+        with pytest.raises(ImportError, match=re.escape('pip install "sdjax[data]"')):
+            call()
+
+
 # ------------------------------------------------------------------------------------------
 # Errors.
 
