@@ -322,23 +322,12 @@ def run_reactionless(quick: bool) -> dict[str, Any]:
 # Identification (notebooks/inertia_identification.py).
 
 
-def manoeuvre(model, q0, duration, dt=0.005, seed=0, base_twist=(0.02, -0.01, 0.01, 0.01, 0.02, -0.015), scale=0.2):
-    """The notebook's function of the cell "The manoeuvre", unchanged."""
-    rng = np.random.default_rng(seed)
-    n = model.num_joints
-    amplitude = jnp.asarray(scale * rng.uniform(0.5, 1.0, n))
-    frequency = jnp.asarray(rng.uniform(1.0, 3.0, n))
-    phase = jnp.asarray(rng.uniform(0.0, 2 * np.pi, n))
-    q0 = jnp.asarray(q0)
-
-    def reference(t):
-        arg = frequency * t + phase
-        return q0 + amplitude * jnp.sin(arg), amplitude * frequency * jnp.cos(arg)
-
-    state = sdjax.make_state(model, q=q0, base_linear_velocity=base_twist[:3], base_angular_velocity=base_twist[3:])
-    joint_inertia = jnp.diag(sdjax.generalized_inertia_matrix(model, state))  # PD: 5 rad/s, damping ratio 0.7
-    law = sdjax.JointPD(25.0 * joint_inertia, 7.0 * joint_inertia, reference)
-    return sdjax.Dataset.from_trajectory(sdjax.rollout(model, state, dt, int(round(duration / dt)), law))
+def manoeuvre(model, q0, duration):
+    """The notebook's manoeuvre (cell "The manoeuvre": its function is
+    :func:`sdjax.identification.sinusoidal_excitation` with these arguments)."""
+    return sdjax.identification.sinusoidal_excitation(
+        model, q0, duration, 0.005, amplitude=0.2, base_twist=(0.02, -0.01, 0.01, 0.01, 0.02, -0.015), seed=0
+    )
 
 
 def run_identification(quick: bool, repeats: int) -> dict[str, Any]:

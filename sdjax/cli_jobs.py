@@ -569,7 +569,10 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         plant = sdjax.attach_payload(model, payload_link, payload)
         truth_parts.append(payload)
     truth = jax.tree.map(lambda *xs: jnp.concatenate(xs), *truth_parts) if len(truth_parts) > 1 else truth_parts[0]
-    clean = _excitation(plant, q0, dt, steps, amplitude, frequency, bandwidth, damping, twist, ex_seed).subsample(every)
+    clean = ident.sinusoidal_excitation(
+        plant, q0, duration, dt, amplitude=amplitude, frequency=frequency, bandwidth=bandwidth,
+        damping_ratio=damping, base_twist=twist, seed=ex_seed,
+    ).subsample(every)  # fmt: skip
     data = ident.add_noise(clean, level, noise_seed) if level > 0 else clean
     t_sim = time.perf_counter() - t0
     bar.update()
@@ -638,32 +641,6 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
     print(f"identifiability: rank {report.rank} of {len(report.parameter_names)} parameters")
     print("wrote\n" + "\n".join(f"  {p}" for p in paths))
     return 0
-
-
-def _excitation(model, q0, dt, steps, amplitude, frequency, bandwidth, damping, twist, seed):
-    """The notebook's manoeuvre: joint sinusoids (amplitude ``0.5..1`` x ``amplitude`` rad,
-    frequencies uniform in ``frequency``, random phases) tracked by a joint PD law (gains from
-    the joint inertia at the start: ``bandwidth`` rad/s, ``damping`` ratio) while the base
-    tumbles (initial twist ``twist``, linear then angular), RK4 with step ``dt``."""
-    import jax.numpy as jnp
-
-    import sdjax
-
-    rng = np.random.default_rng(seed)
-    n = model.num_joints
-    amp = jnp.asarray(amplitude * rng.uniform(0.5, 1.0, n))
-    freq = jnp.asarray(rng.uniform(frequency[0], frequency[1], n))
-    phase = jnp.asarray(rng.uniform(0.0, 2 * np.pi, n))
-    q0 = jnp.asarray(q0)
-
-    def reference(t):
-        arg = freq * t + phase
-        return q0 + amp * jnp.sin(arg), amp * freq * jnp.cos(arg)
-
-    state = sdjax.make_state(model, q=q0, base_linear_velocity=twist[:3], base_angular_velocity=twist[3:])
-    inertia = jnp.diag(sdjax.generalized_inertia_matrix(model, state))
-    law = sdjax.JointPD(bandwidth**2 * inertia, 2 * damping * bandwidth * inertia, reference)
-    return sdjax.Dataset.from_trajectory(sdjax.rollout(model, state, dt, steps, law))
 
 
 # ------------------------------------------------------------------------------------------

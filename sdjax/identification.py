@@ -55,6 +55,7 @@ the centroids (:class:`ParameterCovariance`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Any
 
@@ -67,13 +68,14 @@ from jax import Array
 from sdjax import editing
 from sdjax.dynamics import inverse_dynamics
 from sdjax.editing import PARAMETER_NAMES
-from sdjax.gjm import system_momentum
-from sdjax.integrate import Trajectory
+from sdjax.control import JointPD
+from sdjax.gjm import generalized_inertia_matrix, system_momentum
+from sdjax.integrate import Trajectory, rollout
 from sdjax.model import Model, free_coordinates
 from sdjax.rotation import quat_normalize
 from sdjax._checks import check_choice, is_traced
 from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marquardt
-from sdjax.state import BASE_TWIST_NAMES, State
+from sdjax.state import BASE_TWIST_NAMES, State, make_state
 
 __all__ = [
     "Dataset",
@@ -97,6 +99,7 @@ __all__ = [
     "payload_parameters",
     "pseudo_inertia",
     "regressor",
+    "sinusoidal_excitation",
     "residuals",
     "to_log_cholesky",
 ]
@@ -454,6 +457,51 @@ def add_noise(data: Dataset, level: float, seed: int = 0) -> Dataset:
     states, torques = jax.tree.unflatten(treedef, noisy)
     states = eqx.tree_at(lambda s: s.base_quaternion, states, jax.vmap(quat_normalize)(states.base_quaternion))
     return Dataset(time=data.time, states=states, torques=torques)
+
+
+def sinusoidal_excitation(
+    model: Model,
+    q0: Any,
+    duration: float,
+    dt: float = 0.005,
+    *,
+    amplitude: float = 0.2,
+    frequency: tuple[float, float] = (1.0, 3.0),
+    bandwidth: float = 5.0,
+    damping_ratio: float = 0.7,
+    base_twist: Any = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    seed: int = 0,
+) -> Dataset:
+    """A tumbling manoeuvre that excites the inertial parameters (the identification
+    notebook's): each joint follows ``q0 + a_i sin(w_i t + phi_i)`` (``a_i`` uniform in
+    ``[0.5, 1] amplitude`` rad, ``w_i`` uniform in ``frequency`` rad/s, random phases, drawn in
+    that order from ``numpy.random.default_rng(seed)``) under a joint PD law with gains from the
+    diagonal of the generalized inertia at the start (natural frequency ``bandwidth`` rad/s,
+    ``damping_ratio``), while the base tumbles freely from ``base_twist`` ``[v0; w0]`` (m/s,
+    rad/s, inertial frame). Integrated by RK4 with step ``dt`` over ``duration`` s.
+
+    Returns:
+        :class:`Dataset` of every step (``round(duration / dt) + 1`` samples, joint torques
+        included); subsample and add noise (:func:`add_noise`) as an experiment would.
+    """
+    if not (duration > 0 and dt > 0 and math.isfinite(duration) and math.isfinite(dt)):
+        raise ValueError(f"sinusoidal_excitation: duration and dt must be positive and finite, got {duration}, {dt}")
+    rng = np.random.default_rng(seed)
+    n = model.num_joints
+    amp = jnp.asarray(amplitude * rng.uniform(0.5, 1.0, n))
+    omega = jnp.asarray(rng.uniform(frequency[0], frequency[1], n))
+    phase = jnp.asarray(rng.uniform(0.0, 2 * np.pi, n))
+    start = jnp.asarray(q0)
+    twist = np.asarray(base_twist, dtype=np.float64)
+
+    def reference(t: Array) -> tuple[Array, Array]:
+        arg = omega * t + phase
+        return start + amp * jnp.sin(arg), amp * omega * jnp.cos(arg)
+
+    state = make_state(model, q=start, base_linear_velocity=twist[:3], base_angular_velocity=twist[3:])
+    inertia = jnp.diag(generalized_inertia_matrix(model, state))
+    law = JointPD(bandwidth**2 * inertia, 2 * damping_ratio * bandwidth * inertia, reference)
+    return Dataset.from_trajectory(rollout(model, state, dt, int(round(duration / dt)), law))
 
 
 # ------------------------------------------------------------------------------------------

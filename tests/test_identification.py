@@ -477,3 +477,25 @@ def test_covariance_rank_deficient_reports_infinite_variance():
     # Mass and centroid depend on identifiable parameters only.
     assert np.all(np.isfinite(cov.mass_std)) and np.all(np.isfinite(cov.centroid_std))
     assert np.all(np.isinf(cov.intervals[bad, 1]))
+
+
+def test_sinusoidal_excitation_is_a_free_floating_manoeuvre(arm):
+    """The library's excitation: every RK4 step recorded, joint motion of the requested size
+    tracked by the PD law, the base tumbling with the system momentum conserved (no external
+    load), different seeds giving different motions, bad durations refused."""
+    q0 = free_flying_arm_initial_q()
+    twist = (0.02, -0.01, 0.01, 0.01, 0.02, -0.015)
+    data = ident.sinusoidal_excitation(arm, q0, 0.5, 0.005, amplitude=0.2, base_twist=twist, seed=1)
+    assert data.time.shape == (101,) and float(data.time[-1]) == pytest.approx(0.5, abs=1e-12)
+    np.testing.assert_allclose(data.states.base_angular_velocity[0], twist[3:], rtol=0, atol=1e-15)
+    momentum = np.asarray(jax.vmap(lambda s: sdjax.system_momentum(arm, s))(data.states))
+    # RK4 conserves momentum to its truncation error at dt = 5 ms (~1e-10 of |momentum|).
+    assert np.max(np.abs(momentum - momentum[0])) < 1e-8 * np.max(np.abs(momentum[0]))
+    excursion = np.max(np.abs(np.asarray(data.states.q) - q0), axis=0)
+    # Amplitudes 0.1..0.2 rad, tracked by a 5 rad/s PD loop within 0.5 s: each joint moves, none
+    # beyond the largest amplitude plus the tracking error.
+    assert np.all(excursion > 1e-3) and np.all(excursion < 0.3), excursion
+    other = ident.sinusoidal_excitation(arm, q0, 0.5, 0.005, amplitude=0.2, base_twist=twist, seed=2)
+    assert not np.allclose(other.states.q, data.states.q)
+    with pytest.raises(ValueError, match="duration and dt must be positive and finite"):
+        ident.sinusoidal_excitation(arm, q0, float("nan"))
