@@ -57,6 +57,7 @@ from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model
 from sdjax.rotation import matrix_to_rotation_vector, quat_conjugate, quat_multiply, quat_to_rotation_vector
 from sdjax._checks import float_array, is_traced
+from sdjax._compile import solver_jit
 from sdjax.solvers import levenberg_marquardt
 from sdjax.state import State, check_state
 
@@ -485,7 +486,7 @@ def _executor(problem: PlanningProblem, reference: Any) -> ComputedTorque:
     return ComputedTorque(problem.model, problem.kp, problem.kd, reference, base="floating")
 
 
-@eqx.filter_jit
+@solver_jit
 def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False) -> PlanEvaluation:
     dtype = problem.initial_state.q.dtype
     dt = problem.dt
@@ -646,10 +647,10 @@ def _damped_gauss_newton(
     tolerance: Array,
     damping: Array,
     max_step: Array,
-) -> tuple[Array, Array, Array]:
-    """Damped Gauss-Newton steps on ``residual(x)`` (a plan's residual through the rollout)
-    until ``max |r| <= tolerance`` or ``max_iterations`` steps (``tolerance = 0``: exactly
-    ``max_iterations``).
+) -> tuple[Array, PlanEvaluation, Array, Array]:
+    """Damped Gauss-Newton steps on ``residual(x) -> (r, evaluation)`` (a plan's residual
+    through the rollout, and the rollout) until ``max |r| <= tolerance`` or ``max_iterations``
+    steps (``tolerance = 0``: exactly ``max_iterations``).
 
     Each step is the minimum-norm damped least-squares step ``dx = -J^T (J J^T + d^2 I)^-1 r``
     (``J = dr/dx``), scaled so no entry moves more than ``max_step`` rad, and projected into
@@ -657,11 +658,13 @@ def _damped_gauss_newton(
 
     The iteration is :func:`sdjax.solvers.levenberg_marquardt` with a fixed damping ``d^2``
     (every step taken; forward-mode Jacobians, which compile far faster than a reverse pass
-    through the checkpointed rollout, the plans having tens of unknowns).
+    through the checkpointed rollout, the plans having tens of unknowns). Its one evaluation
+    site also yields the final plan's evaluation, so the rollout is compiled once per program.
 
     Returns:
-        ``(x, history, iterations)``: the final ``x``, ``(max_iterations + 1,)`` ``max |r|``
-        before each step and after the last (NaN past the stop), and the steps taken.
+        ``(x, evaluation, history, iterations)``: the final ``x`` and its evaluation,
+        ``(max_iterations + 1,)`` ``max |r|`` before each step and after the last (NaN past the
+        stop), and the steps taken.
     """
 
     def project(value: Array) -> Array:
@@ -678,24 +681,29 @@ def _damped_gauss_newton(
         max_step=max_step,
         project=None if problem.joint_lower is None else project,
         tolerance=tolerance,
+        has_aux=True,
     )
-    return result.x, result.residual_history, result.iterations
+    return result.x, result.aux, result.residual_history, result.iterations
 
 
 def _gauss_newton_on_task(
     problem: PlanningProblem, reference_of: Any, x: Array, iterations: int, damping: Array, max_step: Array
-) -> Array:
+) -> tuple[Array, PlanEvaluation]:
     """``iterations`` damped Gauss-Newton steps (:func:`_damped_gauss_newton`) on the end-point
-    task residual of the plan ``reference_of(x)`` executed through the rollout."""
+    task residual of the plan ``reference_of(x)`` executed through the rollout; the final ``x``
+    and its evaluation."""
 
     def residual(value):
-        return _task_residual(problem, _evaluate(problem, reference_of(value)))
+        evaluation = _evaluate(problem, reference_of(value))
+        return _task_residual(problem, evaluation), evaluation
 
-    return _damped_gauss_newton(problem, residual, x, iterations, jnp.zeros((), x.dtype), damping, max_step)[0]
+    return _damped_gauss_newton(problem, residual, x, iterations, jnp.zeros((), x.dtype), damping, max_step)[:2]
 
 
-@eqx.filter_jit
-def _refine_goal(problem: PlanningProblem, goal: Array, iterations: int, damping: Array, max_step: Array) -> Array:
+@solver_jit
+def _refine_goal(
+    problem: PlanningProblem, goal: Array, iterations: int, damping: Array, max_step: Array
+) -> tuple[Array, PlanEvaluation]:
     q0 = problem.initial_state.q
     return _gauss_newton_on_task(
         problem, lambda g: QuinticJointReference(q0, g, problem.duration), goal, iterations, damping, max_step
@@ -757,11 +765,13 @@ def straight_line_plan(
         raise ValueError(f"straight_line_plan: goal expected shape ({n},), got {goal.shape}")
     goal = goal.astype(problem.initial_state.q.dtype)
     if refine_iterations:
-        goal = _refine_goal(
+        goal, evaluation = _refine_goal(
             problem, goal, int(refine_iterations), jnp.asarray(damping, goal.dtype), jnp.asarray(max_step, goal.dtype)
         )
     reference = QuinticJointReference(problem.initial_state.q, goal, problem.duration)
-    return StraightLinePlan(goal=goal, reference=reference, evaluation=_evaluate(problem, reference))
+    if not refine_iterations:
+        evaluation = _evaluate(problem, reference)
+    return StraightLinePlan(goal=goal, reference=reference, evaluation=evaluation)
 
 
 # ------------------------------------------------------------------------------------------
@@ -804,34 +814,41 @@ def _project(problem: PlanningProblem, coefficients: Array) -> Array:
     return coefficients
 
 
-@eqx.filter_jit
+@solver_jit
 def _optimize(
     problem: PlanningProblem, starts: Array, iterations: int, learning_rate: Array, optimizer: Any, tolerance: Array
 ):
     optimizer = optax.adam(learning_rate) if optimizer is None else optimizer
 
     def loss(c):
-        return plan_loss(problem, c)
+        evaluation = simulate_plan(problem, c)
+        return evaluation.loss, evaluation
 
-    grad_fn = jax.value_and_grad(loss)
+    grad_fn = jax.value_and_grad(loss, has_aux=True)
 
     def run(c0):
         c0 = _project(problem, c0)
 
-        def step(carry, _):
-            c, opt_state = carry
-            value, grad = grad_fn(c)
+        def step(carry, index):
+            # Step ``iterations`` only evaluates: the final plan's evaluation comes from the
+            # gradient's own forward pass (one rollout in the program, not a second for the
+            # final evaluation; one extra gradient per start).
+            c, opt_state, _ = carry
+            (value, evaluation), grad = grad_fn(c)
             with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counts
-                updates, opt_state = optimizer.update(grad, opt_state, c)
-            return (_project(problem, optax.apply_updates(c, updates)), opt_state), value
+                updates, new_state = optimizer.update(grad, opt_state, c)
+            last = index == iterations
+            c = jnp.where(last, c, _project(problem, optax.apply_updates(c, updates)))
+            opt_state = jax.tree.map(lambda old, new: jnp.where(last, old, new), opt_state, new_state)
+            return (c, opt_state, evaluation), value
 
         with jax.numpy_dtype_promotion("standard"):
             opt_state = optimizer.init(c0)
-        (c, _), history = lax.scan(step, (c0, opt_state), None, length=iterations)
-        return c, history
+        no_evaluation = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(loss, c0)[1])
+        (c, _, evaluation), history = lax.scan(step, (c0, opt_state, no_evaluation), jnp.arange(iterations + 1))
+        return c, history[:-1], evaluation
 
-    coefficients, history = jax.vmap(run)(starts)
-    evaluations = jax.vmap(lambda c: simulate_plan(problem, c))(coefficients)
+    coefficients, history, evaluations = jax.vmap(run)(starts)
     feasible = (evaluations.joint_violation <= tolerance) & (evaluations.torque_violation <= tolerance)
     score = jnp.where(feasible, evaluations.loss, jnp.inf)
     best = jnp.where(jnp.any(feasible), jnp.argmin(score), jnp.argmin(evaluations.loss)).astype(jnp.int32)
@@ -900,12 +917,11 @@ def optimize_plan(
     )
 
 
-@eqx.filter_jit
+@solver_jit
 def _refine_coefficients(
     problem: PlanningProblem, coefficients: Array, iterations: int, damping: Array, max_step: Array
 ):
-    refined = _gauss_newton_on_task(problem, problem.trajectory, coefficients, iterations, damping, max_step)
-    return refined, simulate_plan(problem, refined)
+    return _gauss_newton_on_task(problem, problem.trajectory, coefficients, iterations, damping, max_step)
 
 
 def refine_plan(
@@ -978,7 +994,7 @@ class ReactionlessPlan(eqx.Module):
         return self.trajectory.coefficients
 
 
-@eqx.filter_jit
+@solver_jit
 def _reactionless(
     problem: PlanningProblem,
     coefficients: Array,
@@ -989,17 +1005,12 @@ def _reactionless(
 ):
     def residual(value):
         evaluation = _evaluate(problem, problem.trajectory(value), True)
-        return jnp.concatenate(
-            [
-                _task_residual(problem, evaluation),
-                _base_rotation(problem, evaluation.trajectory.states.base_quaternion[-1]),
-            ]
-        )
+        base_rotation = _base_rotation(problem, evaluation.trajectory.states.base_quaternion[-1])
+        return jnp.concatenate([_task_residual(problem, evaluation), base_rotation]), evaluation
 
-    solved, history, iterations = _damped_gauss_newton(
+    solved, evaluation, history, iterations = _damped_gauss_newton(
         problem, residual, coefficients, max_iterations, tolerance, damping, max_step
     )
-    evaluation = simulate_plan(problem, solved, continuous=True)
     if problem.torque_limit is None:
         torque_ratio = jnp.full((), jnp.nan, solved.dtype)
     else:

@@ -318,6 +318,7 @@ class LeastSquaresResult(eqx.Module):
         cost_history: ``(I + 1,)`` ``1/2 |r|^2`` at ``x0`` and after each accepted step; NaN
             past the stop (``cost_history[:iterations + 1]`` are the values).
         residual_history: ``(I + 1,)`` ``max |r|``, same rows.
+        aux: with ``has_aux``, the auxiliary output of ``residual`` at ``x``; else ``None``.
     """
 
     x: Array
@@ -328,6 +329,7 @@ class LeastSquaresResult(eqx.Module):
     converged: Array
     cost_history: Array
     residual_history: Array
+    aux: Any = None
 
 
 def levenberg_marquardt(
@@ -346,6 +348,7 @@ def levenberg_marquardt(
     damping_factor: float = 10.0,
     min_damping: float = 1e-12,
     max_tries: int = 30,
+    has_aux: bool = False,
 ) -> LeastSquaresResult:
     """Minimise ``1/2 |r(x)|^2`` by damped Gauss-Newton / Levenberg-Marquardt steps.
 
@@ -367,6 +370,12 @@ def levenberg_marquardt(
     when ``|dx| < step_tolerance (1 + |x|)`` (``dx`` the limited step, before the projection),
     when the damping search fails, or after ``max_iterations`` accepted steps.
 
+    With ``adaptive=False`` the residual is evaluated in one place only, ``jacfwd`` at the
+    current iterate, which yields the residual too (and ``aux``): one copy of a costly residual
+    (a rollout) in the compiled program instead of three, at the price of one Jacobian at the
+    final iterate whose step is not taken (measured on the planning problems: 2-3x shorter
+    compilation, a few per cent more run time).
+
     Arguments:
         residual: ``x -> (m,)`` residual vector, traceable.
         x0: initial unknowns, any shape (flattened for the linear algebra).
@@ -382,6 +391,8 @@ def levenberg_marquardt(
             exactly zero residual).
         step_tolerance: optional ``()`` relative step tolerance.
         damping_factor, min_damping, max_tries: static constants of the adaptive rule.
+        has_aux: static; ``residual`` returns ``(r, aux)`` (any pytree ``aux``, e.g. the
+            rollout behind the residual), reported at the final iterate as ``result.aux``.
 
     Returns:
         :class:`LeastSquaresResult`.
@@ -392,99 +403,164 @@ def levenberg_marquardt(
     check_choice("levenberg_marquardt: form", form, FORMS)
     x0 = jnp.asarray(x0)
     dtype = x0.dtype
-    r0 = residual(x0)
-    size = r0.shape[0]
+
+    def evaluate(x: Array) -> tuple[Array, Any]:
+        """``(r(x), aux)`` (``aux`` None without ``has_aux``)."""
+        out: Any = residual(x)
+        return out if has_aux else (out, None)
 
     def measures(r: Array) -> tuple[Array, Array]:
         return 0.5 * jnp.sum(r**2), jnp.max(jnp.abs(r))
 
-    def trial(x: Array, jac: Array, r: Array, diagonal: Array | None, mu: Array) -> tuple[Array, Array, Array]:
-        """``(x_new, r(x_new), |dx|)`` of the step with damping ``mu``."""
+    def step_from(x: Array, jac: Array, r: Array, diagonal: Array | None, mu: Array) -> tuple[Array, Array]:
+        """``(x_new, |dx|)`` of the step with damping ``mu``."""
         dx = damped_solve(jac, -r, mu, diagonal=diagonal, form=form)
         if max_step is not None:
             dx = limit_step(dx, max_step)
         x_new = x + dx.reshape(x.shape)
         if project is not None:
             x_new = project(x_new)
-        return x_new, residual(x_new), jnp.linalg.norm(dx)
+        return x_new, jnp.linalg.norm(dx)
+
+    def is_small(length: Array, x_new: Array) -> Array:
+        if step_tolerance is None:
+            return jnp.zeros((), bool)
+        return length < step_tolerance * (1.0 + jnp.linalg.norm(x_new))
+
+    r_shape, aux_shape = jax.eval_shape(evaluate, x0)
+    nan = jnp.full((max_iterations + 1,), jnp.nan, r_shape.dtype)
+    mu0 = jnp.asarray(damping, dtype)
+    if not adaptive:
+        return _damped_gauss_newton(
+            evaluate,
+            x0,
+            r_shape,
+            aux_shape,
+            nan,
+            mu0,
+            max_iterations,
+            tolerance,
+            scaling,
+            measures,
+            step_from,
+            is_small,
+        )
+    r0, aux0 = evaluate(x0)
+    size = r0.shape[0]
+
+    def trial(x: Array, jac: Array, r: Array, diagonal: Array | None, mu: Array) -> tuple[Array, Array, Any, Array]:
+        """``(x_new, r(x_new), aux(x_new), |dx|)`` of the step with damping ``mu``."""
+        x_new, length = step_from(x, jac, r, diagonal, mu)
+        return (x_new, *evaluate(x_new), length)
 
     def keep_going(carry):
-        _, r, _, _, k, small, failed, _, _ = carry
+        _, r, _, _, _, k, small, failed, _, _ = carry
         going = (k < max_iterations) & ~small & ~failed
         if tolerance is not None:
             going = going & (jnp.max(jnp.abs(r)) > tolerance)
         return going
 
     def step(carry):
-        x, r, cost, mu, k, _, _, cost_history, residual_history = carry
-        jac = jax.jacfwd(residual)(x).reshape(size, -1)
+        x, r, aux, cost, mu, k, _, _, cost_history, residual_history = carry
+        jac = jax.jacfwd(lambda v: evaluate(v)[0])(x).reshape(size, -1)
         diagonal = marquardt_scaling(jac) if scaling == "marquardt" else None
-        if adaptive:
 
-            def rejected(attempt):
-                tries, _, _, _, _, _, accepted = attempt
-                return ~accepted & (tries < max_tries)
+        def rejected(attempt):
+            return ~attempt[-1] & (attempt[0] < max_tries)
 
-            def retry(attempt):
-                tries, mu_try, _, _, _, _, _ = attempt
-                x_new, r_new, length = trial(x, jac, r, diagonal, mu_try)
-                cost_new = measures(r_new)[0]
-                accepted = jnp.isfinite(cost_new) & (cost_new <= cost)
-                # mu_try ends as the damping of the accepted step (or one factor past the last try).
-                mu_try = jnp.where(accepted, mu_try, mu_try * damping_factor)
-                return tries + 1, mu_try, x_new, r_new, cost_new, length, accepted
+        def retry(attempt):
+            tries, mu_try, *_ = attempt
+            x_new, r_new, aux_new, length = trial(x, jac, r, diagonal, mu_try)
+            cost_new = measures(r_new)[0]
+            accepted = jnp.isfinite(cost_new) & (cost_new <= cost)
+            # mu_try ends as the damping of the accepted step (or one factor past the last try).
+            mu_try = jnp.where(accepted, mu_try, mu_try * damping_factor)
+            return tries + 1, mu_try, x_new, r_new, aux_new, cost_new, length, accepted
 
-            start = (jnp.zeros((), jnp.int32), mu, x, r, cost, jnp.zeros((), r.dtype), jnp.zeros((), bool))
-            _, mu_used, x_new, r_new, cost_new, length, accepted = lax.while_loop(rejected, retry, start)
-            mu_next = jnp.maximum(mu_used / damping_factor, min_damping)
-        else:
-            x_new, r_new, length = trial(x, jac, r, diagonal, mu)
-            cost_new, accepted, mu_next = measures(r_new)[0], jnp.ones((), bool), mu
-        small = jnp.zeros((), bool)
-        if step_tolerance is not None:
-            small = length < step_tolerance * (1.0 + jnp.linalg.norm(x_new))
+        start = (jnp.zeros((), jnp.int32), mu, x, r, aux, cost, jnp.zeros((), r.dtype), jnp.zeros((), bool))
+        _, mu_used, x_new, r_new, aux_new, cost_new, length, accepted = lax.while_loop(rejected, retry, start)
+        mu_next = jnp.maximum(mu_used / damping_factor, min_damping)
         accepted_state = (
             x_new,
             r_new,
+            aux_new,
             cost_new,
             mu_next,
             k + 1,
-            small,
+            is_small(length, x_new),
             jnp.zeros((), bool),
             cost_history.at[k + 1].set(cost_new),
             residual_history.at[k + 1].set(measures(r_new)[1]),
         )
         # A failed damping search leaves everything as it was and stops the iteration.
-        failed_state = (x, r, cost, mu, k, jnp.zeros((), bool), jnp.ones((), bool), cost_history, residual_history)
+        failed_state = (x, r, aux, cost, mu, k, jnp.zeros((), bool), jnp.ones((), bool), cost_history, residual_history)
         return jax.tree.map(lambda a, b: jnp.where(accepted, a, b), accepted_state, failed_state)
 
     cost0, biggest0 = measures(r0)
-    nan = jnp.full((max_iterations + 1,), jnp.nan, r0.dtype)
     init = (
         x0,
         r0,
+        aux0,
         cost0,
-        jnp.asarray(damping, dtype),
+        mu0,
         jnp.zeros((), jnp.int32),
         jnp.zeros((), bool),
         jnp.zeros((), bool),
         nan.at[0].set(cost0),
         nan.at[0].set(biggest0),
     )
-    x, r, cost, mu, k, small, _, cost_history, residual_history = lax.while_loop(keep_going, step, init)
+    x, r, aux, cost, mu, k, small, _, cost_history, residual_history = lax.while_loop(keep_going, step, init)
     converged = small
     if tolerance is not None:
         converged = converged | (jnp.max(jnp.abs(r)) <= tolerance)
-    return LeastSquaresResult(
-        x=x,
-        residual=r,
-        cost=cost,
-        iterations=k,
-        damping=mu,
-        converged=converged,
-        cost_history=cost_history,
-        residual_history=residual_history,
-    )
+    return LeastSquaresResult(x, r, cost, k, mu, converged, cost_history, residual_history, aux)
+
+
+def _damped_gauss_newton(
+    evaluate, x0, r_shape, aux_shape, nan, mu, max_iterations, tolerance, scaling, measures, step_from, is_small
+) -> LeastSquaresResult:
+    """The fixed-damping iteration of :func:`levenberg_marquardt`, with one evaluation site.
+
+    Each pass of the loop forms ``r``, ``J`` (and ``aux``) at the current iterate by one
+    ``jacfwd``, records ``r``, and either stops there (tolerance reached, a small last step, or
+    ``max_iterations`` steps taken) or takes the step: ``max_iterations`` steps cost
+    ``max_iterations + 1`` Jacobians, and the residual behind them is compiled once.
+    """
+
+    def value_and_jacobian(x: Array) -> tuple[Array, Array, Any]:
+        def with_value(v: Array) -> tuple[Array, tuple[Array, Any]]:
+            r, aux = evaluate(v)
+            return r, (r, aux)
+
+        jac, (r, aux) = jax.jacfwd(with_value, has_aux=True)(x)
+        return r, jac.reshape(r.shape[0], -1), aux
+
+    def going(carry):
+        return ~carry[4]
+
+    def body(carry):
+        x, _, _, k, _, small, cost_history, residual_history = carry
+        r, jac, aux = value_and_jacobian(x)
+        cost, biggest = measures(r)
+        cost_history = cost_history.at[k].set(cost)
+        residual_history = residual_history.at[k].set(biggest)
+        stop = (k >= max_iterations) | small
+        if tolerance is not None:
+            stop = stop | (biggest <= tolerance)
+        diagonal = marquardt_scaling(jac) if scaling == "marquardt" else None
+        x_new, length = step_from(x, jac, r, diagonal, mu)
+        x = jnp.where(stop, x, x_new)
+        small = jnp.where(stop, small, is_small(length, x_new))
+        return x, r, aux, jnp.where(stop, k, k + 1), stop, small, cost_history, residual_history
+
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (r_shape, aux_shape))
+    false = jnp.zeros((), bool)
+    init = (x0, *zeros, jnp.zeros((), jnp.int32), false, false, nan, nan)
+    x, r, aux, k, _, small, cost_history, residual_history = lax.while_loop(going, body, init)
+    converged = small
+    if tolerance is not None:
+        converged = converged | (jnp.max(jnp.abs(r)) <= tolerance)
+    return LeastSquaresResult(x, r, measures(r)[0], k, mu, converged, cost_history, residual_history, aux)
 
 
 __all__ = [

@@ -353,3 +353,32 @@ def test_argument_errors():
         solvers.levenberg_marquardt(rosenbrock, jnp.zeros(2), max_iterations=1, damping=1e-3, scaling="unit")
     with pytest.raises(ValueError, match="form"):
         solvers.damped_solve(jnp.eye(2), jnp.ones(2), 0.1, form="qr")
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_auxiliary_output_belongs_to_the_final_iterate(adaptive):
+    """has_aux: ``residual`` returns ``(r, aux)``; the result carries ``r`` and ``aux`` of the
+    final ``x`` (with fixed damping the one evaluation site is the Jacobian's), and the same
+    iterates as without aux."""
+    target = jnp.array([0.3, -1.1, 2.0])
+
+    def square(x):
+        return x**2 - target**2
+
+    def with_aux(x):
+        return square(x), {"sum": jnp.sum(x), "cubes": x**3}
+
+    options = dict(max_iterations=4, damping=1e-3, adaptive=adaptive)
+    plain = solvers.levenberg_marquardt(square, jnp.full(3, 2.0), **options)
+    result = solvers.levenberg_marquardt(with_aux, jnp.full(3, 2.0), has_aux=True, **options)
+    assert plain.aux is None
+    np.testing.assert_array_equal(result.x, plain.x)  # same arithmetic, aux aside
+    np.testing.assert_array_equal(result.residual_history, plain.residual_history)
+    x = np.asarray(result.x)
+    # aux and r recomputed in NumPy at the final x (float64 round-off of one operation each)
+    np.testing.assert_allclose(result.aux["sum"], x.sum(), rtol=1e-14)
+    np.testing.assert_allclose(result.aux["cubes"], x**3, rtol=1e-14)
+    np.testing.assert_allclose(result.residual, x**2 - np.asarray(target) ** 2, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(result.cost, 0.5 * np.sum(np.asarray(result.residual) ** 2), rtol=1e-14)
+    assert int(result.iterations) == 4
+    np.testing.assert_allclose(result.residual_history[4], np.max(np.abs(result.residual)), rtol=1e-14)
