@@ -107,6 +107,21 @@ QUOTED = {
             r"end-point error: +straight line ([0-9.]+) mm, optimised ([0-9.]+) mm",
             "end-point errors of {2} mm (optimised) and {1} mm (straight line)",
         ),
+        (
+            r"reactionless_plan +\| +([0-9.e+-]+) \| +([0-9.e+-]+) \|",
+            "`reactionless_plan` ends on the target ({1} mm) with a base attitude change of {2} deg",
+        ),
+        (r"REACTIONLESS_FACTOR = ([0-9.e+-]+)", "{1}x less than the straight line"),
+        (r"largest on the way ([0-9.]+) deg", "turning the base by up to {1} deg on the way"),
+        (
+            r"peak \|tau\| +([0-9.]+) N m \(torque ratio [0-9.]+: the same path over ([0-9.]+)x",
+            "peak torque, {1} N m, is 3.3x the 20 N m limit, so the same path needs {2}x the duration",
+        ),
+        (
+            r"RNS resolved rates \(kinematic\) +\| +([0-9.e+-]+) \| +([0-9.e+-]+) \|",
+            "keeps the base still throughout ({2} deg) but stalls {1} mm short of the target",
+        ),
+        (r"J\* P: ([0-9.]+) m at the start, ([0-9.e+-]+) m at the end", "falls from {1} m to {2} m"),
     ],
 }
 
