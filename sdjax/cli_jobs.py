@@ -340,6 +340,11 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
     starts = planner.integer("starts", 3, maximum=1024)
     learning_rate = planner.number("learning_rate", 0.003, sign="positive")
     seed = planner.integer("seed", 0, minimum=0)
+    meet_torque_limits = planner.boolean("meet_torque_limits", False)
+    if method != "reactionless" and planner.has("meet_torque_limits"):
+        raise planner.fail("meet_torque_limits", "applies to method = 'reactionless' only")
+    if meet_torque_limits and torque is None:
+        raise planner.fail("meet_torque_limits", "needs torque limits ([limits] torque)")
     if method != "optimize":
         for key in ("starts", "learning_rate", "seed"):
             if planner.has(key):
@@ -371,8 +376,9 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
     summary: dict[str, Any] = {"method": method}
     if method == "reactionless":
         bar.set_description("reactionless")
-        plan = sdjax.reactionless_plan(problem, max_iterations=iterations)
+        plan = sdjax.reactionless_plan(problem, max_iterations=iterations, meet_torque_limits=meet_torque_limits)
         evaluation = jax.block_until_ready(plan.evaluation)
+        duration = float(plan.trajectory.duration)  # re-timed with meet_torque_limits
         history = np.asarray(plan.residual_history)
         summary.update(iterations=int(plan.iterations), converged=bool(plan.converged))
         timings["reactionless_s"] = time.perf_counter() - t0

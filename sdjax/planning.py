@@ -67,6 +67,7 @@ __all__ = [
     "PlanEvaluation",
     "PlanResult",
     "PlanningProblem",
+    "RETIMING_ROUNDS",
     "ReactionlessPlan",
     "SplineTrajectory",
     "StraightLinePlan",
@@ -1027,6 +1028,7 @@ def reactionless_plan(
     tolerance: Any = None,
     damping: Any = 1e-6,
     max_step: Any = 0.2,
+    meet_torque_limits: bool = False,
 ) -> ReactionlessPlan:
     """A joint path that reaches the target and leaves the base attitude unchanged.
 
@@ -1054,7 +1056,13 @@ def reactionless_plan(
     (``tau = H qdd + C qd``, both scale as ``1/T^2``), and the base attitude change, a function
     of the path alone at zero momentum, stays. The loss weights, effort and limits of
     ``problem`` do not enter; compare with :func:`straight_line_plan` by
-    :func:`improvement_factor`.
+    :func:`improvement_factor`. With ``meet_torque_limits`` the plan is re-timed until it meets
+    the torque limits: while ``torque_ratio > 1`` the duration is multiplied by
+    ``sqrt(torque_ratio)`` and the plan solved again from the previous control points (the same
+    compiled program: the duration is data), at most :data:`RETIMING_ROUNDS` times; the result
+    is the shortest duration at which *this path* meets the limits (under zero gravity, up to
+    the rollout's discretisation), not a minimum-time plan over all paths. Its duration is
+    ``result.trajectory.duration``.
 
     Arguments:
         problem: the :class:`PlanningProblem`.
@@ -1065,11 +1073,18 @@ def reactionless_plan(
             dtype: 4e-10 in float64, 7e-5 in float32).
         damping: damping ``d`` of the steps, > 0.
         max_step: largest change of one control point per step, rad, > 0.
+        meet_torque_limits: re-time the plan until ``torque_ratio <= 1`` (needs
+            ``problem.torque_limit``; runs on the host between solves, so not under ``jit``).
 
     Returns:
         :class:`ReactionlessPlan`; check ``converged`` (a target out of reach, or an arm without
-        the redundancy, stops at ``max_iterations`` with the residual it reached).
+        the redundancy, stops at ``max_iterations`` with the residual it reached) and, with
+        ``meet_torque_limits``, ``torque_ratio <= 1``.
     """
+    if meet_torque_limits and problem.torque_limit is None:
+        raise ValueError("reactionless_plan: meet_torque_limits needs a problem with torque_limit")
+    if meet_torque_limits and is_traced(problem.duration):
+        raise ValueError("reactionless_plan: meet_torque_limits re-times on the host; call it outside jit")
     if coefficients is None:
         coefficients = initial_coefficients(problem, _inverse_kinematics_goal(problem, "fixed", IK_ITERATIONS), 1)[0]
     coefficients = _check_coefficients(problem, coefficients, batched=False)
@@ -1087,14 +1102,30 @@ def reactionless_plan(
             f"reactionless_plan: {residuals} residuals need at least as many unknowns; the problem has "
             f"{problem.num_coefficients} x {problem.model.num_joints} spline coefficients (raise num_coefficients)"
         )
-    return _reactionless(
-        problem,
-        coefficients,
+    settings = (
         int(max_iterations),
         jnp.asarray(tolerance, dtype),
         jnp.asarray(damping, dtype),
         jnp.asarray(max_step, dtype),
     )
+    plan = _reactionless(problem, coefficients, *settings)
+    for _ in range(RETIMING_ROUNDS if meet_torque_limits else 0):
+        ratio = float(plan.torque_ratio)
+        if not ratio > 1.0 or not bool(plan.converged):
+            break
+        # Zero gravity: the same path over k times the duration needs 1/k^2 of the torques; the
+        # margin keeps the discretisation's change of the peak (measured ~1e-4) from asking for
+        # another round.
+        duration = problem.duration * np.sqrt(ratio) * (1.0 + _RETIMING_MARGIN)
+        problem = eqx.tree_at(lambda p: p.duration, problem, duration)
+        plan = _reactionless(problem, plan.coefficients, *settings)
+    return plan
+
+
+#: Most re-timing rounds of ``reactionless_plan(..., meet_torque_limits=True)``.
+RETIMING_ROUNDS = 5
+# Relative margin on each re-timed duration.
+_RETIMING_MARGIN = 1e-3
 
 
 def improvement_factor(baseline: PlanEvaluation, optimized: PlanEvaluation) -> Array:

@@ -162,6 +162,11 @@ REFUSALS = [
     (PLAN + "[limits]\njoint_lower = [0, 0, 0, 0, 0, 0]\n", "give both joint_lower and joint_upper"),
     (PLAN.replace('model = "spacedyn_sample"', 'model = "nosuch.json"'), "nosuch.json: no such model file"),
     ("model = [", "job.toml: not valid TOML"),
+    (PLAN + "meet_torque_limits = true\n", "planner.meet_torque_limits: applies to method = 'reactionless' only"),
+    (
+        PLAN.replace('"straight_line"', '"reactionless"') + "meet_torque_limits = true\n",
+        "planner.meet_torque_limits: needs torque limits ([limits] torque)",
+    ),
 ]
 
 

@@ -122,6 +122,10 @@ QUOTED = {
             "keeps the base still throughout ({2} deg) but stalls {1} mm short of the target",
         ),
         (r"J\* P: ([0-9.]+) m at the start, ([0-9.e+-]+) m at the end", "falls from {1} m to {2} m"),
+        (
+            r"meet the torque limits in [0-9.]+ s: duration ([0-9.]+) s, peak \|tau\| ([0-9.]+) N m",
+            "the plan then takes {1} s with a peak torque of {2} N m",
+        ),
     ],
 }
 

@@ -242,6 +242,16 @@ def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_mode
     # torques are compared where the ratio was taken); the feedback stays at the tracking error
     assert abs(float(jnp.max(jnp.abs(slow.tau))) / 20.0 - 1.0) < 1e-3
     assert float(slow.base_attitude_change) < float(straight.base_attitude_change) / 100
+    # The same re-timing inside the solver: the plan is solved again at duration sqrt(ratio)
+    # (+0.1 % margin) and then meets the limits, tight (within the margin: 1/1.001^2 = 0.998)
+    timed = sdjax.reactionless_plan(problem, meet_torque_limits=True)
+    assert bool(timed.converged) and 0.99 < float(timed.torque_ratio) <= 1.0, float(timed.torque_ratio)
+    # the duration the 1/T^2 law predicts, to the discretisation's change of the peak torque
+    np.testing.assert_allclose(float(timed.trajectory.duration), np.sqrt(ratio) * 1.001, rtol=2e-3)
+    assert float(timed.evaluation.position_error) < 1e-9 and float(timed.evaluation.base_attitude_change) < 1e-9
+    assert float(jnp.max(jnp.abs(timed.evaluation.tau))) <= 20.0
+    with pytest.raises(ValueError, match="torque_limit"):
+        sdjax.reactionless_plan(make_problem(arm7_model, num_steps=20, duration=1.0), meet_torque_limits=True)
     with pytest.raises(ValueError, match="unknowns"):
         sdjax.reactionless_plan(
             make_problem(arm7_model, num_steps=5, duration=1.0, num_coefficients=1, target_rotation=np.eye(3))
