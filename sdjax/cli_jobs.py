@@ -763,7 +763,21 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
     paths = [os.path.join(directory, name) for name in names[:3]]
     res.save(paths[0])
     stats = res.summary()
-    _write_json(paths[1], {"num_samples": num_samples, "seed": seed, "statistics": stats, "info": _jsonable(res.info)})
+    # Inputs ranked by rank correlation with each metric (a metric with under 4 finite samples: none)
+    ranking = {
+        name: [row._asdict() for row in res.sensitivity(name)] if np.sum(np.isfinite(values)) >= 4 else []
+        for name, values in res.metrics.items()
+    }
+    _write_json(
+        paths[1],
+        {
+            "num_samples": num_samples,
+            "seed": seed,
+            "statistics": stats,
+            "sensitivity": ranking,
+            "info": _jsonable(res.info),
+        },
+    )
     columns = list(next(iter(stats.values())))
     with open(paths[2], "w") as f:
         f.write(",".join(["metric", *columns]) + "\n")
@@ -790,6 +804,9 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
             paths.append(os.path.join(directory, names[4]))
             _save(fig, paths[-1])
     print(res.summary_table())
+    for name, rows in ranking.items():
+        shown = ", ".join(f"{row['input']} {row['rank_correlation']:+.2f}" for row in rows[:3])
+        print(f"{name}: most sensitive to {shown}" if rows else f"{name}: no recorded draws to rank")
     print("wrote\n" + "\n".join(f"  {p}" for p in paths))
     return 0
 

@@ -55,7 +55,7 @@ import statistics
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -903,6 +903,43 @@ class MonteCarloResults:
         half = z / (1 + z * z / count) * math.sqrt(estimate * (1 - estimate) / count + z * z / (4 * count * count))
         return estimate, max(0.0, centre - half), min(1.0, centre + half)
 
+    def sensitivity(self, metric: str, *, confidence: float = 0.95) -> list[Sensitivity]:
+        """The uncertain inputs ranked by how strongly ``metric`` follows them: which uncertainty
+        to reduce first.
+
+        For every recorded draw entry (``"model/payload/mass"``, ``"param/kp[3]"``: the column
+        names of :meth:`to_pandas`) Spearman's rank correlation with the metric over the
+        samples where the metric is finite (average ranks for ties), with the interval of
+        Fisher's ``z = atanh(rho)`` and standard error ``sqrt(1.06 / (B - 3))`` (Fieller,
+        Hartley and Pearson, Biometrika 44, 1957). Rank correlation measures any monotone
+        dependence, not only a linear one, and is unaffected by the inputs' units. Entries that
+        do not vary (a ``Fixed`` draw) are left out.
+
+        Returns:
+            :class:`Sensitivity` rows, largest ``|rank_correlation|`` first (empty without
+            recorded draws: ``keep_draws=False``).
+        """
+        if metric not in self.metrics:
+            raise ValueError(f"sensitivity: unknown metric {metric!r}; available: {list(self.metrics)}")
+        alpha = _check_confidence(confidence)
+        values = self.metrics[metric].reshape(self.num_samples)
+        finite = np.isfinite(values)
+        count = int(np.sum(finite))
+        if count < 4:
+            raise ValueError(f"sensitivity: {metric!r} has {count} finite samples; the interval needs at least 4")
+        z = statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
+        half = z * math.sqrt(1.06 / (count - 3))
+        metric_ranks = _average_ranks(values[finite])
+        rows = []
+        for name, column in self._draw_columns().items():
+            x = column[finite].astype(np.float64)
+            if np.all(x == x[0]):
+                continue
+            rho = float(np.corrcoef(_average_ranks(x), metric_ranks)[0, 1])
+            centre = math.atanh(min(max(rho, -1.0 + 1e-15), 1.0 - 1e-15))
+            rows.append(Sensitivity(name, rho, math.tanh(centre - half), math.tanh(centre + half)))
+        return sorted(rows, key=lambda row: -abs(row.rank_correlation))
+
     def summary_table(self, percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
         """The summary as a fixed-width text table (one row per metric)."""
         summary = self.summary(percentiles)
@@ -963,6 +1000,17 @@ class MonteCarloResults:
 
     # --- Tables (pandas, Parquet) ---------------------------------------------------------
 
+    def _draw_columns(self) -> dict[str, np.ndarray]:
+        """Every draw's entries as ``(B,)`` columns named ``name`` (scalar draws) or
+        ``name[i]`` / ``name[i,j]``."""
+        columns = {}
+        for name, values in self.draws.items():
+            shape = values.shape[1:]
+            flat = values.reshape(self.num_samples, -1)
+            for column, index in enumerate(np.ndindex(*shape)):
+                columns[f"{name}[{','.join(map(str, index))}]" if shape else name] = flat[:, column]
+        return columns
+
     def _columns(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The flat table (``{column: (B,) array}``: ``sample``, the metrics, every draw's
         entries as ``name[i]`` / ``name[i,j]``) and its metadata (see :meth:`to_parquet`)."""
@@ -977,13 +1025,11 @@ class MonteCarloResults:
 
         for name, values in self.metrics.items():
             add(name, values.reshape(self.num_samples))
-        draws = {}
-        for name, values in self.draws.items():
-            shape = values.shape[1:]
-            draws[name] = {"shape": list(shape), "dtype": values.dtype.str}
-            flat = values.reshape(self.num_samples, -1)
-            for column, index in enumerate(np.ndindex(*shape)):
-                add(f"{name}[{','.join(map(str, index))}]" if shape else name, flat[:, column])
+        for column, values in self._draw_columns().items():
+            add(column, values)
+        draws = {
+            name: {"shape": list(values.shape[1:]), "dtype": values.dtype.str} for name, values in self.draws.items()
+        }
         meta = {
             "format": PARQUET_FORMAT,
             "seed": self.seed,
@@ -1175,6 +1221,75 @@ def _pyarrow(method: str) -> tuple[Any, Any]:
     except ImportError:
         raise ImportError(f'MonteCarloResults.{method} needs pyarrow: pip install "sdjax[data]"') from None
     return pyarrow, pyarrow.parquet
+
+
+class Sensitivity(NamedTuple):
+    """One uncertain input's rank correlation with a metric (:meth:`MonteCarloResults.sensitivity`).
+
+    Attributes:
+        input: draw column, e.g. ``"model/payload/mass"`` or ``"param/kp[3]"``.
+        rank_correlation: Spearman's rho in ``[-1, 1]`` (sign: the metric grows with the input
+            where positive).
+        low, high: its confidence interval; one that contains 0 does not show a dependence.
+    """
+
+    input: str
+    rank_correlation: float
+    low: float
+    high: float
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values``, ties sharing their average rank."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)  # rank of the last member of each group of equal values
+    return (ends - (counts - 1) / 2.0)[inverse.reshape(-1)]
+
+
+def samples_needed(max_probability: float, *, confidence: float = 0.95, failures: int = 0) -> int:
+    """Samples a Monte-Carlo study needs to show that an event (a missed requirement) has
+    probability at most ``max_probability``, at the given confidence, when at most ``failures``
+    samples show it.
+
+    The smallest ``B`` with ``P(Binomial(B, p) <= failures) <= 1 - confidence`` for
+    ``p = max_probability``: the one-sided Clopper-Pearson bound. For zero failures it is
+    ``ceil(ln(1 - confidence) / ln(1 - p))`` (the success-run theorem: about ``3 / p`` at 95 %,
+    299 samples for 1 %); every failure seen raises it (473 for one failure at 1 %, 95 %).
+
+    Arguments:
+        max_probability: the requirement's largest accepted probability, in ``(0, 1)``.
+        confidence: in ``(0, 1)``.
+        failures: int >= 0, failures allowed among the samples.
+
+    Returns:
+        The number of samples.
+    """
+    alpha = _check_confidence(confidence)
+    p = max_probability
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) < 1.0:
+        raise ValueError(f"samples_needed: max_probability must lie strictly between 0 and 1, got {p!r}")
+    if isinstance(failures, bool) or not isinstance(failures, (int, np.integer)) or failures < 0:
+        raise ValueError(f"samples_needed: failures must be an int >= 0, got {failures!r}")
+    p, k = float(p), int(failures)
+    if k == 0:
+        return max(1, math.ceil(math.log(alpha) / math.log1p(-p) - 1e-12))
+
+    def tail(count: int) -> float:  # P(Binomial(count, p) <= k), summed in log space
+        i = np.arange(k + 1)
+        log_pmf = (
+            math.lgamma(count + 1)
+            - np.array([math.lgamma(j + 1) + math.lgamma(count - j + 1) for j in i])
+            + i * math.log(p) + (count - i) * math.log1p(-p)
+        )  # fmt: skip
+        return float(np.sum(np.exp(log_pmf)))
+
+    low, high = k, max(k + 1, math.ceil((k + 1) / p))
+    while tail(high) > alpha:  # the tail falls with the sample count; bracket, then bisect
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if tail(middle) > alpha else (low, middle)
+    return high
 
 
 def _check_confidence(confidence: Any) -> float:
@@ -1386,6 +1501,7 @@ __all__ = [
     "Payload",
     "Perturbation",
     "Scale",
+    "Sensitivity",
     "TruncatedNormal",
     "Uncertainty",
     "Uniform",
@@ -1394,4 +1510,5 @@ __all__ = [
     "final_joint_error",
     "peak_joint_torque",
     "run_monte_carlo",
+    "samples_needed",
 ]

@@ -72,10 +72,16 @@ def test_montecarlo_example_statistics_match_the_results_file(tmp_path, capsys):
     argv = ["montecarlo", example("montecarlo"), "--out", str(out),
             "--set", "samples=12", "--set", "chunk_size=4", "--set", "scenario.steps=10"]  # fmt: skip
     assert main(argv) == 0
-    assert "12/12" in capsys.readouterr().err  # a progress bar over the chunks
+    printed = capsys.readouterr()
+    assert "12/12" in printed.err  # a progress bar over the chunks
     results = mc.MonteCarloResults.load(out / "results.npz")
     assert results.num_samples == 12 and results.seed == 2026
-    summary = json.loads((out / "summary.json").read_text())["statistics"]
+    written = json.loads((out / "summary.json").read_text())
+    summary = written["statistics"]
+    for name in results.metrics:  # the sensitivity ranking, as the saved results give it
+        ranking = [row._asdict() for row in results.sensitivity(name)]
+        assert written["sensitivity"][name] == ranking and ranking  # the example records its draws
+        assert f"{name}: most sensitive to {ranking[0]['input']}" in printed.out
     for name, values in results.metrics.items():
         # Same numbers through JSON (exact float round trip) as from the saved samples.
         assert summary[name]["mean"] == float(np.mean(values))
