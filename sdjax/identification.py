@@ -78,6 +78,7 @@ from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marq
 from sdjax.state import BASE_TWIST_NAMES, State, make_state
 
 __all__ = [
+    "COVARIANCE_METHODS",
     "Dataset",
     "Identifiability",
     "IdentificationResult",
@@ -751,6 +752,8 @@ class ParameterCovariance:
         rank: numerical rank of the regressor (as :class:`Identifiability`).
         known_noise: whether ``noise_std`` was given.
         confidence: level of the intervals (default 0.95).
+        method: ``"white"`` or ``"sandwich"`` (:data:`COVARIANCE_METHODS`, see
+            :func:`estimate_covariance`).
     """
 
     parameter_names: tuple[str, ...]
@@ -763,6 +766,7 @@ class ParameterCovariance:
     rank: int
     known_noise: bool
     confidence: float = 0.95
+    method: str = "white"
 
     @property
     def std(self) -> np.ndarray:
@@ -836,6 +840,7 @@ def estimate_covariance(
     noise_std: Any = None,
     tolerance: float = 1e-8,
     confidence: float = 0.95,
+    method: str = "white",
     **kwargs: Any,
 ) -> ParameterCovariance:
     """Covariance of the parameter estimate ``params`` from the residual Jacobian.
@@ -856,8 +861,17 @@ def estimate_covariance(
     the *measured states* (:func:`add_noise`) is not of that kind: it enters the momentum rows of
     one sample correlated and with a variance that follows the motion, and the regressor itself
     (errors in variables); on the payload case this formula then mis-states individual standard
-    deviations by factors of about 0.7 to 3. Read the intervals as indicative there. The momentum
-    residual's mean removal takes 6 more degrees of freedom than counted, ``6 / R`` relative.
+    deviations by factors of about 0.7 to 3. Read the intervals as indicative there, or use
+    ``method="sandwich"``. The momentum residual's mean removal takes 6 more degrees of freedom
+    than counted, ``6 / R`` relative.
+
+    ``method="sandwich"``: the cluster-robust (Huber-White) covariance
+    ``B (sum_g J_g^T r_g r_g^T J_g) B`` with ``B = (J^T J)^+`` and one cluster ``g`` per
+    measured sample (its momentum rows; a dynamics residual's rows of one midpoint), scaled by
+    ``G / (G - rank)`` for ``G`` clusters. It assumes only that clusters are independent, so it
+    follows noise whose variance changes with the motion and that is correlated within a
+    sample, as state noise is; it does not remove the bias of errors in the regressor, and it
+    needs many more samples than parameters (its own spread falls as ``1 / sqrt(G)``).
 
     Unidentifiable directions: ``(J^T J)^+`` alone would give those directions zero variance
     (the minimum-norm pseudo-inverse simply drops them), i.e. a fake certainty about parameters
@@ -878,6 +892,7 @@ def estimate_covariance(
             ``None``: estimated from the residual.
         tolerance: relative singular-value threshold of the rank (:func:`identifiability`).
         confidence: level of the intervals (default 0.95: ``+- 1.96 std``).
+        method: ``"white"`` (default) or ``"sandwich"`` (above).
         **kwargs: residual options (``residual=``, weights) of :func:`residuals`.
 
     Returns:
@@ -886,9 +901,34 @@ def estimate_covariance(
     y = np.asarray(regressor(model, data, unknowns, params, **kwargs), np.float64)
     kwargs = {key: (jnp.asarray(v) if key.endswith("_weights") and v is not None else v) for key, v in kwargs.items()}
     r = np.asarray(residuals(model, data, unknowns, params, **kwargs), np.float64)
+    groups = _sample_groups(model, data, kwargs.get("residual", "momentum"), r.size)
     return _covariance(
-        y, r, np.asarray(params.vector(), np.float64), unknowns.parameter_names(model), tolerance, noise_std, confidence
+        y,
+        r,
+        np.asarray(params.vector(), np.float64),
+        unknowns.parameter_names(model),
+        tolerance,
+        noise_std,
+        confidence,
+        method,
+        groups,
     )
+
+
+#: Covariance estimators of :func:`estimate_covariance`.
+COVARIANCE_METHODS = ("white", "sandwich")
+
+
+def _sample_groups(model: Model, data: Dataset, residual: str, size: int) -> np.ndarray:
+    """``(R,)`` cluster label of every residual row: its measured sample (momentum block: ``N``
+    samples x the conserved components) or midpoint (dynamics block: ``N - 1`` x its rows)."""
+    samples = data.time.shape[0]
+    momentum_rows = samples * len(model.base_coordinates) if residual in ("momentum", "both") else 0
+    labels = [np.repeat(np.arange(samples), momentum_rows // samples)] if momentum_rows else []
+    if residual in ("dynamics", "both"):
+        per_midpoint = (size - momentum_rows) // (samples - 1)
+        labels.append(samples + np.repeat(np.arange(samples - 1), per_midpoint))
+    return np.concatenate(labels)
 
 
 def _covariance(
@@ -899,11 +939,14 @@ def _covariance(
     tolerance: float,
     noise_std: Any,
     confidence: float,
+    method: str = "white",
+    groups: np.ndarray | None = None,
 ) -> ParameterCovariance:
     """:class:`ParameterCovariance` from the regressor ``y`` ``(R, p)`` and the residual ``r`` at
-    the estimate ``(k, 10)``."""
+    the estimate ``(k, 10)``; ``groups`` ``(R,)`` the cluster of each row (``"sandwich"``)."""
     if not 0 < confidence < 1:
         raise ValueError(f"estimate_covariance: confidence must be in (0, 1), got {confidence}")
+    check_choice("estimate_covariance: method", method, COVARIANCE_METHODS)
     num, p = y.shape
     if noise_std is not None:
         sigma = np.asarray(noise_std, np.float64)
@@ -925,9 +968,21 @@ def _covariance(
     rank = int(np.sum(s_full > tolerance * max(s_full.max(), np.finfo(np.float64).tiny)))
     dof = num - rank
     variance = float(r @ r / dof) if dof > 0 else float("nan")
-    factor = 1.0 if noise_std is not None else variance
     v = vt[:rank].T / s_full[:rank]
-    restricted = factor * (v @ v.T) / np.outer(scale, scale)
+    if method == "sandwich":
+        assert groups is not None and groups.shape == (num,)  # (built with the residual)
+        _, cluster = np.unique(groups, return_inverse=True)
+        count = int(cluster.max()) + 1
+        if count <= rank:
+            raise ValueError(f"estimate_covariance: the sandwich needs more samples ({count}) than parameters ({rank})")
+        scores = np.zeros((count, p))
+        np.add.at(scores, cluster.reshape(-1), (y / scale) * r[:, None])  # J_g^T r_g, equilibrated
+        bread = v @ v.T
+        meat = scores.T @ scores * (count / (count - rank))
+        restricted = bread @ meat @ bread / np.outer(scale, scale)
+    else:
+        factor = 1.0 if noise_std is not None else variance
+        restricted = factor * (v @ v.T) / np.outer(scale, scale)
     identifiable = np.max(np.abs(vt[rank:]), axis=0, initial=0.0) <= _TOUCH
     full = np.where(identifiable[:, None] & identifiable[None, :], restricted, np.nan)
     full[np.diag_indices(p)] = np.where(identifiable, np.diag(restricted), np.inf)
@@ -942,6 +997,7 @@ def _covariance(
         rank=rank,
         known_noise=noise_std is not None,
         confidence=confidence,
+        method=method,
     )
 
 
@@ -1014,6 +1070,7 @@ def identify(
     momentum_weights: Any = None,
     dynamics_weights: Any = None,
     noise_std: Any = None,
+    covariance_method: str = "white",
 ) -> IdentificationResult:
     """Estimate inertial parameters from measured data.
 
@@ -1038,11 +1095,14 @@ def identify(
         noise_std: known standard deviation of the residual noise (:func:`estimate_covariance`)
             for ``result.covariance``; ``None`` (default) estimates it from the residual. The
             covariance describes the data alone (the regularisation term is left out of it).
+        covariance_method: ``"white"`` or ``"sandwich"`` (:func:`estimate_covariance`; the
+            sandwich for noise on the measured states, :func:`add_noise`).
 
     Returns:
         :class:`IdentificationResult`.
     """
     _check_problem(model, data, unknowns, residual)
+    check_choice("identify: covariance_method", covariance_method, COVARIANCE_METHODS)
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
         raise ValueError(f"identify: num_steps must be a non-negative int, got {num_steps!r}")
     if not regularization >= 0:
@@ -1101,7 +1161,18 @@ def identify(
     r = np.asarray(offset, np.float64) + np.asarray(y, np.float64) @ (
         vector.ravel() - np.asarray(problem.nominal, np.float64)
     )
-    covariance = _covariance(np.asarray(y, np.float64), r, vector, report.parameter_names, tolerance, noise_std, 0.95)
+    groups = _sample_groups(model, data, residual, r.size)
+    covariance = _covariance(
+        np.asarray(y, np.float64),
+        r,
+        vector,
+        report.parameter_names,
+        tolerance,
+        noise_std,
+        0.95,
+        covariance_method,
+        groups,
+    )
     return IdentificationResult(
         body_names=unknowns.labels(model),
         parameters=params,
