@@ -525,21 +525,33 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         raise unknowns_t.fail("payload_link", "nothing to identify: give unknowns.payload_link and/or unknowns.links")
     if payload_link in links_tuple:
         raise unknowns_t.fail("payload_link", "a link cannot be unknown and carry the unknown payload")
+    data_t = config.table("data")
+    record = data_t.string("file", None)
+    if record is not None and not os.path.isabs(record):
+        record = os.path.join(os.path.dirname(os.path.abspath(config.path)), record)
+    data_t.done()
+    measured = record is not None
+    if measured:  # a measured record: nothing is simulated
+        for table in ("excitation", "noise"):
+            if config.has(table):
+                raise config.fail(table, "applies to simulated data only (data.file gives a measured record)")
     payload_t = config.table("payload")
     truth_payload = None
-    if payload_link is not None:
+    if measured and links_tuple and payload_t.has("mass"):
+        raise payload_t.fail("mass", "a measured record's truth can be given for a payload alone (no unknowns.links)")
+    if payload_link is not None and (not measured or payload_t.has("mass")):
         mass = payload_t.number("mass", sign="positive")
         centroid = payload_t.vector("centroid", size=3)
         inertia = payload_t.matrix3("inertia")
         truth_payload = (mass, centroid, inertia)
     payload_t.done()
     ex = config.table("excitation")
-    duration = ex.number("duration", sign="positive")
+    duration = ex.number("duration", sign="positive") if not measured else 0.0
     dt = ex.number("dt", 0.005, sign="positive")
     steps = int(round(duration / dt))
-    if not 1 <= steps <= max_steps:
+    if not measured and not 1 <= steps <= max_steps:
         raise ex.fail("duration", f"duration / dt = {duration / dt:.3g} steps; expected 1 to {max_steps}")
-    every = ex.integer("sample_every", 4, maximum=steps)
+    every = ex.integer("sample_every", 4, maximum=max(steps, 1))
     q0 = ex.vector("initial_q", np.zeros(n), size=n)
     amplitude = ex.number("amplitude", 0.2, sign="positive")
     frequency = ex.vector("frequency", np.array([1.0, 3.0]), size=2, sign="positive")
@@ -562,24 +574,33 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
     directory, plots, _ = _outputs(config, args, names)
     config.done()
 
-    bar = _stages(["simulate", "identify"], not args.no_progress)
+    bar = _stages(["read" if measured else "simulate", "identify"], not args.no_progress)
     t0 = time.perf_counter()
-    bar.set_description("simulate")
+    bar.set_description("read" if measured else "simulate")
     unknowns = sdjax.Unknowns(links=links_tuple, payload_link=payload_link)
     plant = model
     truth_parts = []
-    if links_tuple:
+    # The truth of a simulated record (or of a measured one whose payload is known): the model's
+    # links, and the payload; a measured record without a known payload has no truth.
+    if links_tuple and not measured:
         truth_parts.append(ident.link_parameters(model, links_tuple))
     if truth_payload is not None:
         payload = sdjax.payload_parameters(*truth_payload)
         plant = sdjax.attach_payload(model, payload_link, payload)
         truth_parts.append(payload)
-    truth = jax.tree.map(lambda *xs: jnp.concatenate(xs), *truth_parts) if len(truth_parts) > 1 else truth_parts[0]
-    clean = ident.sinusoidal_excitation(
-        plant, q0, duration, dt, amplitude=amplitude, frequency=frequency, bandwidth=bandwidth,
-        damping_ratio=damping, base_twist=twist, seed=ex_seed,
-    ).subsample(every)  # fmt: skip
-    data = ident.add_noise(clean, level, noise_seed) if level > 0 else clean
+    truth = None
+    if truth_parts:
+        truth = jax.tree.map(lambda *xs: jnp.concatenate(xs), *truth_parts) if len(truth_parts) > 1 else truth_parts[0]
+    if measured:
+        assert record is not None
+        data = ident.Dataset.load(record, num_joints=n)
+        duration = float(data.time[-1] - data.time[0])
+    else:
+        clean = ident.sinusoidal_excitation(
+            plant, q0, duration, dt, amplitude=amplitude, frequency=frequency, bandwidth=bandwidth,
+            damping_ratio=damping, base_twist=twist, seed=ex_seed,
+        ).subsample(every)  # fmt: skip
+        data = ident.add_noise(clean, level, noise_seed) if level > 0 else clean
     t_sim = time.perf_counter() - t0
     bar.update()
     bar.set_description("identify")
@@ -596,19 +617,21 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
             "mass": float(est.mass[b]),
             "centroid": np.asarray(est.centroid[b]).tolist(),
             "centroidal_inertia": np.asarray(est.centroidal_inertia[b]).tolist(),
-            "true_mass": float(truth.mass[b]),
-            "true_centroid": np.asarray(truth.centroid[b]).tolist(),
-            "true_centroidal_inertia": np.asarray(truth.centroidal_inertia[b]).tolist(),
         }
-        row["errors"] = {k: float(v[b]) for k, v in (result.errors or {}).items()}
+        if truth is not None:
+            row["true_mass"] = float(truth.mass[b])
+            row["true_centroid"] = np.asarray(truth.centroid[b]).tolist()
+            row["true_centroidal_inertia"] = np.asarray(truth.centroidal_inertia[b]).tolist()
+            row["errors"] = {k: float(v[b]) for k, v in (result.errors or {}).items()}
         bodies.append(row)
     report = result.identifiability
     summary = {
-        "model": model.name, "residual": residual, "noise_level": level, "noise_seed": noise_seed,
+        "model": model.name, "residual": residual, "record": record if measured else "simulated",
+        "noise_level": None if measured else level, "noise_seed": None if measured else noise_seed,
         "num_samples": int(data.num_samples), "record_s": duration, "bodies": bodies,
         "rank": int(report.rank), "num_parameters": len(report.parameter_names),
         "final_loss": float(result.loss_history[-1]), "steps": int(len(result.loss_history) - 1),
-        "timings": {"simulate_s": t_sim, "identify_s": t_id},
+        "timings": {"read_s" if measured else "simulate_s": t_sim, "identify_s": t_id},
     }  # fmt: skip
     os.makedirs(directory, exist_ok=True)
     paths = [os.path.join(directory, name) for name in names[:2]]
@@ -642,8 +665,11 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         paths.append(os.path.join(directory, names[4]))
         _save(fig, paths[-1])
     for row in bodies:
-        errors = ", ".join(f"{k} {v:.3g}" for k, v in row["errors"].items())
-        print(f"{row['body']}: mass {row['mass']:.6g} kg (true {row['true_mass']:.6g}); errors: {errors}")
+        if "errors" in row:
+            errors = ", ".join(f"{k} {v:.3g}" for k, v in row["errors"].items())
+            print(f"{row['body']}: mass {row['mass']:.6g} kg (true {row['true_mass']:.6g}); errors: {errors}")
+        else:
+            print(f"{row['body']}: mass {row['mass']:.6g} kg")
     print(f"identifiability: rank {report.rank} of {len(report.parameter_names)} parameters")
     print("wrote\n" + "\n".join(f"  {p}" for p in paths))
     return 0

@@ -55,6 +55,7 @@ the centroids (:class:`ParameterCovariance`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 from typing import Any
@@ -71,6 +72,7 @@ from sdjax.editing import PARAMETER_NAMES
 from sdjax.control import JointPD
 from sdjax.gjm import generalized_inertia_matrix, system_momentum
 from sdjax.integrate import Trajectory, rollout
+from sdjax.io.npz import NpzArchive
 from sdjax.model import Model, free_coordinates
 from sdjax.rotation import quat_normalize
 from sdjax._checks import check_choice, is_traced
@@ -79,6 +81,7 @@ from sdjax.state import BASE_TWIST_NAMES, State, make_state
 
 __all__ = [
     "COVARIANCE_METHODS",
+    "DATASET_FORMAT",
     "Dataset",
     "Identifiability",
     "IdentificationResult",
@@ -368,6 +371,19 @@ def attach_payload(model: Model, link: int, payload: InertialParameters) -> Mode
 # Data.
 
 
+#: ``meta`` format of a dataset file (:meth:`Dataset.save`).
+DATASET_FORMAT = "sdjax.dataset/1"
+#: Per-sample width of each state array of a dataset file (``None``: the number of joints).
+_STATE_SIZES = {
+    "base_position": 3,
+    "base_quaternion": 4,
+    "base_linear_velocity": 3,
+    "base_angular_velocity": 3,
+    "q": None,
+    "qd": None,
+}
+
+
 class Dataset(eqx.Module):
     """Measured samples of a free-floating manoeuvre.
 
@@ -431,6 +447,46 @@ class Dataset(eqx.Module):
         """Samples of a :func:`sdjax.rollout` trajectory (its joint torques if ``with_torques``)."""
         torques = trajectory.controls.tau if with_torques else None
         return cls(time=trajectory.time, states=trajectory.states, torques=torques)
+
+    def save(self, path: Any) -> None:
+        """Write the record as ``.npz`` (``numpy.savez_compressed``, no pickles): arrays
+        ``time`` ``(N,)`` s, ``base_position`` ``(N, 3)`` m, ``base_quaternion`` ``(N, 4)``
+        (scalar last, body to inertial), ``base_linear_velocity`` and ``base_angular_velocity``
+        ``(N, 3)`` (inertial frame, m/s and rad/s), ``q`` and ``qd`` ``(N, n)``, ``torques``
+        ``(N - 1, n)`` when present, and ``meta`` (JSON ``{"format": DATASET_FORMAT}``). A
+        measured record from another tool is read by :meth:`load` when it holds the same named
+        arrays (``meta`` may be left out)."""
+        arrays = {"time": np.asarray(self.time)}
+        arrays.update({field.name: np.asarray(getattr(self.states, field.name)) for field in dataclasses.fields(State)})
+        if self.torques is not None:
+            arrays["torques"] = np.asarray(self.torques)
+        arrays["meta"] = np.array(json.dumps({"format": DATASET_FORMAT}))
+        np.savez_compressed(path, **arrays)  # type: ignore[arg-type]  # (numpy's stubs: keyword arrays)
+
+    @classmethod
+    def load(cls, path: Any, num_joints: int | None = None) -> Dataset:
+        """Read a record in the layout of :meth:`save` (float64), every array's shape checked
+        from its header before it is read (:class:`sdjax.io.npz.NpzArchive`); ``num_joints``:
+        the model's, checked too. Errors name the file and the array."""
+        with NpzArchive(path, "measured record (.npz)") as archive:
+            if "meta" in archive:
+                archive.meta(DATASET_FORMAT)
+            time = archive.array("time", (None,))
+            num = time.shape[0]
+            fields = {}
+            for field, size in _STATE_SIZES.items():
+                fields[field] = archive.array(field, (num, size)).astype(np.float64)
+            if num_joints is not None and fields["q"].shape[1] != num_joints:
+                raise ValueError(f"array 'q' holds {fields['q'].shape[1]} joints; the model has {num_joints}")
+            n = fields["q"].shape[1]
+            torques = archive.array("torques", (num - 1, n)).astype(np.float64) if "torques" in archive else None
+            # (State checks one sample's shapes: built per sample under vmap)
+            states = jax.vmap(lambda values: State(**values))({k: jnp.asarray(v) for k, v in fields.items()})
+            return cls(
+                time=jnp.asarray(time, jnp.float64),
+                states=states,
+                torques=None if torques is None else jnp.asarray(torques),
+            )
 
     def subsample(self, every: int) -> Dataset:
         """Every ``every``-th sample (torques averaged over the merged intervals)."""

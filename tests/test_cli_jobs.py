@@ -65,6 +65,63 @@ def test_identify_example_recovers_the_payload_mass(tmp_path, capsys):
         assert_png(out / f"{name}.png")
 
 
+def test_identify_from_a_measured_record(tmp_path, capsys):
+    """[data] file: a record written by another tool (plain named arrays, no sdjax meta) of the
+    arm holding a 30 kg payload; identified without a truth (no errors reported), then with the
+    payload given as truth; refusals name the file and the key."""
+    import sdjax
+    from sdjax import identification as ident
+    from sdjax.models import free_flying_arm_7dof
+    from sdjax.models.builtin import free_flying_arm_initial_q
+
+    arm = free_flying_arm_7dof()
+    payload = sdjax.payload_parameters(30.0, np.array([0.3, 0.05, -0.04]), np.diag([0.9, 0.7, 0.6]))
+    plant = sdjax.attach_payload(arm, 7, payload)
+    record = ident.sinusoidal_excitation(plant, free_flying_arm_initial_q(), 0.5, 0.005, seed=3).subsample(4)
+    arrays = {"time": np.asarray(record.time)}
+    for field in ("base_position", "base_quaternion", "base_linear_velocity", "base_angular_velocity", "q", "qd"):
+        arrays[field] = np.asarray(getattr(record.states, field))
+    np.savez(tmp_path / "record.npz", **arrays)
+    config = tmp_path / "job.toml"
+    config.write_text('model = "free_flying_arm_7dof"\n[unknowns]\npayload_link = 7\n[data]\nfile = "record.npz"\n')
+    out = tmp_path / "out"
+    assert main(["identify", str(config), "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    estimates = json.loads((out / "estimates.json").read_text())
+    (body,) = estimates["bodies"]
+    assert "true_mass" not in body and "errors" not in body and estimates["noise_level"] is None
+    assert estimates["record"].endswith("record.npz") and estimates["num_samples"] == 26
+    # noise-free record: the momentum residual identifies the mass to the RK4 truncation error
+    assert abs(body["mass"] - 30.0) < 1e-4 * 30.0, body["mass"]
+    with_truth = config.read_text() + "[payload]\nmass = 30.0\ncentroid = [0.3, 0.05, -0.04]\n"
+    config.write_text(with_truth + "inertia = [[0.9, 0, 0], [0, 0.7, 0], [0, 0, 0.6]]\n")
+    assert main(["identify", str(config), "--out", str(out), "--force", "--no-progress"]) == 0
+    (body,) = json.loads((out / "estimates.json").read_text())["bodies"]
+    assert body["true_mass"] == 30.0 and body["errors"]["mass"] < 1e-4
+    capsys.readouterr()
+    refusals = [
+        ("[excitation]\nduration = 1.0\n", "job.toml: excitation: applies to simulated data only"),
+        ("[noise]\nlevel = 0.1\n", "job.toml: noise: applies to simulated data only"),
+    ]
+    for extra, message in refusals:
+        config.write_text(
+            with_truth.replace("[payload]", extra + "[payload]") + "inertia = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]\n"
+        )
+        assert main(["identify", str(config), "--out", str(tmp_path / "o")]) == 1
+        assert message in capsys.readouterr().err
+    config.write_text(
+        config.read_text()
+        .replace('"free_flying_arm_7dof"', '"spacedyn_sample"')
+        .replace("[excitation]\nduration = 1.0\n", "")
+        .replace("[noise]\nlevel = 0.1\n", "")
+    )
+    config.write_text(config.read_text().replace("payload_link = 7", "payload_link = 3"))
+    assert main(["identify", str(config), "--out", str(tmp_path / "o")]) == 1
+    assert "record.npz: array 'q' holds 7 joints; the model has 6" in capsys.readouterr().err
+    (tmp_path / "record.npz").unlink()
+    assert main(["identify", str(config), "--out", str(tmp_path / "o")]) == 1
+    assert "record.npz: no such file" in capsys.readouterr().err
+
+
 def test_montecarlo_example_statistics_match_the_results_file(tmp_path, capsys):
     import sdjax.montecarlo as mc
 

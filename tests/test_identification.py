@@ -535,3 +535,33 @@ def test_sinusoidal_excitation_is_a_free_floating_manoeuvre(arm):
     assert not np.allclose(other.states.q, data.states.q)
     with pytest.raises(ValueError, match="duration and dt must be positive and finite"):
         ident.sinusoidal_excitation(arm, q0, float("nan"))
+
+
+def test_dataset_file_round_trip_and_refusals(payload_data, tmp_path):
+    """Dataset.save / load: the same arrays back (float64), torques included; a damaged or
+    mismatched file is refused naming the file and the array."""
+    data = payload_data.subsample(20)
+    path = tmp_path / "record.npz"
+    data.save(path)
+    back = ident.Dataset.load(path, num_joints=7)
+    for a, b in zip(jax.tree.leaves(data), jax.tree.leaves(back)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert back.torques is not None and back.torques.shape == (data.num_samples - 1, 7)
+    with np.load(path) as stored:
+        arrays = {k: stored[k] for k in stored.files if k != "meta"}
+    bad = dict(arrays, qd=arrays["qd"][:, :6])  # one joint short
+    np.savez(tmp_path / "bad.npz", **bad)
+    with pytest.raises(ValueError, match=r"bad.npz: State.q and State.qd: expected two"):
+        ident.Dataset.load(tmp_path / "bad.npz")
+    missing = {k: v for k, v in arrays.items() if k != "base_quaternion"}
+    np.savez(tmp_path / "missing.npz", **missing)
+    with pytest.raises(ValueError, match=r"missing.npz: no entry 'base_quaternion'"):
+        ident.Dataset.load(tmp_path / "missing.npz")
+    np.savez(tmp_path / "torques.npz", **dict(arrays, torques=arrays["torques"][1:]))
+    with pytest.raises(ValueError, match=r"torques.npz: entry 'torques' has shape"):
+        ident.Dataset.load(tmp_path / "torques.npz")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match=r"junk.npz: not a measured record"):
+        ident.Dataset.load(tmp_path / "junk.npz")
+    with pytest.raises(ValueError, match=r"the model has 6"):
+        ident.Dataset.load(path, num_joints=6)
