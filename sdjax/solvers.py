@@ -430,21 +430,53 @@ def levenberg_marquardt(
     r_shape, aux_shape = jax.eval_shape(evaluate, x0)
     nan = jnp.full((max_iterations + 1,), jnp.nan, r_shape.dtype)
     mu0 = jnp.asarray(damping, dtype)
+
+    def damped_gauss_newton() -> LeastSquaresResult:
+        """The fixed-damping iteration of :func:`levenberg_marquardt`, with one evaluation site.
+
+        Each pass of the loop forms ``r``, ``J`` (and ``aux``) at the current iterate by one
+        ``jacfwd``, records ``r``, and either stops there (tolerance reached, a small last step, or
+        ``max_iterations`` steps taken) or takes the step: ``max_iterations`` steps cost
+        ``max_iterations + 1`` Jacobians, and the residual behind them is compiled once.
+        """
+
+        def value_and_jacobian(x: Array) -> tuple[Array, Array, Any]:
+            def with_value(v: Array) -> tuple[Array, tuple[Array, Any]]:
+                r, aux = evaluate(v)
+                return r, (r, aux)
+
+            jac, (r, aux) = jax.jacfwd(with_value, has_aux=True)(x)
+            return r, jac.reshape(r.shape[0], -1), aux
+
+        def going(carry):
+            return ~carry[4]
+
+        def body(carry):
+            x, _, _, k, _, small, cost_history, residual_history = carry
+            r, jac, aux = value_and_jacobian(x)
+            cost, biggest = measures(r)
+            cost_history = cost_history.at[k].set(cost)
+            residual_history = residual_history.at[k].set(biggest)
+            stop = (k >= max_iterations) | small
+            if tolerance is not None:
+                stop = stop | (biggest <= tolerance)
+            diagonal = marquardt_scaling(jac) if scaling == "marquardt" else None
+            x_new, length = step_from(x, jac, r, diagonal, mu0)
+            x = jnp.where(stop, x, x_new)
+            small = jnp.where(stop, small, is_small(length, x_new))
+            return x, r, aux, jnp.where(stop, k, k + 1), stop, small, cost_history, residual_history
+
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (r_shape, aux_shape))
+        false = jnp.zeros((), bool)
+        init = (x0, *zeros, jnp.zeros((), jnp.int32), false, false, nan, nan)
+        x, r, aux, k, _, small, cost_history, residual_history = lax.while_loop(going, body, init)
+        converged = small
+        if tolerance is not None:
+            converged = converged | (jnp.max(jnp.abs(r)) <= tolerance)
+        return LeastSquaresResult(x, r, measures(r)[0], k, mu0, converged, cost_history, residual_history, aux)
+
     if not adaptive:
-        return _damped_gauss_newton(
-            evaluate,
-            x0,
-            r_shape,
-            aux_shape,
-            nan,
-            mu0,
-            max_iterations,
-            tolerance,
-            scaling,
-            measures,
-            step_from,
-            is_small,
-        )
+        return damped_gauss_newton()
     r0, aux0 = evaluate(x0)
     size = r0.shape[0]
 
@@ -514,53 +546,6 @@ def levenberg_marquardt(
     if tolerance is not None:
         converged = converged | (jnp.max(jnp.abs(r)) <= tolerance)
     return LeastSquaresResult(x, r, cost, k, mu, converged, cost_history, residual_history, aux)
-
-
-def _damped_gauss_newton(
-    evaluate, x0, r_shape, aux_shape, nan, mu, max_iterations, tolerance, scaling, measures, step_from, is_small
-) -> LeastSquaresResult:
-    """The fixed-damping iteration of :func:`levenberg_marquardt`, with one evaluation site.
-
-    Each pass of the loop forms ``r``, ``J`` (and ``aux``) at the current iterate by one
-    ``jacfwd``, records ``r``, and either stops there (tolerance reached, a small last step, or
-    ``max_iterations`` steps taken) or takes the step: ``max_iterations`` steps cost
-    ``max_iterations + 1`` Jacobians, and the residual behind them is compiled once.
-    """
-
-    def value_and_jacobian(x: Array) -> tuple[Array, Array, Any]:
-        def with_value(v: Array) -> tuple[Array, tuple[Array, Any]]:
-            r, aux = evaluate(v)
-            return r, (r, aux)
-
-        jac, (r, aux) = jax.jacfwd(with_value, has_aux=True)(x)
-        return r, jac.reshape(r.shape[0], -1), aux
-
-    def going(carry):
-        return ~carry[4]
-
-    def body(carry):
-        x, _, _, k, _, small, cost_history, residual_history = carry
-        r, jac, aux = value_and_jacobian(x)
-        cost, biggest = measures(r)
-        cost_history = cost_history.at[k].set(cost)
-        residual_history = residual_history.at[k].set(biggest)
-        stop = (k >= max_iterations) | small
-        if tolerance is not None:
-            stop = stop | (biggest <= tolerance)
-        diagonal = marquardt_scaling(jac) if scaling == "marquardt" else None
-        x_new, length = step_from(x, jac, r, diagonal, mu)
-        x = jnp.where(stop, x, x_new)
-        small = jnp.where(stop, small, is_small(length, x_new))
-        return x, r, aux, jnp.where(stop, k, k + 1), stop, small, cost_history, residual_history
-
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (r_shape, aux_shape))
-    false = jnp.zeros((), bool)
-    init = (x0, *zeros, jnp.zeros((), jnp.int32), false, false, nan, nan)
-    x, r, aux, k, _, small, cost_history, residual_history = lax.while_loop(going, body, init)
-    converged = small
-    if tolerance is not None:
-        converged = converged | (jnp.max(jnp.abs(r)) <= tolerance)
-    return LeastSquaresResult(x, r, measures(r)[0], k, mu, converged, cost_history, residual_history, aux)
 
 
 __all__ = [
