@@ -917,7 +917,7 @@ class MonteCarloResults:
 
         Returns:
             :class:`Sensitivity` rows, largest ``|rank_correlation|`` first (empty without
-            recorded draws: ``keep_draws=False``).
+            recorded draws, ``keep_draws=False``, or when the metric does not vary).
         """
         if metric not in self.metrics:
             raise ValueError(f"sensitivity: unknown metric {metric!r}; available: {list(self.metrics)}")
@@ -929,9 +929,11 @@ class MonteCarloResults:
             raise ValueError(f"sensitivity: {metric!r} has {count} finite samples; the interval needs at least 4")
         z = statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
         half = z * math.sqrt(1.06 / (count - 3))
+        if np.all(values[finite] == values[finite][0]):
+            return []  # a constant metric follows no input
         metric_ranks = _average_ranks(values[finite])
         rows = []
-        for name, column in self._draw_columns().items():
+        for name, column in self._draw_columns():
             x = column[finite].astype(np.float64)
             if np.all(x == x[0]):
                 continue
@@ -1000,15 +1002,16 @@ class MonteCarloResults:
 
     # --- Tables (pandas, Parquet) ---------------------------------------------------------
 
-    def _draw_columns(self) -> dict[str, np.ndarray]:
+    def _draw_columns(self) -> list[tuple[str, np.ndarray]]:
         """Every draw's entries as ``(B,)`` columns named ``name`` (scalar draws) or
-        ``name[i]`` / ``name[i,j]``."""
-        columns = {}
+        ``name[i]`` / ``name[i,j]``, in order (a list: two draws whose columns would share a
+        name stay two columns, for :meth:`to_parquet` to refuse)."""
+        columns = []
         for name, values in self.draws.items():
             shape = values.shape[1:]
             flat = values.reshape(self.num_samples, -1)
             for column, index in enumerate(np.ndindex(*shape)):
-                columns[f"{name}[{','.join(map(str, index))}]" if shape else name] = flat[:, column]
+                columns.append((f"{name}[{','.join(map(str, index))}]" if shape else name, flat[:, column]))
         return columns
 
     def _columns(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -1025,7 +1028,7 @@ class MonteCarloResults:
 
         for name, values in self.metrics.items():
             add(name, values.reshape(self.num_samples))
-        for column, values in self._draw_columns().items():
+        for column, values in self._draw_columns():
             add(column, values)
         draws = {
             name: {"shape": list(values.shape[1:]), "dtype": values.dtype.str} for name, values in self.draws.items()

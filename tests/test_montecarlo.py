@@ -374,6 +374,10 @@ def test_parquet_refusals(reference_run, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="two columns would be named 'sample'"):
         clash.to_parquet(tmp_path / "clash.parquet")
     assert not (tmp_path / "clash.parquet").exists()
+    # two draws whose entries would share a column name ("a" of shape (1,) and a scalar "a[0]")
+    twins = mc.MonteCarloResults({"m": np.zeros(2)}, {"a": np.zeros((2, 1)), "a[0]": np.ones(2)}, 0, 2)
+    with pytest.raises(ValueError, match=r"two columns would be named 'a\[0\]'"):
+        twins.to_parquet(tmp_path / "twins.parquet")
     with pytest.raises(ValueError, match="missing.parquet: no such file"):
         mc.MonteCarloResults.from_parquet(tmp_path / "missing.parquet")
     (tmp_path / "text.parquet").write_text("not parquet")
@@ -680,3 +684,5 @@ def test_sensitivity_ranks_the_inputs_that_drive_a_metric():
     with pytest.raises(ValueError, match="3 finite samples; the interval needs at least 4"):
         few.sensitivity("m")
     assert mc.MonteCarloResults({"m": metric}, {}, 0, 500).sensitivity("m") == []
+    constant = mc.MonteCarloResults({"m": np.ones(500)}, {"param/c": draws["param/c"]}, 0, 500)
+    assert constant.sensitivity("m") == []  # a metric that does not vary follows no input
