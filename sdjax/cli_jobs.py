@@ -651,7 +651,11 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         _save(fig, paths[-1])
         fig, ax = plt.subplots(figsize=(5, 3))
         ax.semilogy(np.maximum(np.asarray(result.loss_history), 1e-300), "o-")
-        ax.set(xlabel="LM step", ylabel="loss 1/2 |r|^2", title=f"convergence (noise {level:g})")
+        ax.set(
+            xlabel="LM step",
+            ylabel="loss 1/2 |r|^2",
+            title="convergence (measured record)" if measured else f"convergence (noise {level:g})",
+        )
         fig.tight_layout()
         paths.append(os.path.join(directory, names[3]))
         _save(fig, paths[-1])
