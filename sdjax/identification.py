@@ -465,7 +465,7 @@ class Dataset(eqx.Module):
 
     @classmethod
     def load(cls, path: Any, num_joints: int | None = None) -> Dataset:
-        """Read a record in the layout of :meth:`save` (float64), every array's shape checked
+        """Read a record in the layout of :meth:`save` (JAX's float type), every array's shape checked
         from its header before it is read (:class:`sdjax.io.npz.NpzArchive`); ``num_joints``:
         the model's, checked too. Errors name the file and the array."""
         with NpzArchive(path, "measured record (.npz)") as archive:
@@ -473,6 +473,8 @@ class Dataset(eqx.Module):
                 archive.meta(DATASET_FORMAT)
             time = archive.array("time", (None,))
             num = time.shape[0]
+            if num < 2:
+                raise ValueError(f"array 'time' holds {num} samples; a record needs at least 2")
             fields = {}
             for field, size in _STATE_SIZES.items():
                 fields[field] = archive.array(field, (num, size)).astype(np.float64)

@@ -560,6 +560,9 @@ def test_dataset_file_round_trip_and_refusals(payload_data, tmp_path):
     np.savez(tmp_path / "torques.npz", **dict(arrays, torques=arrays["torques"][1:]))
     with pytest.raises(ValueError, match=r"torques.npz: entry 'torques' has shape"):
         ident.Dataset.load(tmp_path / "torques.npz")
+    np.savez(tmp_path / "short.npz", **{k: v[:1] for k, v in arrays.items() if k != "torques"})
+    with pytest.raises(ValueError, match=r"short.npz: array 'time' holds 1 samples; a record needs at least 2"):
+        ident.Dataset.load(tmp_path / "short.npz")
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match=r"junk.npz: not a measured record"):
         ident.Dataset.load(tmp_path / "junk.npz")
