@@ -779,12 +779,7 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
         model, q_goal=q_goal, kp=kp, kd=kd, dt=dt, num_steps=steps, initial_state=state0,
         controller=controller, torque_limit=torque_limit,
     )  # fmt: skip
-    metrics = {
-        "attitude_error_deg": lambda traj, m, p: jnp.rad2deg(mc.final_attitude_error(traj)),
-        "peak_joint_torque": mc.peak_joint_torque,
-        "final_joint_error": mc.final_joint_error(q_goal),
-        "base_drift": mc.final_base_drift,
-    }
+    metrics = mc.manoeuvre_metrics(q_goal)  # the notebook's four metrics
     res = mc.run_monte_carlo(
         model, uncertainty, scenario, metrics, num_samples=num_samples, seed=seed, chunk_size=chunk,
         progress=not args.no_progress, keep_draws=[k for k in _draw_names(uncertainty, model) if k != "param/tau_noise"],

@@ -785,6 +785,18 @@ def final_joint_error(q_goal: Any) -> Callable[..., Array]:
     return metric
 
 
+def manoeuvre_metrics(q_goal: Any) -> dict[str, Callable[..., Array]]:
+    """The four metrics of a point-to-point manoeuvre study (the Monte-Carlo notebook's, the
+    ``sdjax montecarlo`` job's): ``attitude_error_deg`` (:func:`final_attitude_error` in
+    degrees), ``peak_joint_torque``, ``final_joint_error`` (to ``q_goal``) and ``base_drift``."""
+    return {
+        "attitude_error_deg": lambda traj, model=None, params=None: jnp.rad2deg(final_attitude_error(traj)),
+        "peak_joint_torque": peak_joint_torque,
+        "final_joint_error": final_joint_error(q_goal),
+        "base_drift": final_base_drift,
+    }
+
+
 # ------------------------------------------------------------------------------------------
 # Results.
 
@@ -1511,6 +1523,7 @@ __all__ = [
     "final_attitude_error",
     "final_base_drift",
     "final_joint_error",
+    "manoeuvre_metrics",
     "peak_joint_torque",
     "run_monte_carlo",
     "samples_needed",
