@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", help=f"comma-separated subset of {','.join(MODELS)}")
     parser.add_argument("--algorithms", help=f"comma-separated subset of {','.join(ALGORITHMS)}")
     parser.add_argument("--batches", help="comma-separated batch sizes (default: by device)")
+    parser.add_argument("--dtypes", help="comma-separated precisions (default float64,float32; float32 on a GPU)")
     parser.add_argument("--output", help="result name (default dynamics, or dynamics_gpu on a GPU)")
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else None
@@ -271,7 +272,9 @@ def main(argv: list[str] | None = None) -> None:
         batches, repeats, min_seconds = [1, 64, 1024, 8192], 7, 0.3
     if args.batches:
         batches = [int(b) for b in args.batches.split(",")]
-    dtypes = ["float32"] if gpu else ["float64", "float32"]
+    dtypes = args.dtypes.split(",") if args.dtypes else (["float32"] if gpu else ["float64", "float32"])
+    if not set(dtypes) <= {"float64", "float32"}:
+        parser.error(f"unknown dtype(s) {sorted(set(dtypes) - {'float64', 'float32'})}: choose from float64, float32")
     payload = run(batches, dtypes, repeats, min_seconds, models, algorithms)
     path = common.write_result(args.output or ("dynamics_gpu" if gpu else "dynamics"), payload)
     rows = [

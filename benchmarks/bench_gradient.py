@@ -123,10 +123,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64], help="robots per loss (default 1 64)")
+    parser.add_argument("--output", help="result name (default gradient, or gradient_gpu on a GPU)")
     args = parser.parse_args(argv)
     runs = [run(100 if args.quick else 1000, repeats=2 if args.quick else 5, batch=b) for b in args.batches]
     payload = dict(runs[0], results=[row for r in runs for row in r["results"]])
-    path = common.write_result("gradient", payload)
+    path = common.write_result(
+        args.output or ("gradient_gpu" if jax.default_backend() == "gpu" else "gradient"), payload
+    )
     rows = [
         [
             r["batch"],

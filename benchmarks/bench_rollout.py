@@ -40,28 +40,33 @@ from sdjax.models.builtin import free_flying_arm_initial_q  # noqa: E402
 DT = 0.002
 
 
-def initial_states(model: sdjax.Model, batch: int, dtype) -> list[sdjax.State]:
+def initial_states(model: sdjax.Model, batch: int, dtype) -> sdjax.State:
+    """``batch`` initial states (leading axis, NumPy leaves) around the arm's reference pose."""
     rng = np.random.default_rng(0)
-    q0 = free_flying_arm_initial_q()
-    # Built on the host (thousands of tiny per-state operations would each be a kernel launch on
-    # a GPU); sdjax_rollout moves the stacked batch to the default device once.
+    draws = [(rng.normal(size=7), rng.normal(size=7), rng.normal(size=3)) for _ in range(batch)]
+    q, qd, w = (np.stack(column) for column in zip(*draws))
+    make = jax.vmap(lambda q, qd, w: sdjax.make_state(model, q=q, qd=qd, base_angular_velocity=w))
+    # Built on the host in one program (per-state operations would each be a kernel launch on a
+    # GPU); sdjax_rollout moves the batch to the default device once.
     with jax.default_device(jax.devices("cpu")[0]):
-        return [
-            jax.tree.map(
-                lambda x: x.astype(dtype),
-                sdjax.make_state(
-                    model,
-                    q=q0 + 0.1 * rng.normal(size=7),
-                    qd=0.2 * rng.normal(size=7),
-                    base_angular_velocity=0.01 * rng.normal(size=3),
-                ),
-            )
-            for _ in range(batch)
-        ]
+        states = jax.jit(make)(free_flying_arm_initial_q() + 0.1 * q, 0.2 * qd, 0.01 * w)
+    return jax.tree.map(lambda x: np.asarray(x).astype(dtype), states)
+
+
+def mujoco_states(model: sdjax.Model, states: sdjax.State) -> tuple[np.ndarray, np.ndarray]:
+    """MuJoCo ``qpos``, ``qvel`` of each state of a batch (leading axis), computed once for both peers."""
+    from sdjax.io.mjcf import mujoco_coordinates
+
+    batch = states.q.shape[0]
+    # On the host: on a GPU each sample's small array operations would be device round trips
+    # (53 s for 16,384 states on an H200 machine).
+    with jax.default_device(jax.devices("cpu")[0]):
+        coords = [mujoco_coordinates(model, jax.tree.map(lambda x: x[k], states)) for k in range(batch)]
+    return np.stack([c[0] for c in coords]), np.stack([c[1] for c in coords])
 
 
 def sdjax_rollout(model, states, steps: int, repeats: int) -> dict:
-    batch = jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *states))
+    batch = jax.device_put(states)
     fn = jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, DT, steps).states.q[-1]))
     compile_s, compiled = common.compile_seconds(fn, batch)
     timing = common.time_call(lambda: compiled(batch), repeats=repeats, min_seconds=0.0)
@@ -81,23 +86,23 @@ def mujoco_model(model):
     return mujoco.MjModel.from_xml_string(to_mjcf(model, timestep=DT, integrator="RK4"))
 
 
-def mujoco_rollout(model, states, steps: int, repeats: int) -> dict:
-    """MuJoCo's threaded C rollout (float64 only: MuJoCo computes in double)."""
+def mujoco_rollout(model, coordinates, steps: int, repeats: int) -> dict:
+    """MuJoCo's threaded C rollout (float64 only: MuJoCo computes in double) from ``coordinates``
+    (``mujoco_states``)."""
     import mujoco
     from mujoco import rollout
-
-    from sdjax.io.mjcf import mujoco_coordinates
 
     mj_model = mujoco_model(model)
     threads = os.cpu_count() or 1
     datas = [mujoco.MjData(mj_model) for _ in range(threads)]
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
-    initial = np.zeros((len(states), mujoco.mj_stateSize(mj_model, spec)))
+    qpos, qvel = coordinates
+    initial = np.zeros((len(qpos), mujoco.mj_stateSize(mj_model, spec)))
     scratch = mujoco.MjData(mj_model)
-    for k, s in enumerate(states):
-        scratch.qpos[:], scratch.qvel[:] = mujoco_coordinates(model, s)[:2]
+    for k in range(len(qpos)):
+        scratch.qpos[:], scratch.qvel[:] = qpos[k], qvel[k]
         mujoco.mj_getState(mj_model, scratch, initial[k], spec)
-    out = np.zeros((len(states), steps, initial.shape[1]))
+    out = np.zeros((len(qpos), steps, initial.shape[1]))
     call = lambda: rollout.rollout(mj_model, datas, initial, nstep=steps, state=out)
     samples = []
     for _ in range(repeats):
@@ -108,19 +113,15 @@ def mujoco_rollout(model, states, steps: int, repeats: int) -> dict:
     return {"seconds": min(samples), "threads": threads, "final_qpos": out[:, -1, 1 : 1 + mj_model.nq]}
 
 
-def mjx_rollout(model, states, steps: int, dtype) -> dict:
+def mjx_rollout(model, coordinates, steps: int, dtype) -> dict:
     import mujoco  # noqa: F401
     from mujoco import mjx
-
-    from sdjax.io.mjcf import mujoco_coordinates
 
     mx = mjx.put_model(mujoco_model(model))
     mx = jax.tree.map(
         lambda x: x.astype(dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x, mx
     )
-    coords = [mujoco_coordinates(model, s) for s in states]
-    qpos = jnp.asarray(np.stack([c[0] for c in coords]), dtype)
-    qvel = jnp.asarray(np.stack([c[1] for c in coords]), dtype)
+    qpos, qvel = (jnp.asarray(x, dtype) for x in coordinates)
     data0 = mjx.make_data(mx)
     data0 = jax.tree.map(
         lambda x: x.astype(dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x, data0
@@ -165,7 +166,8 @@ def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int)
             flush=True,
         )
         try:
-            mj = mujoco_rollout(model64, states, steps, repeats)
+            coordinates = mujoco_states(model64, states)
+            mj = mujoco_rollout(model64, coordinates, steps, repeats)
             row.update(
                 mujoco_threads=mj["threads"],
                 mujoco_seconds=mj["seconds"],
@@ -187,7 +189,7 @@ def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int)
                 )
             if mjx_steps <= 0:
                 raise ImportError("MJX skipped (--mjx-steps 0)")
-            mx = mjx_rollout(model64, states, mjx_steps, dtype)
+            mx = mjx_rollout(model64, coordinates, mjx_steps, dtype)
             row.update(
                 mjx_steps_timed=mjx_steps,
                 mjx_seconds_per_step=mx["seconds_per_step"],
@@ -215,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--batch", type=int, help="robots per batch (default 1024 on a CPU, 16384 on a GPU)")
     parser.add_argument("--steps", type=int, help="RK4 steps per rollout (default 1000)")
+    parser.add_argument("--dtypes", help="comma-separated precisions (default float64,float32; float32 on a GPU)")
+    parser.add_argument("--output", help="result name (default rollout, or rollout_gpu on a GPU)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     gpu = jax.default_backend() == "gpu"
@@ -229,7 +233,10 @@ def main(argv: list[str] | None = None) -> None:
         print("RESULT " + json.dumps(payload, default=common._json_default))
         return
     results = []
-    for dtype in ["float32"] if gpu else ["float64", "float32"]:
+    dtypes = args.dtypes.split(",") if args.dtypes else (["float32"] if gpu else ["float64", "float32"])
+    if not set(dtypes) <= {"float64", "float32"}:
+        parser.error(f"unknown dtype(s) {sorted(set(dtypes) - {'float64', 'float32'})}: choose from float64, float32")
+    for dtype in dtypes:
         command = [
             sys.executable,
             __file__,
@@ -241,13 +248,16 @@ def main(argv: list[str] | None = None) -> None:
             "--steps",
             str(steps),
         ] + (["--quick"] if args.quick else [])
-        proc = subprocess.run(command, env={**os.environ, "SDJAX_BENCH_DTYPE": dtype}, capture_output=True, text=True)
+        # The worker's progress (stderr) goes straight to ours: it is still seen if this run is stopped.
+        proc = subprocess.run(
+            command, env={**os.environ, "SDJAX_BENCH_DTYPE": dtype}, stdout=subprocess.PIPE, text=True
+        )
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
-            sys.exit(f"{dtype} run failed:\n{proc.stderr[-3000:]}")
+            sys.exit(f"{dtype} run failed (exit status {proc.returncode}; its messages are above)")
         results += json.loads(lines[-1][len("RESULT ") :])["results"]
     payload = {"results": results}
-    path = common.write_result("rollout_gpu" if gpu else "rollout", payload)
+    path = common.write_result(args.output or ("rollout_gpu" if gpu else "rollout"), payload)
     rows = [
         [
             r["dtype"],

@@ -216,10 +216,12 @@ def main() -> None:
     sections = [
         ("Dynamics", "dynamics", dynamics_tables),
         ("Dynamics (GPU)", "dynamics_gpu", dynamics_tables),
+        ("Dynamics (GPU, float64)", "dynamics_gpu_float64", dynamics_tables),
         ("Rollout", "rollout", rollout_table),
         ("Rollout (GPU)", "rollout_gpu", rollout_table),
         ("Compile time and scaling", "compile", compile_table),
         ("Gradient of a rollout", "gradient", gradient_table),
+        ("Gradient of a rollout (GPU)", "gradient_gpu", gradient_table),
     ]
     tables = []
     for title, name, render in sections:
