@@ -30,6 +30,7 @@ from sdjax.models import free_flying_arm_7dof, planar_four_link
 QUICK = os.environ.get("SDJAX_NOTEBOOK_QUICK") == "1"
 plt.rcParams["figure.dpi"] = 80
 print("quick mode" if QUICK else "full run")
+from sdjax import excitation as ex
 from sdjax import identification as ident
 from sdjax.models.builtin import free_flying_arm_initial_q
 
@@ -47,7 +48,10 @@ loaded = sdjax.attach_payload(arm, LINK, truth)
 print(f"payload: {float(truth.mass[0])} kg, centroid {np.asarray(truth.centroid[0])} m from the wrist centroid")
 
 
-def manoeuvre(model, q0, duration, dt=0.005, seed=0, base_twist=(0.02, -0.01, 0.01, 0.01, 0.02, -0.015), scale=0.2):
+TWIST = (0.02, -0.01, 0.01, 0.01, 0.02, -0.015)  # the base's initial twist [v0; w0], m/s and rad/s
+
+
+def manoeuvre(model, q0, duration, dt=0.005, seed=0, base_twist=TWIST, scale=0.2):
     rng = np.random.default_rng(seed)
     n = model.num_joints
     amplitude = jnp.asarray(scale * rng.uniform(0.5, 1.0, n))
@@ -165,3 +169,80 @@ for label, rep in reports.items():
 
 # %% [markdown]
 # With every arm link unknown, several combinations stay unobservable from one manoeuvre: for example the inertia components of the first link about axes it never rotates around, and combinations where only the sum over links (fixed relative to each other in a posture family) enters. A captured payload with known arm parameters, in contrast, is fully identifiable from a single tumbling manoeuvre.
+
+# %% [markdown]
+# ## Which arm-link combinations can any experiment reach? The base parameters
+#
+# Are the 18 unobservable directions of the arm links a weakness of this manoeuvre or of physics? `sdjax.identification.base_parameters` answers by QR with column pivoting of the regressor of several random, large Fourier excitations (`sdjax.excitation.random_excitation`; Gautier 1991's numerical base parameters): every motion's regressor satisfies `Y pi = Y_b beta` with `beta = pi_b + K pi_d`, the identifiable combinations. If random rich motions reach the same rank as the notebook's manoeuvre, the rest is structural: no experiment of this kind (momentum residual, base known) can identify it, and the base parameters are what to estimate and report.
+
+# %%
+links = sdjax.Unknowns(links=tuple(range(1, 8)))
+start = time.perf_counter()
+rich = [ex.random_excitation(arm, free_flying_arm_initial_q(), 2.0 if QUICK else 5.0, amplitude=0.4, seed=s, base_twist=TWIST).subsample(4) for s in range(3)]
+base = ident.base_parameters(arm, rich, links)
+print(f"base parameters from 3 random records: {base.rank} of {links.num_bodies * 10} ({time.perf_counter() - start:.1f} s)")
+print(f"rank of the sinusoidal manoeuvre alone: {reports['7 arm links (70)'].rank}")
+lines = base.describe(digits=3).splitlines()
+print("\n".join(lines[:9] + ["  ..."] + lines[-1:]))
+
+# %% [markdown]
+# ## Optimal excitation
+#
+# `sdjax.excitation.optimal_excitation` designs the joint motion for the 52 base parameters: a finite Fourier series per joint (Swevers et al. 1997) in a `sin^2` window, so the experiment starts and ends at rest, tracked by the same PD law, with the D-optimal criterion `-log det(Y_b^T Y_b) / r` of the simulated record minimised by L-BFGS through the rollout. For a fair comparison it gets the sinusoidal manoeuvre's own envelope: each joint's largest excursion from the start and its largest rate over that record are the limits, enforced exactly on the simulated record at the end. The design uses only the nominal arm (the unknowns are unknown); the experiment is then run on the true arm.
+
+# %%
+T_DESIGN = 1.0 if QUICK else 5.0
+# What the experimenter knows: a nominal arm whose link masses and inertias are 20 % off (same centroids).
+rng = np.random.default_rng(7)
+factor = 1.0 + 0.2 * rng.choice([-1.0, 1.0], size=7)
+true_links = ident.link_parameters(arm, links.links)
+nominal = ident.apply_parameters(
+    arm, links.links, ident.InertialParameters(true_links.mass * factor, true_links.first_moment, true_links.inertia * factor[:, None, None])
+)
+sine = ident.sinusoidal_excitation(arm, free_flying_arm_initial_q(), T_DESIGN, base_twist=TWIST)
+envelope = dict(
+    max_excursion=np.max(np.abs(np.asarray(sine.states.q) - free_flying_arm_initial_q()), axis=0),
+    rate_limit=np.max(np.abs(np.asarray(sine.states.qd)), axis=0),
+)
+start = time.perf_counter()
+design = ex.optimal_excitation(nominal, links, free_flying_arm_initial_q(), T_DESIGN, iterations=5 if QUICK else 100, base_twist=TWIST, **envelope)
+print(f"designed in {time.perf_counter() - start:.1f} s (compile included), {design.iterations} L-BFGS iterations, final scale {design.scale:.3f}, limits used {design.peaks}")
+sv_sine = np.asarray(ex.base_singular_values(nominal, sine.subsample(4), links, design.base))
+print(f"{'excitation':>12} {'-log det/r':>11} {'condition':>10} {'smallest sv':>12}")
+for name, sv in (("sinusoidal", sv_sine), ("optimal", design.singular_values)):
+    print(f"{name:>12} {float(ex.excitation_criterion(sv)):11.3f} {sv[0] / sv[-1]:10.1f} {sv[-1]:12.2e}")
+fig, ax = plt.subplots(1, 3, figsize=(13, 3))
+ax[0].plot(design.history, "o-", ms=3)
+ax[0].set(xlabel="L-BFGS iteration", ylabel="objective", title="design convergence")
+ax[1].semilogy(sv_sine / sv_sine[0], "o-", ms=3, label="sinusoidal")
+ax[1].semilogy(design.singular_values / design.singular_values[0], "o-", ms=3, label="optimal")
+ax[1].set(xlabel="index", ylabel="normalised singular value", title="base regressor")
+ax[1].legend()
+ax[2].plot(design.record.time, design.record.states.q)
+ax[2].set(xlabel="t [s]", ylabel="q [rad]", title="optimal excitation (nominal arm)")
+fig.tight_layout()
+
+# %% [markdown]
+# ## Base-parameter errors: sinusoidal against optimal excitation
+#
+# Both experiments are run on the true arm and identified from the nominal model (20 % off; same centroids, so the parameters share their reference points), with measurement noise 1e-3; all 70 link parameters are estimated and the 52 base parameters compared with the truth's. Errors are in the equilibrated units of the structural regressor (each base parameter times its column's norm): the norm of the error over the norm of the truth's base parameters, and the largest single error over the largest base parameter; median over noise seeds.
+
+# %%
+weights = design.base.column_scale[design.base.independent]
+beta_true = design.base.values(true_links) * weights
+experiments = {
+    "sinusoidal": sine,
+    "optimal": ident.tracking_record(arm, free_flying_arm_initial_q(), design.reference, T_DESIGN, base_twist=TWIST),
+}
+NOISE_SEEDS = [0] if QUICK else [0, 1, 2]
+print(f"{'excitation':>12} {'base error':>11} {'worst base parameter':>21}")
+for name, record in experiments.items():
+    errs = []
+    for seed in NOISE_SEEDS:
+        r = sdjax.identify(nominal, ident.add_noise(record.subsample(4), 1e-3, seed), links)
+        err = design.base.values(r.parameters) * weights - beta_true
+        errs.append([np.linalg.norm(err) / np.linalg.norm(beta_true), np.max(np.abs(err)) / np.max(np.abs(beta_true))])
+    print(f"{name:>12} {np.median([e[0] for e in errs]):11.2e} {np.median([e[1] for e in errs]):21.2e}")
+
+# %% [markdown]
+# All 18 directions the sinusoidal manoeuvre leaves unobservable are structural: three random rich motions reach the same rank, 52 of 70, so the 52 base parameters are what any such experiment can identify (the list names each combination; for example a link's inertia about its joint axis regrouped with the masses beyond it). What the design changes is how well they are identified: within the sinusoid's own excursion and rate envelope the optimal excitation lowers the condition number of the base regressor from 343.7 to 161.9 and raises its smallest singular value from 1.16e-02 to 2.13e-02, and the base-parameter error at noise 1e-3 falls from 1.35e-02 to 4.45e-03 (largest single error 7.98e-03 to 2.98e-03). The design took 120.8 s here, compilation included (`benchmarks/README.md`, *Workflows*, lists the identification timings).

@@ -196,7 +196,18 @@ from sdjax.simulation import SimulationRun, load_run, simulate, trajectory_quant
 from sdjax.state import State, make_state, normalize_state
 
 # Capabilities used as namespaces: sdjax.contact.Plane, sdjax.massless_arm.simulate_two_body, ...
-from sdjax import capture, constraints, contact, flexible, massless_arm, orbital, plotting, simulation, wheels  # noqa: E402
+from sdjax import (  # noqa: E402
+    capture,
+    constraints,
+    contact,
+    excitation,
+    flexible,
+    massless_arm,
+    orbital,
+    plotting,
+    simulation,
+    wheels,
+)
 
 __version__ = "0.1.0"
 
@@ -205,6 +216,7 @@ __all__ = [
     "capture",
     "constraints",
     "contact",
+    "excitation",
     "flexible",
     "massless_arm",
     "orbital",

@@ -553,10 +553,21 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         raise ex.fail("duration", f"duration / dt = {duration / dt:.3g} steps; expected 1 to {max_steps}")
     every = ex.integer("sample_every", 4, maximum=max(steps, 1))
     q0 = ex.vector("initial_q", np.zeros(n), size=n)
-    amplitude = ex.number("amplitude", 0.2, sign="positive")
-    frequency = ex.vector("frequency", np.array([1.0, 3.0]), size=2, sign="positive")
-    if not frequency[0] <= frequency[1]:
-        raise ex.fail("frequency", "expected [lowest, highest] rad/s")
+    kind = ex.string("kind", "sinusoidal", choices=("sinusoidal", "optimal"))
+    if kind == "sinusoidal":
+        amplitude = ex.number("amplitude", 0.2, sign="positive")
+        frequency = ex.vector("frequency", np.array([1.0, 3.0]), size=2, sign="positive")
+        if not frequency[0] <= frequency[1]:
+            raise ex.fail("frequency", "expected [lowest, highest] rad/s")
+    else:  # sdjax.excitation.optimal_excitation's design options
+        design_options = dict(
+            criterion=ex.string("criterion", "log_det", choices=("log_det", "condition")),
+            harmonics=ex.integer("harmonics", 4, maximum=50),
+            iterations=ex.integer("iterations", 60, maximum=10_000),
+            max_excursion=ex.vector("max_excursion", np.full(n, 0.3), size=n, scalar=True, sign="positive"),
+            rate_limit=ex.vector("rate_limit", np.full(n, 1.0), size=n, scalar=True, sign="positive"),
+            torque_limit=ex.vector("torque_limit", None, size=n, scalar=True, sign="positive"),
+        )
     bandwidth = ex.number("bandwidth", 5.0, sign="positive")
     damping = ex.number("damping_ratio", 0.7, sign="positive")
     twist = ex.vector("base_twist", np.array([0.02, -0.01, 0.01, 0.01, 0.02, -0.015]), size=6)
@@ -595,11 +606,21 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         assert record is not None
         data = ident.Dataset.load(record, num_joints=n)
         duration = float(data.time[-1] - data.time[0])
-    else:
+    elif kind == "sinusoidal":
         clean = ident.sinusoidal_excitation(
             plant, q0, duration, dt, amplitude=amplitude, frequency=frequency, bandwidth=bandwidth,
             damping_ratio=damping, base_twist=twist, seed=ex_seed,
         ).subsample(every)  # fmt: skip
+    else:  # designed on the nominal model (the unknowns unknown), run on the plant
+        from sdjax import excitation
+
+        tracking = dict(bandwidth=bandwidth, damping_ratio=damping, base_twist=twist)
+        design = excitation.optimal_excitation(
+            model, unknowns, q0, duration, dt, residual=residual, sample_every=every, seed=ex_seed,
+            **design_options, **tracking,
+        )  # fmt: skip
+        clean = ident.tracking_record(plant, q0, design.reference, duration, dt, **tracking).subsample(every)
+    if not measured:
         data = ident.add_noise(clean, level, noise_seed) if level > 0 else clean
     t_sim = time.perf_counter() - t0
     bar.update()
@@ -633,6 +654,28 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         "final_loss": float(result.loss_history[-1]), "steps": int(len(result.loss_history) - 1),
         "timings": {"read_s" if measured else "simulate_s": t_sim, "identify_s": t_id},
     }  # fmt: skip
+    if not measured:
+        summary["excitation"] = {"kind": kind}
+    if not measured and kind == "optimal":
+        summary["excitation"].update(
+            criterion=design.criterion, iterations=design.iterations, scale=design.scale, limits_used=design.peaks,
+            condition_number=design.condition_number, initial_condition_number=design.initial_condition_number,
+        )  # fmt: skip
+    if links_tuple:
+        # The identifiable combinations of the link parameters (of the design's structural set,
+        # or of this record), estimated and true: unique where the full vectors are not.
+        base = (
+            design.base
+            if not measured and kind == "optimal"
+            else ident.base_parameters(model, data, unknowns, residual=residual)
+        )
+        estimated = base.values(est)
+        true = base.values(truth) if truth is not None else None
+        summary["base_parameters"] = [
+            {"combination": label, "estimate": float(estimated[i])}
+            | ({"truth": float(true[i])} if true is not None else {})
+            for i, label in enumerate(base.labels())
+        ]
     os.makedirs(directory, exist_ok=True)
     paths = [os.path.join(directory, name) for name in names[:2]]
     _write_json(paths[0], summary)

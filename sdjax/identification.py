@@ -80,6 +80,7 @@ from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marq
 from sdjax.state import BASE_TWIST_NAMES, State, make_state
 
 __all__ = [
+    "BaseParameters",
     "COVARIANCE_METHODS",
     "DATASET_FORMAT",
     "Dataset",
@@ -92,6 +93,7 @@ __all__ = [
     "add_noise",
     "apply_parameters",
     "attach_payload",
+    "base_parameters",
     "estimate_covariance",
     "from_log_cholesky",
     "from_pseudo_inertia",
@@ -106,6 +108,7 @@ __all__ = [
     "sinusoidal_excitation",
     "residuals",
     "to_log_cholesky",
+    "tracking_record",
 ]
 
 RESIDUALS = ("momentum", "dynamics", "both")
@@ -534,30 +537,56 @@ def sinusoidal_excitation(
     """A tumbling manoeuvre that excites the inertial parameters (the identification
     notebook's): each joint follows ``q0 + a_i sin(w_i t + phi_i)`` (``a_i`` uniform in
     ``[0.5, 1] amplitude`` rad, ``w_i`` uniform in ``frequency`` rad/s, random phases, drawn in
-    that order from ``numpy.random.default_rng(seed)``) under a joint PD law with gains from the
-    diagonal of the generalized inertia at the start (natural frequency ``bandwidth`` rad/s,
-    ``damping_ratio``), while the base tumbles freely from ``base_twist`` ``[v0; w0]`` (m/s,
-    rad/s, inertial frame). Integrated by RK4 with step ``dt`` over ``duration`` s.
+    that order from ``numpy.random.default_rng(seed)``), tracked as :func:`tracking_record`
+    does. :func:`sdjax.excitation.optimal_excitation` designs a better one.
 
     Returns:
         :class:`Dataset` of every step (``round(duration / dt) + 1`` samples, joint torques
         included); subsample and add noise (:func:`add_noise`) as an experiment would.
     """
-    if not (duration > 0 and dt > 0 and math.isfinite(duration) and math.isfinite(dt)):
-        raise ValueError(f"sinusoidal_excitation: duration and dt must be positive and finite, got {duration}, {dt}")
     rng = np.random.default_rng(seed)
     n = model.num_joints
     amp = jnp.asarray(amplitude * rng.uniform(0.5, 1.0, n))
     omega = jnp.asarray(rng.uniform(frequency[0], frequency[1], n))
     phase = jnp.asarray(rng.uniform(0.0, 2 * np.pi, n))
     start = jnp.asarray(q0)
-    twist = np.asarray(base_twist, dtype=np.float64)
 
     def reference(t: Array) -> tuple[Array, Array]:
         arg = omega * t + phase
         return start + amp * jnp.sin(arg), amp * omega * jnp.cos(arg)
 
-    state = make_state(model, q=start, base_linear_velocity=twist[:3], base_angular_velocity=twist[3:])
+    return tracking_record(
+        model, start, reference, duration, dt, bandwidth=bandwidth, damping_ratio=damping_ratio, base_twist=base_twist
+    )
+
+
+def tracking_record(
+    model: Model,
+    q0: Any,
+    reference: Any,
+    duration: float,
+    dt: float = 0.005,
+    *,
+    bandwidth: float = 5.0,
+    damping_ratio: float = 0.7,
+    base_twist: Any = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+) -> Dataset:
+    """The record of an excitation experiment: the joints track ``reference`` (``t -> (q_d,
+    qd_d[, qdd_d])``) under an independent-joint PD law with gains from the diagonal of the
+    generalized inertia at the start (natural frequency ``bandwidth`` rad/s, ``damping_ratio``),
+    from rest at ``q0`` while the base moves freely from ``base_twist`` ``[v0; w0]`` (m/s,
+    rad/s, inertial frame). RK4 with step ``dt`` over ``duration`` s (static); traceable in
+    ``q0`` and the reference (the gradient of :func:`sdjax.excitation.optimal_excitation`).
+
+    Returns:
+        :class:`Dataset` of every step, joint torques included.
+    """
+    if not (duration > 0 and dt > 0 and math.isfinite(duration) and math.isfinite(dt)):
+        raise ValueError(f"excitation: duration and dt must be positive and finite, got {duration}, {dt}")
+    twist = np.asarray(base_twist, dtype=np.float64)
+    if twist.shape != (6,):
+        raise ValueError(f"excitation: base_twist must be [v0; w0] of shape (6,), got shape {twist.shape}")
+    state = make_state(model, q=q0, base_linear_velocity=twist[:3], base_angular_velocity=twist[3:])
     inertia = jnp.diag(generalized_inertia_matrix(model, state))
     law = JointPD(bandwidth**2 * inertia, 2 * damping_ratio * bandwidth * inertia, reference)
     return Dataset.from_trajectory(rollout(model, state, dt, int(round(duration / dt)), law))
@@ -773,6 +802,142 @@ def _identifiability(y: np.ndarray, parameter_names: tuple[str, ...], tolerance:
         tolerance=tolerance,
         unobservable=null,
         column_norms=norms,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseParameters:
+    """The base inertial parameters: the identifiable combinations of the stacked parameter
+    vector ``pi`` (``(p,)``, :meth:`InertialParameters.vector` order), ``beta = pi_b + K pi_d``
+    (Gautier 1991, numerical base parameters by QR with column pivoting).
+
+    The regressor of any motion satisfies ``Y pi = Y_b beta``: the dependent columns are fixed
+    combinations of the independent ones (``Y_d = Y_b K``) and the parameters no motion excites
+    have zero columns. ``beta`` is what any record of rich motion determines uniquely, whatever
+    the unobservable directions of ``pi`` are.
+
+    Attributes:
+        parameter_names: ``(p,)`` names ``"<body>.<parameter>"`` of ``pi``.
+        independent: ``(r,)`` indices of ``pi`` each base parameter starts from (``pi_b``).
+        dependent: ``(p - r,)`` the other indices (``pi_d``).
+        regrouping: ``(r, p - r)`` matrix ``K`` (units: those of ``pi_b`` over those of
+            ``pi_d``; entries below ``1e-10`` of the column scale set to zero).
+        rank: ``r``.
+        tolerance: the relative threshold of the rank (on the pivoted ``|R_ii|``).
+        column_scale: ``(p,)`` column norms of the regressor the set was found from (1 for
+            zero columns): the equilibration that makes a regressor's conditioning comparable
+            between records (:func:`sdjax.excitation.base_singular_values`).
+    """
+
+    parameter_names: tuple[str, ...]
+    independent: np.ndarray
+    dependent: np.ndarray
+    regrouping: np.ndarray
+    rank: int
+    tolerance: float
+    column_scale: np.ndarray
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """``(r, p)`` map ``beta = B pi``."""
+        out = np.zeros((self.rank, len(self.parameter_names)))
+        out[np.arange(self.rank), self.independent] = 1.0
+        out[:, self.dependent] = self.regrouping
+        return out
+
+    @property
+    def unexcited(self) -> tuple[str, ...]:
+        """Parameters that enter no base parameter (no motion changes the residuals with them)."""
+        dead = self.dependent[~np.any(self.regrouping != 0, axis=0)]
+        return tuple(self.parameter_names[j] for j in sorted(dead))
+
+    def labels(self, digits: int = 4) -> tuple[str, ...]:
+        """Each base parameter written out, e.g. ``"link3.Izz +0.09*link4.m +1*link4.Izz"``."""
+        out = []
+        for i, j in enumerate(self.independent):
+            terms = [self.parameter_names[j]]
+            for c, k in zip(self.regrouping[i], self.dependent):
+                if c != 0:
+                    terms.append(f"{c:+.{digits}g}*{self.parameter_names[k]}")
+            out.append(" ".join(terms))
+        return tuple(out)
+
+    def values(self, params: InertialParameters) -> np.ndarray:
+        """``(r,)`` base parameters of ``params`` (the bodies of the ``unknowns`` they came from)."""
+        vector = np.asarray(params.vector(), np.float64).ravel()
+        if vector.size != len(self.parameter_names):
+            raise ValueError(
+                f"BaseParameters.values: {vector.size} parameters given, the base set was built for "
+                f"{len(self.parameter_names)}"
+            )
+        return self.matrix @ vector
+
+    def describe(self, digits: int = 4) -> str:
+        """Human-readable list of the base parameters and the unexcited parameters."""
+        lines = [f"{self.rank} base parameters of {len(self.parameter_names)}:"]
+        lines += [f"  beta{i + 1}: {label}" for i, label in enumerate(self.labels(digits))]
+        if self.unexcited:
+            lines.append("  enter no residual: " + ", ".join(self.unexcited))
+        return "\n".join(lines)
+
+
+def base_parameters(
+    model: Model,
+    records: Dataset | list[Dataset] | tuple[Dataset, ...],
+    unknowns: Unknowns,
+    *,
+    tolerance: float = 1e-8,
+    **kwargs: Any,
+) -> BaseParameters:
+    """The base parameters (:class:`BaseParameters`) of ``unknowns`` from the regressors of
+    ``records`` stacked.
+
+    The result describes the records given: a combination the records do not excite counts as
+    unidentifiable. For the structural base set (what physics allows), give records of rich,
+    varied motion, e.g. a few :func:`sdjax.excitation.random_excitation` records; the rank is
+    then that of any sufficiently exciting experiment.
+
+    Arguments:
+        model, unknowns: as :func:`regressor` (the regressor is evaluated at the nominal model:
+            it does not depend on the parameters, the residuals being linear in them).
+        records: one :class:`Dataset` or several.
+        tolerance: relative threshold on the pivoted diagonal ``|R_ii| / |R_11|`` of the
+            column-equilibrated regressor (default 1e-8, as :func:`identifiability`).
+        **kwargs: residual options (``residual=``, weights) passed to :func:`residuals`.
+    """
+    if isinstance(records, Dataset):
+        records = [records]
+    if not records:
+        raise ValueError("base_parameters: no records given")
+    y = np.vstack([np.asarray(regressor(model, d, unknowns, **kwargs), np.float64) for d in records])
+    return _base_parameters(y, unknowns.parameter_names(model), tolerance)
+
+
+def _base_parameters(y: np.ndarray, parameter_names: tuple[str, ...], tolerance: float) -> BaseParameters:
+    """:class:`BaseParameters` of a regressor ``(R, p)``: QR with column pivoting of the
+    column-equilibrated regressor (zero columns are dependent with a zero regrouping)."""
+    import scipy.linalg
+
+    norms = np.linalg.norm(y, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    scaled = y / scale
+    _, r_factor, pivots = scipy.linalg.qr(scaled, mode="economic", pivoting=True)
+    diagonal = np.abs(np.diag(r_factor))
+    rank = int(np.sum(diagonal > tolerance * max(diagonal[0] if diagonal.size else 0.0, np.finfo(np.float64).tiny)))
+    independent, dependent = pivots[:rank], pivots[rank:]
+    # Scaled columns: Y_d D_d^-1 = Y_b D_b^-1 K_s with K_s = R11^-1 R12; in physical units
+    # Y_d = Y_b K, K = D_b^-1 K_s D_d.
+    k_scaled = scipy.linalg.solve_triangular(r_factor[:rank, :rank], r_factor[:rank, rank:])
+    k_scaled = np.where(np.abs(k_scaled) > 1e-10, k_scaled, 0.0)  # round-off of exact zeros
+    regrouping = k_scaled / scale[independent][:, None] * scale[dependent][None, :]
+    return BaseParameters(
+        parameter_names=parameter_names,
+        independent=independent,
+        dependent=dependent,
+        regrouping=regrouping,
+        rank=rank,
+        tolerance=tolerance,
+        column_scale=scale,
     )
 
 

@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "montecarlo",
         "planning",
         "identification",
+        "excitation",
         "simulation",
         "spacedyn",
         "plotting",

@@ -65,6 +65,36 @@ def test_identify_example_recovers_the_payload_mass(tmp_path, capsys):
         assert_png(out / f"{name}.png")
 
 
+def test_identify_with_an_optimal_excitation(tmp_path, capsys):
+    """[excitation] kind = "optimal": the experiment is designed (sdjax.excitation), run, and
+    the link parameters identified; the summary reports the design and the base parameters,
+    estimated and true (noise-free: equal to the RK4 momentum drift's level); keys of the other
+    kind are refused."""
+    config = tmp_path / "job.toml"
+    text = (
+        'model = "free_flying_arm_7dof"\n[unknowns]\nlinks = [6, 7]\n[excitation]\nkind = "optimal"\n'
+        "initial_q = [0.3, -0.6, 0.2, 1.2, -0.3, 0.7, 0.1]\nduration = 0.5\nharmonics = 2\niterations = 3\n"
+        "max_excursion = 0.2\nrate_limit = 0.8\n"
+        "[outputs]\nplots = false\n"
+    )
+    config.write_text(text)
+    out = tmp_path / "out"
+    assert main(["identify", str(config), "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    summary = json.loads((out / "estimates.json").read_text())
+    design = summary["excitation"]
+    assert design["kind"] == "optimal" and design["criterion"] == "log_det" and design["iterations"] == 3
+    # The design's limits hold on its record (bisection of the final scale to 1e-9).
+    assert max(design["limits_used"].values()) <= 1.0 + 1e-8
+    base = summary["base_parameters"]
+    assert len(base) == summary["rank"] and all("combination" in b for b in base)
+    scale = max(abs(b["truth"]) for b in base)
+    # Noise-free RK4 record of the nominal model itself: base parameters to ~1e-10 relative.
+    assert max(abs(b["estimate"] - b["truth"]) for b in base) < 1e-6 * scale
+    config.write_text(text.replace('kind = "optimal"', 'kind = "optimal"\namplitude = 0.2'))
+    assert main(["identify", str(config), "--out", str(tmp_path / "o")]) == 1
+    assert "excitation.amplitude: unknown key" in capsys.readouterr().err
+
+
 def test_identify_from_a_measured_record(tmp_path, capsys):
     """[data] file: a record written by another tool (plain named arrays, no sdjax meta) of the
     arm holding a 30 kg payload; identified without a truth (no errors reported), then with the

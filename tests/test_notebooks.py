@@ -127,6 +127,18 @@ QUOTED = {
             "the plan then takes {1} s with a peak torque of {2} N m",
         ),
     ],
+    "inertia_identification.ipynb": [
+        (r"base parameters from 3 random records: ([0-9]+) of 70", "reach the same rank, {1} of 70"),
+        (
+            r"sinusoidal +[0-9.]+ +([0-9.]+) +([0-9.e+-]+)\s+optimal +[0-9.]+ +([0-9.]+) +([0-9.e+-]+)",
+            "condition number of the base regressor from {1} to {3} and raises its smallest singular value from {2} to {4}",
+        ),
+        (
+            r"sinusoidal +([0-9.e+-]+) +([0-9.e+-]+)\s+optimal +([0-9.e+-]+) +([0-9.e+-]+)",
+            "error at noise 1e-3 falls from {1} to {3} (largest single error {2} to {4})",
+        ),
+        (r"designed in ([0-9.]+) s", "The design took {1} s here"),
+    ],
 }
 
 
