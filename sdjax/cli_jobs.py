@@ -155,6 +155,17 @@ class _Table:
             [[self._scalar(f"{key}[{i}][{j}]", v, "", None) for j, v in enumerate(r)] for i, r in enumerate(value)]
         )
 
+    def rows(self, key: str, width: int, default: Any = _REQUIRED) -> Any:
+        """A list of rows of ``width`` numbers each, as a ``(rows, width)`` array."""
+        value = self._get(key, default)
+        if value is default and key not in self.data:
+            return value
+        if not isinstance(value, list) or not value or any(not isinstance(r, list) or len(r) != width for r in value):
+            raise self.fail(key, f"expected a list of rows of {width} numbers, e.g. [[{', '.join(['0'] * width)}]]")
+        return np.asarray(
+            [[self._scalar(f"{key}[{i}][{j}]", v, "", None) for j, v in enumerate(r)] for i, r in enumerate(value)]
+        )
+
     def done(self) -> None:
         unknown = [key for key in self.data if key not in self.used]
         if unknown:
@@ -332,6 +343,12 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
     if lower is not None and not np.all((lower <= q0) & (q0 <= upper)):
         raise limits.fail("joint_lower", "problem.initial_q lies outside the joint limits")
     torque = limits.vector("torque", None, size=n, scalar=True, sign="positive")
+    obstacles = limits.rows("obstacles", 4, None)
+    if obstacles is not None and not np.all(obstacles[:, 3] > 0):
+        raise limits.fail("obstacles", "every sphere's radius (its 4th number) must be positive")
+    link_radius = limits.vector("link_radius", np.zeros(n), size=n, scalar=True, sign="non-negative")
+    if obstacles is None and limits.has("link_radius"):
+        raise limits.fail("link_radius", "applies with obstacles only")
     limits.done()
     planner = config.table("planner")
     method = planner.string("method", choices=PLANNERS)
@@ -366,6 +383,8 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
         duration=duration, num_steps=steps, num_coefficients=control_points, end_point=end_point,
         joint_limits=None if lower is None else (jnp.asarray(lower, dtype), jnp.asarray(upper, dtype)),
         torque_limit=None if torque is None else jnp.asarray(torque, dtype),
+        obstacles=None if obstacles is None else jnp.asarray(obstacles, dtype),
+        link_radius=jnp.asarray(link_radius, dtype),
     )  # fmt: skip
     timings: dict[str, float] = {}
     history: np.ndarray | None = None
@@ -422,7 +441,8 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
         orientation_error_rad=float(evaluation.orientation_error) if rotation is not None else None,
         base_attitude_change_deg=float(np.degrees(float(evaluation.base_attitude_change))),
         peak_torque=float(np.max(np.abs(tau))), torque_ratio=ratio,
-        joint_violation=float(evaluation.joint_violation), duration=duration, num_steps=steps, timings=timings,
+        joint_violation=float(evaluation.joint_violation), obstacle_violation_m=float(evaluation.obstacle_violation),
+        duration=duration, num_steps=steps, timings=timings,
     )  # fmt: skip
     if baseline is not None:
         summary["straight_line"] = {

@@ -74,6 +74,8 @@ __all__ = [
     "bspline_basis",
     "improvement_factor",
     "initial_coefficients",
+    "link_segments",
+    "obstacle_penetration",
     "optimize_plan",
     "plan_loss",
     "reactionless_plan",
@@ -238,6 +240,11 @@ class PlanningProblem(eqx.Module):
         end_point: static index of the task end point.
         joint_lower, joint_upper: ``(n,)`` joint limits or ``None``.
         torque_limit: ``(n,)`` symmetric torque limits ``|tau_i| <= tau_max_i`` or ``None``.
+        obstacles: ``(k, 4)`` keep-out spheres ``[x, y, z, radius]`` (inertial frame, m) or
+            ``None``. The arm is a set of capsules (:func:`link_segments`): each link the segment
+            from its joint to each child's joint and each of its end points (to its centroid
+            when it has neither), of radius ``link_radius``; the base is not checked.
+        link_radius: ``(n,)`` capsule radius of each link, m.
         project_limits: static; clip the control points into the joint limits after every
             optimiser step (default True) besides the penalty.
         position_weight, orientation_weight, attitude_weight, effort_weight, limit_weight:
@@ -256,6 +263,8 @@ class PlanningProblem(eqx.Module):
     joint_lower: Array | None
     joint_upper: Array | None
     torque_limit: Array | None
+    obstacles: Array | None
+    link_radius: Array
     position_weight: Array
     orientation_weight: Array
     attitude_weight: Array
@@ -284,6 +293,8 @@ class PlanningProblem(eqx.Module):
         end_point: int = 0,
         joint_limits: tuple[Any, Any] | None = None,
         torque_limit: Any = None,
+        obstacles: Any = None,
+        link_radius: Any = 0.0,
         project_limits: bool = True,
         position_weight: Any = 1e4,
         orientation_weight: Any = 1e2,
@@ -374,6 +385,23 @@ class PlanningProblem(eqx.Module):
                 raise ValueError(
                     f"PlanningProblem: torque_limit must be positive for every joint, joint(s) {bad} are not"
                 )
+        if obstacles is None:
+            self.obstacles = None
+        else:
+            self.obstacles = float_array("PlanningProblem: obstacles", obstacles, shape=(None, 4), dtype=dtype)
+            if self.obstacles.shape[0] == 0:
+                raise ValueError("PlanningProblem: obstacles is empty; pass None for no obstacles")
+            if not is_traced(obstacles) and np.any(np.asarray(self.obstacles[:, 3]) <= 0):
+                bad = np.nonzero(np.asarray(self.obstacles[:, 3]) <= 0)[0].tolist()
+                raise ValueError(f"PlanningProblem: obstacles radius (column 3) must be positive, rows {bad} are not")
+        self.link_radius = float_array(
+            "PlanningProblem: link_radius",
+            link_radius,
+            shape=(n,),
+            dtype=dtype,
+            scalar="broadcast",
+            sign="non-negative",
+        )
         self.project_limits = bool(project_limits)
         self.position_weight = float_array(
             "PlanningProblem: position_weight", position_weight, shape=(), dtype=dtype, sign="non-negative"
@@ -455,6 +483,8 @@ class PlanEvaluation(eqx.Module):
         effort: ``()`` ``int |tau|^2 dt``, N^2 m^2 s.
         joint_violation: ``()`` largest joint-limit excess over the rollout, rad (0 without limits).
         torque_violation: ``()`` largest ``|tau_i| - tau_max_i`` excess, N m (0 without limits).
+        obstacle_violation: ``()`` deepest penetration of a link capsule into a keep-out sphere
+            over the rollout's step times, m (0 without obstacles).
     """
 
     trajectory: Trajectory
@@ -468,6 +498,7 @@ class PlanEvaluation(eqx.Module):
     effort: Array
     joint_violation: Array
     torque_violation: Array
+    obstacle_violation: Array
 
 
 def _safe_norm(x: Array) -> Array:
@@ -541,6 +572,12 @@ def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False
         torque_violation = jnp.max(excess)
     else:
         torque_violation = jnp.zeros((), dtype)
+    if problem.obstacles is not None:
+        depth = obstacle_penetration(problem, trajectory.states)
+        loss = loss + problem.limit_weight * jnp.sum(depth**2) * dt
+        obstacle_violation = jnp.max(depth)
+    else:
+        obstacle_violation = jnp.zeros((), dtype)
     reference_q = jax.vmap(lambda t: reference(t)[0])(trajectory.time)
     return PlanEvaluation(
         trajectory=trajectory,
@@ -554,7 +591,56 @@ def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False
         effort=effort,
         joint_violation=joint_violation,
         torque_violation=torque_violation,
+        obstacle_violation=obstacle_violation,
     )
+
+
+def link_segments(model: Model) -> tuple[tuple[int, int, int], ...]:
+    """The capsule axes of the arm's links, ``(link, kind, index)`` per segment: from the joint
+    of ``link`` (1..n) to the joint of child ``index`` (``kind`` 0), to end point ``index``
+    (``kind`` 1), or to the link's own centroid (``kind`` 2, a link with neither)."""
+    segments = []
+    for link in range(1, model.num_joints + 1):
+        ends = [(link, 0, child) for child in range(1, model.num_joints + 1) if model.parent[child - 1] == link]
+        ends += [(link, 1, e) for e, body in enumerate(model.end_point_link) if body == link]
+        segments += ends or [(link, 2, link)]
+    return tuple(segments)
+
+
+def _segment_distance(point: Array, start: Array, end: Array) -> Array:
+    """Distance from ``point`` to the segment ``[start, end]`` (all ``(3,)``), m; smooth in the
+    segment's interior, a point distance for a zero-length segment."""
+    axis = end - start
+    length_sq = jnp.sum(axis * axis)
+    t = jnp.clip(jnp.sum((point - start) * axis) / jnp.where(length_sq > 0, length_sq, 1.0), 0.0, 1.0)
+    return _safe_norm(point - start - t * axis)
+
+
+def obstacle_penetration(problem: PlanningProblem, states: State) -> Array:
+    """``(N, k, S)`` penetration ``max(0, R_k + r_link - distance)`` of each link capsule
+    (:func:`link_segments`) into each keep-out sphere of ``problem.obstacles``, at each of the
+    ``N`` states (a leading axis of ``states``), m."""
+    obstacles = problem.obstacles
+    if obstacles is None:
+        raise ValueError("obstacle_penetration: the problem has no obstacles")
+    segments = link_segments(problem.model)
+    links = np.array([s[0] for s in segments])
+    radius = obstacles[:, 3][:, None] + problem.link_radius[links - 1][None, :]  # (k, S)
+
+    def one(state: State) -> Array:
+        kin = forward_kinematics(problem.model, state)
+        starts = kin.joint_position[links - 1]
+        ends = jnp.stack(
+            [
+                kin.joint_position[index - 1] if kind == 0 else kin.end_point_position[index] if kind == 1
+                else kin.centroid[index]
+                for _, kind, index in segments
+            ]
+        )  # fmt: skip
+        distance = jax.vmap(lambda c: jax.vmap(lambda a, b: _segment_distance(c, a, b))(starts, ends))(obstacles[:, :3])
+        return jnp.maximum(radius - distance, 0.0)
+
+    return jax.vmap(one)(states)
 
 
 def simulate_plan(problem: PlanningProblem, plan: Any, *, continuous: bool = False) -> PlanEvaluation:
@@ -791,8 +877,9 @@ class PlanResult(eqx.Module):
         loss_history: ``(B, I)`` loss before each update.
         final_loss: ``(B,)`` loss of the final coefficients.
         position_error, orientation_error, base_attitude_change: ``(B,)`` final values (m, rad, rad).
-        joint_violation, torque_violation: ``(B,)`` largest limit excess over the rollout.
-        feasible: ``(B,)`` bool, both violations within ``feasibility_tolerance``.
+        joint_violation, torque_violation, obstacle_violation: ``(B,)`` largest limit excess
+            and deepest obstacle penetration over the rollout.
+        feasible: ``(B,)`` bool, all three within ``feasibility_tolerance``.
     """
 
     best: Array
@@ -806,6 +893,7 @@ class PlanResult(eqx.Module):
     base_attitude_change: Array
     joint_violation: Array
     torque_violation: Array
+    obstacle_violation: Array
     feasible: Array
 
 
@@ -850,7 +938,11 @@ def _optimize(
         return c, history[:-1], evaluation
 
     coefficients, history, evaluations = jax.vmap(run)(starts)
-    feasible = (evaluations.joint_violation <= tolerance) & (evaluations.torque_violation <= tolerance)
+    feasible = (
+        (evaluations.joint_violation <= tolerance)
+        & (evaluations.torque_violation <= tolerance)
+        & (evaluations.obstacle_violation <= tolerance)
+    )
     score = jnp.where(feasible, evaluations.loss, jnp.inf)
     best = jnp.where(jnp.any(feasible), jnp.argmin(score), jnp.argmin(evaluations.loss)).astype(jnp.int32)
     chosen = coefficients[best]
@@ -866,6 +958,7 @@ def _optimize(
         base_attitude_change=evaluations.base_attitude_change,
         joint_violation=evaluations.joint_violation,
         torque_violation=evaluations.torque_violation,
+        obstacle_violation=evaluations.obstacle_violation,
         feasible=feasible,
     )
 
@@ -1007,7 +1100,12 @@ def _reactionless(
     def residual(value):
         evaluation = _evaluate(problem, problem.trajectory(value), True)
         base_rotation = _base_rotation(problem, evaluation.trajectory.states.base_quaternion[-1])
-        return jnp.concatenate([_task_residual(problem, evaluation), base_rotation]), evaluation
+        parts = [_task_residual(problem, evaluation), base_rotation]
+        if problem.obstacles is not None:
+            # One row per sphere: its deepest penetration over the rollout (zero, with a zero
+            # Jacobian row, while every capsule keeps clear).
+            parts.append(jnp.max(obstacle_penetration(problem, evaluation.trajectory.states), axis=(0, 2)))
+        return jnp.concatenate(parts), evaluation
 
     solved, evaluation, history, iterations = _damped_gauss_newton(
         problem, residual, coefficients, max_iterations, tolerance, damping, max_step
@@ -1050,6 +1148,9 @@ def reactionless_plan(
     With ``3 + 3`` residuals (``6 + 3`` with a target rotation) the arm needs at least as many
     spline unknowns ``m n``, and redundancy for the attitude.
 
+    Keep-out spheres (``problem.obstacles``) add one residual per sphere, its deepest
+    penetration by a link capsule over the rollout, solved to zero with the others (the plan
+    ends touching at most, checked at the rollout's step times).
     Joint limits are kept by projecting the control points (the spline stays in their hull);
     torque limits are not enforced but reported (``torque_ratio``): under zero gravity a
     rest-to-rest path executed over ``k`` times the duration needs ``1 / k^2`` of the torques

@@ -253,6 +253,9 @@ REFUSALS = [
     ("planner = 3\n" + PLAN.split("[planner]")[0], "job.toml: planner: expected a table [planner], got int 3"),
     (PLAN + "[limits]\ntorque = [1.0, 2.0]\n", "limits.torque: expected 1 or 6 values, got 2"),
     (PLAN + "[limits]\njoint_lower = [0, 0, 0, 0, 0, 0]\n", "give both joint_lower and joint_upper"),
+    (PLAN + "[limits]\nobstacles = [[1, 2, 3]]\n", "limits.obstacles: expected a list of rows of 4 numbers"),
+    (PLAN + "[limits]\nobstacles = [[1, 2, 3, -0.1]]\n", "limits.obstacles: every sphere's radius"),
+    (PLAN + "[limits]\nlink_radius = 0.1\n", "limits.link_radius: applies with obstacles only"),
     (PLAN.replace('model = "spacedyn_sample"', 'model = "nosuch.json"'), "nosuch.json: no such model file"),
     ("model = [", "job.toml: not valid TOML"),
     (PLAN + "meet_torque_limits = true\n", "planner.meet_torque_limits: applies to method = 'reactionless' only"),
@@ -261,6 +264,26 @@ REFUSALS = [
         "planner.meet_torque_limits: needs torque limits ([limits] torque)",
     ),
 ]
+
+
+def test_plan_reports_the_penetration_of_keep_out_spheres(tmp_path, capsys):
+    """[limits] obstacles: the straight line (which ignores them) is reported as penetrating a
+    sphere centred on its start end point by the sphere's radius plus the link radius, and not
+    at all a sphere far away."""
+    import sdjax
+    from sdjax.models import spacedyn_sample
+
+    model = spacedyn_sample()  # PLAN's model, started at q = 0
+    start = np.asarray(sdjax.forward_kinematics(model, sdjax.make_state(model)).end_point_position[0])
+    for center, expected in ((start, 0.05 + 0.01), (start + 100.0, 0.0)):
+        sphere = ", ".join(f"{x:.17g}" for x in center)
+        text = PLAN + f"[limits]\nobstacles = [[{sphere}, 0.05]]\nlink_radius = 0.01\n"
+        out = tmp_path / f"out{expected}"
+        assert main(["plan", _config(tmp_path, text), "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+        summary = json.loads((out / "summary.json").read_text())
+        # The end point is on its link's axis: at the start it is the sphere's centre (depth
+        # radius + link radius, to round-off of the kinematics).
+        assert summary["obstacle_violation_m"] == pytest.approx(expected, abs=1e-9)
 
 
 @pytest.mark.parametrize("text, message", REFUSALS)

@@ -237,6 +237,44 @@ def test_reactionless_plan_reaches_a_full_pose(arm7_model):
     assert float(check.base_attitude_change) < 1e-3
 
 
+def _capsule_clearance(model, states, center, radius, link_radius):
+    """Smallest distance minus radii between a sphere and the 7-joint chain's link axes (joint i
+    to joint i+1, the last joint to the end point) at every state, in NumPy."""
+    worst = np.inf
+    for k in range(states.q.shape[0]):
+        kin = sdjax.forward_kinematics(model, jax.tree.map(lambda x: x[k], states))
+        points = np.vstack([np.asarray(kin.joint_position), np.asarray(kin.end_point_position[:1])])
+        for a, b in zip(points[:-1], points[1:]):
+            t = np.clip(np.dot(center - a, b - a) / np.dot(b - a, b - a), 0.0, 1.0)
+            worst = min(worst, np.linalg.norm(center - (a + t * (b - a))) - radius - link_radius)
+    return worst
+
+
+def test_reactionless_plan_keeps_out_of_a_sphere(arm7_model):
+    """A keep-out sphere on the path the unconstrained plan takes: with it, the plan still
+    reaches the target with the base attitude unchanged, and every link axis keeps the sphere's
+    radius plus the link radius at every step time (distances recomputed independently)."""
+    limits = dict(num_steps=20, duration=1.0, joint_limits=(Q0 - 1.0, Q0 + 1.0))
+    states = sdjax.reactionless_plan(make_problem(arm7_model, **limits)).evaluation.trajectory.states
+    wrist = np.asarray(
+        sdjax.forward_kinematics(arm7_model, jax.tree.map(lambda x: x[10], states)).end_point_position[0]
+    )
+    sphere = np.array([*wrist, 0.05])  # centred on the free plan's end point half-way
+    assert _capsule_clearance(arm7_model, states, wrist, 0.05, 0.02) < -0.05
+    plan = sdjax.reactionless_plan(make_problem(arm7_model, obstacles=sphere[None], link_radius=0.02, **limits))
+    assert bool(plan.converged), np.asarray(plan.residual_history)
+    ev = plan.evaluation
+    # Converged residuals (tolerance 4e-10 m and rad) include the sphere's penetration row.
+    assert float(ev.position_error) < 1e-9 and float(ev.base_attitude_change) < 1e-9
+    clearance = _capsule_clearance(arm7_model, ev.trajectory.states, wrist, 0.05, 0.02)
+    assert clearance > -1e-9, clearance
+    assert float(ev.obstacle_violation) <= 1e-9
+    with pytest.raises(ValueError, match="obstacles radius"):
+        make_problem(arm7_model, obstacles=[[0.0, 0.0, 0.0, -1.0]])
+    with pytest.raises(ValueError, match=r"obstacles: expected"):
+        make_problem(arm7_model, obstacles=[0.0, 0.0, 0.0])
+
+
 def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_model):
     """Gauss-Newton on [end-point error; base attitude change] through the executed rollout
     converges quadratically to round-off, and the plan holds up in an independent check: simulated
