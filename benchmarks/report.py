@@ -154,6 +154,30 @@ def gradient_table(data: dict) -> str:
     )
 
 
+def excitation_table(data: dict) -> str:
+    body = [
+        [
+            r["model"],
+            r.get("criterion", "log_det"),
+            f"{r['base_parameters']} / {r['parameters']}",
+            r["sinusoidal"]["condition_number"],
+            r["optimal"]["condition_number"],
+            r["sinusoidal"]["base_error"],
+            r["optimal"]["base_error"],
+            r["error_ratio"],
+            r["design_seconds"],
+        ]
+        for r in data["results"]
+    ]
+    note = f"{data['note']}\n\n" if "note" in data else ""
+    headers = ["arm", "criterion", "base / all", "cond sine", "cond optimal", "base error sine"]
+    headers += ["base error optimal", "error ratio", "design s"]
+    return (
+        f"Machine: {machine_line(data)}; noise {data['noise']} (median over seeds {data['seeds']})\n\n{note}"
+        + table(headers, body)
+    )
+
+
 def plot(data: dict, path: pathlib.Path) -> None:
     import matplotlib
 
@@ -222,6 +246,7 @@ def main() -> None:
         ("Compile time and scaling", "compile", compile_table),
         ("Gradient of a rollout", "gradient", gradient_table),
         ("Gradient of a rollout (GPU)", "gradient_gpu", gradient_table),
+        ("Optimal excitation", "excitation", excitation_table),
     ]
     tables = []
     for title, name, render in sections:

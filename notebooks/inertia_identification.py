@@ -188,7 +188,7 @@ print("\n".join(lines[:9] + ["  ..."] + lines[-1:]))
 # %% [markdown]
 # ## Optimal excitation
 #
-# `sdjax.excitation.optimal_excitation` designs the joint motion for the 52 base parameters: a finite Fourier series per joint (Swevers et al. 1997) in a `sin^2` window, so the experiment starts and ends at rest, tracked by the same PD law, with the D-optimal criterion `-log det(Y_b^T Y_b) / r` of the simulated record minimised by L-BFGS through the rollout. For a fair comparison it gets the sinusoidal manoeuvre's own envelope: each joint's largest excursion from the start and its largest rate over that record are the limits, enforced exactly on the simulated record at the end. The design uses only the nominal arm (the unknowns are unknown); the experiment is then run on the true arm.
+# `sdjax.excitation.optimal_excitation` designs the joint motion for the 52 base parameters: a finite Fourier series per joint (Swevers et al. 1997) in a `sin^2` window, so the experiment starts and ends at rest, tracked by the same PD law, with the A-optimal criterion `log(trace((Y_b^T Y_b)^-1) / r)` (the mean variance of the base parameters, in equilibrated units) of the simulated record minimised by L-BFGS through the rollout. For a fair comparison it gets the sinusoidal manoeuvre's own envelope: each joint's largest excursion from the start and its largest rate over that record are the limits, enforced exactly on the simulated record at the end. The design uses only the nominal arm (the unknowns are unknown); the experiment is then run on the true arm.
 
 # %%
 T_DESIGN = 1.0 if QUICK else 5.0
@@ -208,7 +208,7 @@ start = time.perf_counter()
 design = ex.optimal_excitation(nominal, links, free_flying_arm_initial_q(), T_DESIGN, iterations=5 if QUICK else 100, base_twist=TWIST, **envelope)
 print(f"designed in {time.perf_counter() - start:.1f} s (compile included), {design.iterations} L-BFGS iterations, final scale {design.scale:.3f}, limits used {design.peaks}")
 sv_sine = np.asarray(ex.base_singular_values(nominal, sine.subsample(4), links, design.base))
-print(f"{'excitation':>12} {'-log det/r':>11} {'condition':>10} {'smallest sv':>12}")
+print(f"{'excitation':>12} {'log tr/r':>11} {'condition':>10} {'smallest sv':>12}")
 for name, sv in (("sinusoidal", sv_sine), ("optimal", design.singular_values)):
     print(f"{name:>12} {float(ex.excitation_criterion(sv)):11.3f} {sv[0] / sv[-1]:10.1f} {sv[-1]:12.2e}")
 fig, ax = plt.subplots(1, 3, figsize=(13, 3))
@@ -245,4 +245,4 @@ for name, record in experiments.items():
     print(f"{name:>12} {np.median([e[0] for e in errs]):11.2e} {np.median([e[1] for e in errs]):21.2e}")
 
 # %% [markdown]
-# All 18 directions the sinusoidal manoeuvre leaves unobservable are structural: three random rich motions reach the same rank, 52 of 70, so the 52 base parameters are what any such experiment can identify (the list names each combination; for example a link's inertia about its joint axis regrouped with the masses beyond it). What the design changes is how well they are identified: within the sinusoid's own excursion and rate envelope the optimal excitation lowers the condition number of the base regressor from 343.7 to 161.9 and raises its smallest singular value from 1.16e-02 to 2.13e-02, and the base-parameter error at noise 1e-3 falls from 1.35e-02 to 4.45e-03 (largest single error 7.98e-03 to 2.98e-03). The design took 120.8 s here, compilation included (`benchmarks/README.md`, *Workflows*, lists the identification timings).
+# All 18 directions the sinusoidal manoeuvre leaves unobservable are structural: three random rich motions reach the same rank, 52 of 70, so the 52 base parameters are what any such experiment can identify (the list names each combination; for example a link's inertia about its joint axis regrouped with the masses beyond it). What the design changes is how well they are identified: within the sinusoid's own excursion and rate envelope the optimal excitation lowers the condition number of the base regressor from 343.7 to 125.7 and raises its smallest singular value from 1.16e-02 to 2.77e-02, and the base-parameter error at noise 1e-3 falls from 1.35e-02 to 6.00e-03 (largest single error 7.98e-03 to 3.50e-03). The design took 104.9 s here, compilation included. (With `criterion="log_det"`, D-optimality, this arm's error fell further, to 4.45e-03; on three other arms the A-optimal default did better: `benchmarks/README.md`, *Optimal excitation*.)

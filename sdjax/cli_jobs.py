@@ -581,7 +581,7 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
             raise ex.fail("frequency", "expected [lowest, highest] rad/s")
     else:  # sdjax.excitation.optimal_excitation's design options
         design_options = dict(
-            criterion=ex.string("criterion", "log_det", choices=("log_det", "condition")),
+            criterion=ex.string("criterion", "trace", choices=("trace", "log_det", "condition")),
             harmonics=ex.integer("harmonics", 4, maximum=50),
             iterations=ex.integer("iterations", 60, maximum=10_000),
             max_excursion=ex.vector("max_excursion", np.full(n, 0.3), size=n, scalar=True, sign="positive"),

@@ -15,8 +15,12 @@ gradient through the closed-loop rollout that produces the record:
   evaluated on the simulated record (what the experiment measures), not on the reference.
 - **Criterion**: of the column-equilibrated base regressor ``Y_b`` (the structural base set,
   found first from random rich motions, :func:`sdjax.identification.base_parameters`), either
-  D-optimality ``-log det(Y_b^T Y_b) / r`` (``"log_det"``, default: the volume of the
-  confidence ellipsoid) or the log condition number ``log(s_max / s_min)`` (``"condition"``).
+  A-optimality ``log(trace((Y_b^T Y_b)^-1) / r)`` (``"trace"``, default: the mean variance of
+  the equilibrated base parameters, so the expected squared error of the estimate), D-optimality
+  ``-log det(Y_b^T Y_b) / r`` (``"log_det"``: the volume of the confidence ellipsoid) or the log
+  condition number ``log(s_max / s_min)`` (``"condition"``). Measured on four arms
+  (``benchmarks/bench_excitation.py``), A-optimal designs shrank the base-parameter error more
+  than D-optimal ones.
 - **Limits**: joint excursion ``|q - q0| <= max_excursion`` (or absolute ``joint_limits``),
   rates ``|qd| <= rate_limit`` and torques ``|tau| <= torque_limit`` on the simulated record,
   as a quadratic penalty during the search and exactly at the end: a design that still
@@ -65,7 +69,7 @@ __all__ = [
 ]
 
 #: Design criteria of :func:`optimal_excitation` (module docstring).
-CRITERIA = ("log_det", "condition")
+CRITERIA = ("log_det", "trace", "condition")
 
 # Weight of the squared relative limit violations in the design objective: a violation of 1 %
 # over the whole record costs about as much as a 10 % loss of information, so the search
@@ -183,14 +187,16 @@ def base_singular_values(
     return jnp.linalg.svd(y_base, compute_uv=False)
 
 
-def excitation_criterion(singular_values: Array, criterion: str = "log_det") -> Array:
+def excitation_criterion(singular_values: Array, criterion: str = "trace") -> Array:
     """The design criterion (lower is better) of a base regressor's singular values:
-    ``"log_det"``: ``-(2 / r) sum log s_i`` (D-optimality, per parameter); ``"condition"``:
-    ``log(s_max / s_min)``."""
+    ``"log_det"``: ``-(2 / r) sum log s_i`` (D-optimality, per parameter); ``"trace"``:
+    ``log((1 / r) sum s_i^-2)`` (A-optimality); ``"condition"``: ``log(s_max / s_min)``."""
     check_choice("excitation_criterion: criterion", criterion, CRITERIA, "criterion")
     s = jnp.asarray(singular_values)
     if criterion == "log_det":
         return -2.0 * jnp.mean(jnp.log(s))
+    if criterion == "trace":
+        return jnp.log(jnp.mean(s**-2))
     return jnp.log(s[0]) - jnp.log(s[-1])
 
 
@@ -288,7 +294,7 @@ def optimal_excitation(
     dt: float = 0.005,
     *,
     residual: str = "momentum",
-    criterion: str = "log_det",
+    criterion: str = "trace",
     harmonics: int = 4,
     max_excursion: Any = 0.3,
     joint_limits: tuple[Any, Any] | None = None,
@@ -311,7 +317,7 @@ def optimal_excitation(
         q0: ``(n,)`` rest position the experiment starts and ends at.
         duration: experiment length ``T``, s; ``dt`` the RK4 step.
         residual: ``"momentum"``, ``"dynamics"`` or ``"both"`` (the identification's).
-        criterion: ``"log_det"`` or ``"condition"`` (:data:`CRITERIA`).
+        criterion: ``"log_det"``, ``"trace"`` or ``"condition"`` (:data:`CRITERIA`).
         harmonics: Fourier harmonics ``L`` per joint (base frequency ``2 pi / T``).
         max_excursion: scalar or ``(n,)`` largest ``|q - q0|``, rad (used when
             ``joint_limits`` is ``None``).

@@ -162,4 +162,4 @@ def test_optimal_excitation_refuses_bad_arguments(planar):
     with pytest.raises(ValueError, match="q0: expected"):
         ex.optimal_excitation(planar, LINKS, np.zeros(3), 1.0)
     with pytest.raises(ValueError, match="unknown criterion"):
-        ex.excitation_criterion(jnp.ones(3), "trace")
+        ex.excitation_criterion(jnp.ones(3), "e-optimal")

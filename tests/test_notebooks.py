@@ -130,7 +130,7 @@ QUOTED = {
     "inertia_identification.ipynb": [
         (r"base parameters from 3 random records: ([0-9]+) of 70", "reach the same rank, {1} of 70"),
         (
-            r"sinusoidal +[0-9.]+ +([0-9.]+) +([0-9.e+-]+)\s+optimal +[0-9.]+ +([0-9.]+) +([0-9.e+-]+)",
+            r"sinusoidal +[0-9.e+-]+ +([0-9.]+) +([0-9.e+-]+)\s+optimal +[0-9.e+-]+ +([0-9.]+) +([0-9.e+-]+)",
             "condition number of the base regressor from {1} to {3} and raises its smallest singular value from {2} to {4}",
         ),
         (
