@@ -259,11 +259,11 @@ class _Design(eqx.Module):
     upper: Array
     rate_limit: Array
     torque_limit: Array
-    tracking: dict = eqx.field(static=True)
+    tracking: tuple[tuple[str, Any], ...] = eqx.field(static=True)  # (name, value) pairs: hashable
 
     def record(self, coefficients: Array) -> Dataset:
         reference = FourierExcitation(self.q0, coefficients, self.duration)
-        return tracking_record(self.model, self.q0, reference, self.duration, self.dt, **self.tracking)
+        return tracking_record(self.model, self.q0, reference, self.duration, self.dt, **dict(self.tracking))
 
     def usage(self, record: Dataset) -> dict[str, Array]:
         """Relative use of each limit per sample (``<= 1`` inside): ``(N, n)`` arrays."""
@@ -406,7 +406,7 @@ def optimal_excitation(
         upper=upper,
         rate_limit=rates,
         torque_limit=torques,
-        tracking=tracking,
+        tracking=tuple(tracking.items()),
     )
     rng = np.random.default_rng(seed)
 
