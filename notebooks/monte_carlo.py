@@ -152,6 +152,51 @@ for p in (0.1, 0.01, 0.001):
           f"{mc.samples_needed(p, failures=5)} with five")
 
 # %% [markdown]
+# ## A mission question, with the controller tuned for it
+#
+# The study above answers "what does this controller do?": the computed-torque law knows nothing of the payload (0-50 kg on a wrist link of a few kg) and its gains give 2 rad/s, so although the nominal case settles (below), most manoeuvres have not settled after 5 s. Before a mission an engineer first tunes the controller for the uncertainty, then asks a requirement question of the tuned system. Tuned here: the computed-torque law uses the nominal arm *with a 25 kg payload* (the middle of the range, at the nominal offset) and gains of 4 rad/s, critically damped (sampled 12-20 1/s^2 and 8 1/s +- 10 % as before); everything else is uncertain as above. **Requirement**: the arm settles within 0.05 rad (norm over the joints) of its goal at 5 s. The nominal case must meet it first; then the study gives the probability of meeting it with its interval, and what drives a miss.
+
+# %%
+REQUIREMENT_RAD = 0.05
+payload_guess = 25.0  # kg, the middle of the payload range, at the nominal offset with a 0.15 m radius of gyration
+tuned_model = sdjax.editing.merge_payload(model, n, payload_guess, np.array([0.15, 0.0, 0.0]), payload_guess * 0.15**2 * np.eye(3))
+tuned = mc.ControlScenario(
+    tuned_model, q_goal=q_goal, kp=16.0, kd=8.0, dt=dt, num_steps=num_steps, controller="computed_torque", torque_limit=100.0
+)
+tuned_uncertainty = mc.Uncertainty(
+    model=dict(zip(uncertainty.model_names, uncertainty.perturbations)),
+    parameters={**uncertainty.parameters, "kp": mc.Uniform(12.0, 20.0, shape=(n,)), "kd": mc.LogNormal(8.0, 0.1, shape=(n,))},
+)
+# The nominal case: the controller's own model, from the nominal start, nothing random.
+nominal = mc.run_monte_carlo(tuned_model, mc.Uncertainty(parameters={"q0": q_start}), tuned, metrics, num_samples=1, seed=0, progress=False)
+nominal_error = float(nominal.metrics["final_joint_error"][0])
+print(f"nominal case (the controller's own model): final joint error {nominal_error:.2e} rad, meets the requirement: {nominal_error < REQUIREMENT_RAD}")
+study = mc.run_monte_carlo(
+    model, tuned_uncertainty, tuned, metrics, num_samples=num_samples, seed=2027, chunk_size=256 if QUICK else 1024,
+    keep_draws=[k for k in draw_names if k != "param/tau_noise"],
+)
+p_meet, low, high = study.probability("final_joint_error", below=REQUIREMENT_RAD)
+print(f"P(final joint error < {REQUIREMENT_RAD} rad) = {p_meet:.4f}, 95 % interval [{low:.4f}, {high:.4f}] ({num_samples} samples)")
+print(f"so the manoeuvre misses with probability at most {1 - low:.4f} (95 % confidence)")
+print("what drives a miss (rank correlation with the final joint error, recorded inputs):")
+for row in study.sensitivity("final_joint_error")[:4]:
+    print(f"  {row.input:>24}  {row.rank_correlation:+.3f}  [{row.low:+.3f}, {row.high:+.3f}]")
+print(study.summary_table())
+# The per-step joint-torque noise is not recorded (B x 500 x 7 numbers): test it directly, with
+# actuators ten times quieter and everything else as before.
+quiet = mc.Uncertainty(
+    model=dict(zip(tuned_uncertainty.model_names, tuned_uncertainty.perturbations)),
+    parameters={**tuned_uncertainty.parameters, "tau_noise": mc.Normal(0.0, 0.05, shape=(num_steps, n))},
+)
+quiet_study = mc.run_monte_carlo(model, quiet, tuned, metrics, num_samples=num_samples, seed=2027, chunk_size=256 if QUICK else 1024, keep_draws=False)
+p_quiet, low_quiet, high_quiet = quiet_study.probability("final_joint_error", below=REQUIREMENT_RAD)
+print(f"joint-torque noise 0.05 N m instead of 0.5: P(final joint error < {REQUIREMENT_RAD} rad) = {p_quiet:.4f}, "
+      f"95 % interval [{low_quiet:.4f}, {high_quiet:.4f}]")
+
+# %% [markdown]
+# The answer, from the stored full run: the tuned controller puts the nominal case on its goal (7.30e-08 rad), and the uncertain manoeuvre meets the 0.05 rad requirement with probability 0.7034 (95 % interval [0.6892, 0.7172], 4096 samples), so a requirement of "at most 10 % misses" is not met. None of the recorded inputs explains the misses (every rank correlation below 0.06 in magnitude): the per-step joint-torque noise does. With actuators ten times quieter the probability rises to 0.9861 ([0.9820, 0.9892]). That is the finding a mission engineer acts on (quieter actuators or an integral term on the wrist joints, then rerun the study), and the study size needed to demonstrate the next requirement is read from `samples_needed` above.
+
+# %% [markdown]
 # ## Files and reproducibility
 #
 # `res.save(path)` writes a compressed `.npz` without pickles: `metric/<name>` `(B,)`, `draw/<key>` `(B, ...)` and `meta` (JSON: format, seed, names, run info). A rerun with the same seed reproduces every sample whatever the chunk size or device count; here the first 16 samples are recomputed with chunks of 8.

@@ -139,6 +139,17 @@ QUOTED = {
         ),
         (r"designed in ([0-9.]+) s", "The design took {1} s here"),
     ],
+    "monte_carlo.ipynb": [
+        (r"final joint error ([0-9.e+-]+) rad, meets the requirement: True", "on its goal ({1} rad)"),
+        (
+            r"P\(final joint error < 0.05 rad\) = ([0-9.]+), 95 % interval \[([0-9.]+), ([0-9.]+)\] \(4096",
+            "probability {1} (95 % interval [{2}, {3}], 4096 samples)",
+        ),
+        (
+            r"0.05 N m instead of 0.5: P\(final joint error < 0.05 rad\) = ([0-9.]+), 95 % interval \[([0-9.]+), ([0-9.]+)\]",
+            "the probability rises to {1} ([{2}, {3}])",
+        ),
+    ],
 }
 
 
