@@ -20,6 +20,7 @@ Writes ``benchmarks/results/excitation.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Any
 
@@ -130,25 +131,9 @@ def main(argv: list[str] | None = None) -> None:
         for name, model, q0 in arms()
     ]
     path = common.write_result("excitation", {"noise": NOISE, "seeds": list(SEEDS), "results": rows})
-    table = [
-        [
-            r["model"],
-            r["criterion"],
-            f"{r['base_parameters']} / {r['parameters']}",
-            r["sinusoidal"]["rank"],
-            r["optimal"]["rank"],
-            r["sinusoidal"]["condition_number"],
-            r["optimal"]["condition_number"],
-            r["sinusoidal"]["base_error"],
-            r["optimal"]["base_error"],
-            r["error_ratio"],
-            r["design_seconds"],
-        ]
-        for r in rows
-    ]
-    headers = ["arm", "criterion", "base / all", "rank sine", "rank optimal", "cond sine", "cond optimal"]
-    headers += ["base error sine", "base error optimal", "error ratio", "design s"]
-    print(common.table(headers, table))
+    from report import excitation_table  # the README's table of this result
+
+    print(excitation_table(json.loads(path.read_text())))
     print(f"wrote {path}")
 
 
