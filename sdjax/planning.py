@@ -15,8 +15,9 @@ plan (:func:`plan_loss`) is
 with ``x``, ``R`` the end-point position and rotation at the final time ``T``,
 ``phi_base`` the rotation vector of the base attitude change (final relative to initial;
 the zero-momentum base turns in reaction to the arm, and the joint path decides how much)
-and ``hinge`` the amount by which a joint position leaves ``joint_limits`` or a torque
-exceeds ``torque_limit``. Joint limits can also be enforced by projection: a B-spline lies
+and ``hinge`` the amount by which a joint position leaves ``joint_limits``, a torque
+exceeds ``torque_limit`` or a link capsule enters a keep-out sphere (``obstacles``,
+:func:`obstacle_penetration`). Joint limits can also be enforced by projection: a B-spline lies
 in the convex hull of its control points, so clipping the control points into the box keeps
 the whole reference inside it.
 
