@@ -529,6 +529,7 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
     import jax.numpy as jnp
 
     import sdjax
+    from sdjax import excitation
     from sdjax import identification as ident
 
     config = read_config(args.config, args.set or [])
@@ -581,7 +582,7 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
             raise ex.fail("frequency", "expected [lowest, highest] rad/s")
     else:  # sdjax.excitation.optimal_excitation's design options
         design_options = dict(
-            criterion=ex.string("criterion", "trace", choices=("trace", "log_det", "condition")),
+            criterion=ex.string("criterion", "trace", choices=excitation.CRITERIA),
             harmonics=ex.integer("harmonics", 4, maximum=50),
             iterations=ex.integer("iterations", 60, maximum=10_000),
             max_excursion=ex.vector("max_excursion", np.full(n, 0.3), size=n, scalar=True, sign="positive"),
@@ -632,8 +633,6 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
             damping_ratio=damping, base_twist=twist, seed=ex_seed,
         ).subsample(every)  # fmt: skip
     else:  # designed on the nominal model (the unknowns unknown), run on the plant
-        from sdjax import excitation
-
         tracking = dict(bandwidth=bandwidth, damping_ratio=damping, base_twist=twist)
         design = excitation.optimal_excitation(
             model, unknowns, q0, duration, dt, residual=residual, sample_every=every, seed=ex_seed,
@@ -678,7 +677,8 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         summary["excitation"] = {"kind": kind}
     if not measured and kind == "optimal":
         summary["excitation"].update(
-            criterion=design.criterion, iterations=design.iterations, scale=design.scale, limits_used=design.peaks,
+            criterion=design.criterion, iterations=design.iterations, scale=design.scale,
+            limits_used_nominal_model=design.peaks,
             condition_number=design.condition_number, initial_condition_number=design.initial_condition_number,
         )  # fmt: skip
     if links_tuple:

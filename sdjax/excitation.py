@@ -26,8 +26,8 @@ gradient through the closed-loop rollout that produces the record:
   as a quadratic penalty during the search and exactly at the end: a design that still
   leaves a limit is scaled down (all Fourier coefficients by one factor, found by bisection on
   re-simulated records) until every limit holds.
-- **Optimiser**: L-BFGS with a zoom line search (``optax.lbfgs``; every accepted step lowers
-  the objective), inside one compiled program.
+- **Optimiser**: L-BFGS with a zoom line search on every step (``optax.lbfgs``), inside one
+  compiled program; the objective's history is returned.
 
 Frames inertial, units SI, angles rad.
 """
@@ -160,6 +160,8 @@ def random_excitation(
     """
     if not amplitude > 0:
         raise ValueError(f"random_excitation: amplitude must be positive, got {amplitude}")
+    if isinstance(harmonics, bool) or not isinstance(harmonics, (int, np.integer)) or harmonics < 1:
+        raise ValueError(f"random_excitation: harmonics must be an integer >= 1, got {harmonics!r}")
     raw = np.random.default_rng(seed).normal(size=(model.num_joints, 2, int(harmonics)))
     reference = _with_excursion(FourierExcitation(q0, raw, duration), amplitude)
     return tracking_record(model, reference.q0, reference, duration, dt, **tracking)
@@ -171,7 +173,9 @@ def _with_excursion(reference: FourierExcitation, excursion: Any) -> FourierExci
     q = np.asarray(jax.vmap(reference)(jnp.linspace(0.0, reference.duration, 401))[0])
     peak = np.max(np.abs(q - np.asarray(reference.q0)), axis=0)
     factor = np.broadcast_to(np.asarray(excursion, np.float64), peak.shape) / np.maximum(peak, 1e-12)
-    return FourierExcitation(reference.q0, reference.coefficients * factor[:, None, None], reference.duration)
+    return FourierExcitation(
+        reference.q0, reference.coefficients * factor[:, None, None], reference.duration, reference.base_frequency
+    )
 
 
 def base_singular_values(
@@ -197,7 +201,7 @@ def excitation_criterion(singular_values: Array, criterion: str = "trace") -> Ar
         return -2.0 * jnp.mean(jnp.log(s))
     if criterion == "trace":
         return jnp.log(jnp.mean(s**-2))
-    return jnp.log(s[0]) - jnp.log(s[-1])
+    return jnp.log(jnp.max(s)) - jnp.log(jnp.min(s))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +343,8 @@ def optimal_excitation(
     """
     check_choice("optimal_excitation: residual", residual, RESIDUALS, "residual")
     check_choice("optimal_excitation: criterion", criterion, CRITERIA, "criterion")
+    if not isinstance(unknowns, Unknowns):
+        raise TypeError(f"optimal_excitation: unknowns must be an Unknowns, got {type(unknowns).__name__}")
     unknowns.check(model)
     n = model.num_joints
     q0 = float_array("optimal_excitation: q0", q0, shape=(n,), hint="one per joint")
@@ -351,6 +357,11 @@ def optimal_excitation(
     ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
             raise ValueError(f"optimal_excitation: {name} must be an integer >= {lowest}, got {value!r}")
+    if not (duration > 0 and dt > 0) or round(duration / dt) // sample_every < 1:
+        raise ValueError(
+            f"optimal_excitation: duration {duration} s at dt {dt} s gives fewer than 2 samples every "
+            f"sample_every = {sample_every} steps"
+        )
     if joint_limits is None:
         excursion = float_array(
             "optimal_excitation: max_excursion",
@@ -465,6 +476,11 @@ def _within_limits(design: _Design, coefficients: Array) -> tuple[Array, float]:
     for _ in range(30):
         middle = 0.5 * (low + high)
         low, high = (middle, high) if float(_usage_peak(design, middle * coefficients)) <= 1.0 else (low, middle)
+    if low == 0.0:  # even a motion 1e-9 of the size breaks a limit: the rest record itself does
+        raise ValueError(
+            "optimal_excitation: the limits cannot be met by any motion from q0 (at rest, with the given "
+            "base_twist, the record already leaves a limit); loosen the limits or start elsewhere"
+        )
     return low * coefficients, low
 
 

@@ -575,17 +575,24 @@ def tracking_record(
     qd_d[, qdd_d])``) under an independent-joint PD law with gains from the diagonal of the
     generalized inertia at the start (natural frequency ``bandwidth`` rad/s, ``damping_ratio``),
     from rest at ``q0`` while the base moves freely from ``base_twist`` ``[v0; w0]`` (m/s,
-    rad/s, inertial frame). RK4 with step ``dt`` over ``duration`` s (static); traceable in
-    ``q0`` and the reference (the gradient of :func:`sdjax.excitation.optimal_excitation`).
+    rad/s, inertial frame). RK4 with step ``dt`` over ``round(duration / dt)`` steps (static);
+    traceable in ``q0`` and the reference (the gradient of
+    :func:`sdjax.excitation.optimal_excitation`).
 
     Returns:
         :class:`Dataset` of every step, joint torques included.
     """
     if not (duration > 0 and dt > 0 and math.isfinite(duration) and math.isfinite(dt)):
-        raise ValueError(f"excitation: duration and dt must be positive and finite, got {duration}, {dt}")
+        raise ValueError(f"tracking_record: duration and dt must be positive and finite, got {duration}, {dt}")
+    if round(duration / dt) < 1:
+        raise ValueError(f"tracking_record: duration {duration} s is shorter than one step of {dt} s")
+    if not (bandwidth > 0 and damping_ratio > 0):
+        raise ValueError(
+            f"tracking_record: bandwidth and damping_ratio must be positive, got {bandwidth}, {damping_ratio}"
+        )
     twist = np.asarray(base_twist, dtype=np.float64)
     if twist.shape != (6,):
-        raise ValueError(f"excitation: base_twist must be [v0; w0] of shape (6,), got shape {twist.shape}")
+        raise ValueError(f"tracking_record: base_twist must be [v0; w0] of shape (6,), got shape {twist.shape}")
     state = make_state(model, q=q0, base_linear_velocity=twist[:3], base_angular_velocity=twist[3:])
     inertia = jnp.diag(generalized_inertia_matrix(model, state))
     law = JointPD(bandwidth**2 * inertia, 2 * damping_ratio * bandwidth * inertia, reference)
@@ -886,7 +893,7 @@ def base_parameters(
     records: Dataset | list[Dataset] | tuple[Dataset, ...],
     unknowns: Unknowns,
     *,
-    tolerance: float = 1e-8,
+    tolerance: float | None = None,
     **kwargs: Any,
 ) -> BaseParameters:
     """The base parameters (:class:`BaseParameters`) of ``unknowns`` from the regressors of
@@ -902,14 +909,21 @@ def base_parameters(
             it does not depend on the parameters, the residuals being linear in them).
         records: one :class:`Dataset` or several.
         tolerance: relative threshold on the pivoted diagonal ``|R_ii| / |R_11|`` of the
-            column-equilibrated regressor (default 1e-8, as :func:`identifiability`).
+            column-equilibrated regressor (default: 1e-8 in float64, as :func:`identifiability`;
+            ``100 eps`` of the records' dtype when that is larger: 1.2e-5 in float32, whose
+            round-off would otherwise count as rank).
         **kwargs: residual options (``residual=``, weights) passed to :func:`residuals`.
     """
     if isinstance(records, Dataset):
         records = [records]
     if not records:
         raise ValueError("base_parameters: no records given")
-    y = np.vstack([np.asarray(regressor(model, d, unknowns, **kwargs), np.float64) for d in records])
+    regressors = [regressor(model, d, unknowns, **kwargs) for d in records]
+    if tolerance is None:
+        tolerance = max(1e-8, 100.0 * float(np.finfo(regressors[0].dtype).eps))
+    elif not (isinstance(tolerance, (int, float)) and 0 < tolerance < 1):
+        raise ValueError(f"base_parameters: tolerance must lie strictly between 0 and 1, got {tolerance!r}")
+    y = np.vstack([np.asarray(r, np.float64) for r in regressors])
     return _base_parameters(y, unknowns.parameter_names(model), tolerance)
 
 

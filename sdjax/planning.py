@@ -764,7 +764,8 @@ def _damped_gauss_newton(
         max_iterations=max_iterations,
         damping=damping**2,
         adaptive=False,
-        # The small m x m system: a plan has a few residuals (3 to 9) and tens of unknowns.
+        # The small m x m system: a plan has a few residuals (3 to 9, plus one per keep-out sphere)
+        # and tens of unknowns.
         form="min_norm",
         max_step=max_step,
         project=None if problem.joint_lower is None else project,
@@ -1199,6 +1200,7 @@ def reactionless_plan(
         if not is_traced(value) and not float(np.asarray(value)) > 0:
             raise ValueError(f"reactionless_plan: {name} must be positive, got {value!r}")
     residuals = 6 + (3 if problem.target_rotation is not None else 0)
+    residuals += 0 if problem.obstacles is None else problem.obstacles.shape[0]  # one row per sphere
     if problem.num_coefficients * problem.model.num_joints < residuals:
         raise ValueError(
             f"reactionless_plan: {residuals} residuals need at least as many unknowns; the problem has "

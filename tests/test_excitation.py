@@ -45,7 +45,8 @@ def test_fourier_excitation_derivatives_and_rest_at_both_ends():
     position = lambda t: reference(t)[0]  # noqa: E731
     for t in rng.uniform(0.0, 2.5, 5):
         q, qd, qdd = reference(t)
-        # Autodiff of the closed-form position: agreement to float64 round-off of O(1) values.
+        # Autodiff of the closed-form position: agreement to float64 round-off (q and qd are O(1),
+        # qdd up to ~1e2 with 4 harmonics of 2 pi / 2.5 s: 1e-11 absolute is ~1e-13 relative).
         np.testing.assert_allclose(qd, jax.jacfwd(position)(t), rtol=0, atol=1e-12)
         np.testing.assert_allclose(qdd, jax.jacfwd(jax.jacfwd(position))(t), rtol=0, atol=1e-11)
     for t in (0.0, 2.5, -1.0, 4.0):
@@ -86,6 +87,17 @@ def test_base_parameters_reproduce_the_regressor_of_another_motion(planar, plana
         ident.base_parameters(planar, [], LINKS)
 
 
+def test_base_parameters_in_float32_keep_the_float64_rank(planar, planar_records):
+    """The default rank tolerance follows the records' dtype: float32 round-off of the regressor
+    (~1e-7 relative) must not count as rank (with the float64 tolerance it added 6)."""
+    records32 = [jax.tree.map(lambda x: x.astype(jnp.float32), r) for r in planar_records[:2]]
+    base64 = ident.base_parameters(planar, planar_records[:2], LINKS)
+    base32 = ident.base_parameters(planar.astype(jnp.float32), records32, LINKS)
+    assert base32.rank == base64.rank and set(base32.unexcited) == set(base64.unexcited)
+    with pytest.raises(ValueError, match="tolerance must lie strictly between 0 and 1"):
+        ident.base_parameters(planar, planar_records[:1], LINKS, tolerance=0.0)
+
+
 def test_identified_base_parameters_are_unique(planar, planar_records):
     """From a nominal model up to 25 % off, the full parameter vector is not identifiable (its
     unobservable part stays where the start put it), but its base parameters are: they match
@@ -108,8 +120,9 @@ def test_identified_base_parameters_are_unique(planar, planar_records):
     estimate = np.asarray(result.parameters.vector()).ravel()
     assert np.max(np.abs(estimate - np.asarray(truth.vector()).ravel())) > 1e-2  # not the truth
     beta_true, beta_est = base.values(truth), base.values(result.parameters)
-    # Noise-free RK4 data: the base parameters come back to the momentum drift's level (~1e-10
-    # relative), far below the 25 % the start was off.
+    # Noise-free RK4 data: the momentum drift is ~1e-10 relative; 1e-6 also covers the
+    # Levenberg-Marquardt stopping tolerance along the weakest base direction, and is far below
+    # the 25 % the start was off.
     np.testing.assert_allclose(beta_est, beta_true, rtol=0, atol=1e-6 * np.max(np.abs(beta_true)))
     with pytest.raises(ValueError, match="parameters given"):
         base.values(ident.link_parameters(planar, (1,)))
@@ -138,7 +151,8 @@ def test_optimal_excitation_improves_the_criterion_within_the_limits(planar):
     # The designed record alone identifies every base parameter.
     assert ident.identifiability(planar, design.record, LINKS).rank == design.base.rank
     record = ident.tracking_record(planar, Q0, design.reference, 1.5, 0.01, base_twist=PLANAR_TWIST)
-    # The final scaling is a bisection to 1e-9 of the factor: limits hold to that.
+    # The final scaling keeps the compiled record within the limits; 1e-8 covers the round-off
+    # between that record and this re-simulation.
     slack = 1.0 + 1e-8
     assert np.max(np.abs(np.asarray(record.states.q) - Q0)) <= 0.3 * slack
     assert np.all(np.max(np.abs(np.asarray(record.states.qd)), axis=0) <= limits["rate_limit"] * slack)
@@ -163,3 +177,11 @@ def test_optimal_excitation_refuses_bad_arguments(planar):
         ex.optimal_excitation(planar, LINKS, np.zeros(3), 1.0)
     with pytest.raises(ValueError, match="unknown criterion"):
         ex.excitation_criterion(jnp.ones(3), "e-optimal")
+    with pytest.raises(ValueError, match="fewer than 2 samples"):
+        ex.optimal_excitation(planar, LINKS, Q0, 0.02, 0.01, sample_every=4)
+    with pytest.raises(TypeError, match="unknowns must be an Unknowns"):
+        ex.optimal_excitation(planar, (1, 2), Q0, 1.0)
+    # The tumbling base moves the PD-held joints, so even the rest record needs torque: a limit
+    # of 1e-9 N m cannot be met by any motion.
+    with pytest.raises(ValueError, match="the limits cannot be met by any motion from q0"):
+        ex.optimal_excitation(planar, LINKS, Q0, 1.0, 0.01, torque_limit=1e-9, base_twist=PLANAR_TWIST)
