@@ -250,6 +250,14 @@ def _capsule_clearance(model, states, center, radius, link_radius):
     return worst
 
 
+def test_link_segments_of_a_branched_tree():
+    """SpaceDyn's two-arm sample (two chains from the base, an end point on each last link): each
+    link's axis runs to its child's joint or to its end point."""
+    model = spacedyn_sample()  # parent (0, 1, 2, 0, 4, 5), end points on links 3 and 6
+    expected = ((1, 0, 2), (2, 0, 3), (3, 1, 0), (4, 0, 5), (5, 0, 6), (6, 1, 1))
+    assert sdjax.planning.link_segments(model) == expected
+
+
 def test_reactionless_plan_keeps_out_of_a_sphere(arm7_model):
     """A keep-out sphere on the path the unconstrained plan takes: with it, the plan still
     reaches the target with the base attitude unchanged, and every link axis keeps the sphere's
