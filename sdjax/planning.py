@@ -486,6 +486,8 @@ class PlanEvaluation(eqx.Module):
         torque_violation: ``()`` largest ``|tau_i| - tau_max_i`` excess, N m (0 without limits).
         obstacle_violation: ``()`` deepest penetration of a link capsule into a keep-out sphere
             over the rollout's step times, m (0 without obstacles).
+        obstacle_depths: ``(k,)`` that deepest penetration per sphere, m (``(0,)`` without
+            obstacles; the residual rows of :func:`reactionless_plan`).
     """
 
     trajectory: Trajectory
@@ -500,6 +502,7 @@ class PlanEvaluation(eqx.Module):
     joint_violation: Array
     torque_violation: Array
     obstacle_violation: Array
+    obstacle_depths: Array
 
 
 def _safe_norm(x: Array) -> Array:
@@ -576,9 +579,9 @@ def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False
     if problem.obstacles is not None:
         depth = obstacle_penetration(problem, trajectory.states)
         loss = loss + problem.limit_weight * jnp.sum(depth**2) * dt
-        obstacle_violation = jnp.max(depth)
+        obstacle_depths = jnp.max(depth, axis=(0, 2))
     else:
-        obstacle_violation = jnp.zeros((), dtype)
+        obstacle_depths = jnp.zeros((0,), dtype)
     reference_q = jax.vmap(lambda t: reference(t)[0])(trajectory.time)
     return PlanEvaluation(
         trajectory=trajectory,
@@ -592,7 +595,8 @@ def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False
         effort=effort,
         joint_violation=joint_violation,
         torque_violation=torque_violation,
-        obstacle_violation=obstacle_violation,
+        obstacle_violation=jnp.max(obstacle_depths, initial=0.0),
+        obstacle_depths=obstacle_depths,
     )
 
 
@@ -1106,7 +1110,7 @@ def _reactionless(
         if problem.obstacles is not None:
             # One row per sphere: its deepest penetration over the rollout (zero, with a zero
             # Jacobian row, while every capsule keeps clear).
-            parts.append(jnp.max(obstacle_penetration(problem, evaluation.trajectory.states), axis=(0, 2)))
+            parts.append(evaluation.obstacle_depths)
         return jnp.concatenate(parts), evaluation
 
     solved, evaluation, history, iterations = _damped_gauss_newton(
