@@ -13,10 +13,10 @@ arms, humanoids, quadrupeds, hands), with sdjax's defaults:
    picks by default (RK4, or the step with implicit passive joint terms where RK4's largest
    stable step, ``sdjax.max_stable_step``, is below 1 ms).
 
-Files refused for ``<mimic>`` joints are loaded again with ``mimic="constraints"`` (every joint a
-coordinate, each ``<mimic>`` a :class:`sdjax.constraints.JointCoupling`) and their constrained
-forward dynamics at rest under gravity is compared with Pinocchio's mimic model of the file
-(``buildModelFromUrdf(..., mimic=True)``: reduced coordinates, ``crba`` and ``rnea``).
+Files with ``<mimic>`` joints load by default with mimic joints in the model (reduced
+coordinates) and are compared with Pinocchio's mimic model of the file (``buildModelFromUrdf(...,
+mimic=True)``: ``crba``, and forward dynamics as ``crba``/``rnea`` solved, since Pinocchio's
+``aba`` takes no mimic joints); NaN where Pinocchio cannot build that model.
 
 Writes ``results/real_urdfs.md`` (per file) and prints the counts.
 
@@ -74,7 +74,7 @@ def random_state(model: sdjax.Model, seed: int, rate: float) -> sdjax.State:
     """Random joints and rates; a random base pose and twist for a floating base (a fixed base
     stays at the file's world: Pinocchio's model of it has no base coordinates)."""
     rng = np.random.default_rng(seed)
-    n = model.num_joints
+    n = model.num_joint_coordinates  # (mimic joints follow their leaders)
     floating = model.base == "floating"
     return sdjax.make_state(
         model,
@@ -88,12 +88,12 @@ def random_state(model: sdjax.Model, seed: int, rate: float) -> sdjax.State:
 
 
 def velocity_map(info, pm, state: sdjax.State) -> np.ndarray:
-    """``T`` with ``v_pin = T nu_sd`` (linear in the velocities), column by column."""
-    n = info.model.num_joints
+    """``T`` with ``v_pin = T nu_sd`` (``nu_sd``: the model's generalized velocity, its base
+    mode's free components and joint coordinates; linear in the velocities), column by column."""
+    model = info.model
     columns = []
-    for j in range(6 + n):
-        unit = np.zeros(6 + n)
-        unit[j] = 1.0
+    for j in range(model.num_velocities):
+        unit = np.asarray(sdjax.model.floating_coordinates(model, jnp.zeros(model.num_velocities).at[j].set(1.0)))
         moved = sdjax.State(
             state.base_position,
             state.base_quaternion,
@@ -111,54 +111,37 @@ def relative(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
-def check_mimic(path: str, pin, num_states: int) -> float:
-    """Largest relative difference of the constrained forward dynamics at rest under gravity
-    (sdjax, couplings as constraints) from Pinocchio's mimic model (reduced coordinates); NaN
-    where Pinocchio cannot build that model (its mimic joints need the leader before the
-    follower's parent in its joint order)."""
-    from sdjax import constraints
-
-    info = import_urdf(path, gravity=GRAVITY, mimic="constraints")
+def compare_with_pinocchio(path: str, info, pin, num_states: int) -> dict:
+    """Largest relative errors of the inertia matrix and of forward dynamics at rest under
+    gravity against Pinocchio's parse of the file (its mimic model for a model with mimic joints,
+    else its plain model's equations projected onto the joint coordinates)."""
     model = info.model
-    floating = model.base == "floating"
-    root = (pin.JointModelFreeFlyer(),) if floating else ()
-    pm_full = pin.buildModelFromUrdf(path, *root)
+    root = (pin.JointModelFreeFlyer(),) if model.base == "floating" else ()
     try:
-        pm = pin.buildModelFromUrdf(path, *root, mimic=True)
-    except ValueError:
-        return float("nan")
+        pm = pin.buildModelFromUrdf(path, *root, mimic=model.has_mimic)
+        reference = "mimic model" if model.has_mimic else "model"
+    except ValueError:  # (Pinocchio 4.1 needs a mimic joint's leader earlier in its joint order)
+        pm = pin.buildModelFromUrdf(path, *root)  # every joint free: its equations projected below
+        reference = "plain model, projected"
     pm.gravity = pin.Motion(GRAVITY, np.zeros(3))
-    # Reduced Pinocchio velocity slots in the full model's velocity vector (base first).
-    keep = list(range(6 if floating else 0))
-    q_slots = []
-    for j in range(1, pm.njoints):
-        jf = pm_full.getJointId(pm.names[j])
-        if pm.nvs[j] and pm.names[j] != "root_joint":
-            keep.append(pm_full.idx_vs[jf])
-        if pm.nqs[j]:
-            q_slots.append((pm.idx_qs[j], pm_full.idx_qs[jf], pm.nqs[j]))
-    error = 0.0
+    h_err, a_err = 0.0, 0.0
     for seed in range(num_states):
         state = random_state(model, seed, rate=0.0)
-        q = np.asarray(state.q).copy()
-        for c in info.couplings:  # the followers where their leaders put them
-            q[c.follower] = float(c.multiplier) * q[c.leader] + float(c.offset)
-        state = sdjax.make_state(model, base_position=state.base_position, base_quaternion=state.base_quaternion, q=q)
-        q_full, _ = pinocchio_from_state(info, pm_full, state)
-        q_pin = np.zeros(pm.nq)
-        for i, i_full, nq in q_slots:
-            q_pin[i : i + nq] = q_full[i_full : i_full + nq]
-        t = velocity_map(info, pm_full, state)[:, model.velocity_indices]
-        result = constraints.constrained_forward_dynamics(model, state, jnp.zeros(model.num_joints), info.couplings)
-        a_sd = t @ np.asarray(
-            sdjax.model.free_coordinates(model, jnp.concatenate([result.base_acceleration, result.qdd]))
-        )
-        data = pm.createData()
+        q_pin, _ = pinocchio_from_state(info, pm, state)
+        t = velocity_map(info, pm, state)
+        data = pm.createData()  # (Pinocchio 4.1's crba on a mimic model reads stale data when reused)
         m = pin.crba(pm, data, q_pin)
         m = np.triu(m) + np.triu(m, 1).T
-        a_pin = np.linalg.solve(m, -pin.rnea(pm, data, q_pin, np.zeros(pm.nv), np.zeros(pm.nv)))
-        error = max(error, relative(a_sd[keep], a_pin))
-    return error
+        h_err = max(h_err, relative(sdjax.inertia_matrix(model, state), t.T @ m @ t))
+        base_acc, qdd = sdjax.forward_dynamics(model, state, jnp.zeros(model.num_joints))
+        a_sd = sdjax.model.free_motion(model, jnp.concatenate([base_acc, qdd]))
+        if model.has_mimic:  # Pinocchio's equations in the joint coordinates (its aba takes no mimic joints):
+            # T^T (M T a + nle) = 0 at rest (T maps sdjax's coordinates to Pinocchio's velocity).
+            nle = pin.rnea(pm, data, q_pin, np.zeros(pm.nv), np.zeros(pm.nv))
+            a_err = max(a_err, relative(a_sd, np.linalg.solve(t.T @ m @ t, -t.T @ nle)))
+        else:
+            a_err = max(a_err, relative(t @ a_sd, pin.aba(pm, data, q_pin, np.zeros(pm.nv), np.zeros(pm.nv))))
+    return {"h_err": h_err, "fd_err": a_err, "reference": reference}
 
 
 def check_file(path: str, pin, num_states: int, rollout: bool) -> dict:
@@ -167,40 +150,21 @@ def check_file(path: str, pin, num_states: int, rollout: bool) -> dict:
     try:
         info = import_urdf(path, gravity=GRAVITY)
     except ValueError as err:
-        message = str(err)
+        message = str(err).replace(f"{path}: ", "")  # (the file is the row)
         row["status"] = "refused"
         row["reason"] = next((label for key, label in REASONS if key in message), "other")
         row["message"] = message[:160]
-        if row["reason"] == "mimic joints":
-            try:
-                row["mimic_fd_err"] = check_mimic(path, pin, num_states)
-            except ValueError as mimic_err:  # a broken <mimic> (a leader that does not exist)
-                row["mimic_refused"] = str(mimic_err)[:160]
         return row
     model = info.model
-    row.update(status="loaded", dof=model.num_velocities, links=model.num_joints, frames=model.num_end_points)
-    if model.base == "planar":  # (Pinocchio's URDF reader has no planar root joint)
-        row.update(h_err=float("nan"), fd_err=float("nan"))
-        return row
-    pm = (
-        pin.buildModelFromUrdf(path, pin.JointModelFreeFlyer())
-        if model.base == "floating"
-        else pin.buildModelFromUrdf(path)
+    row.update(
+        status="loaded",
+        dof=model.num_velocities,
+        links=model.num_joints,
+        frames=model.num_end_points,
+        mimic=sum(1 for leader in model.mimic_leader if leader),
     )
-    pm.gravity = pin.Motion(GRAVITY, np.zeros(3))
-    data = pm.createData()
-    h_err, a_err = 0.0, 0.0
-    for seed in range(num_states):
-        state = random_state(model, seed, rate=0.0)
-        q_pin, _ = pinocchio_from_state(info, pm, state)
-        t = velocity_map(info, pm, state)[:, model.velocity_indices]  # the base mode's free coordinates
-        m = pin.crba(pm, data, q_pin)
-        m = np.triu(m) + np.triu(m, 1).T
-        h_err = max(h_err, relative(sdjax.inertia_matrix(model, state), t.T @ m @ t))
-        base_acc, qdd = sdjax.forward_dynamics(model, state, jnp.zeros(model.num_joints))
-        a_pin = pin.aba(pm, data, q_pin, np.zeros(pm.nv), np.zeros(pm.nv))
-        a_err = max(a_err, relative(t @ sdjax.model.free_coordinates(model, jnp.concatenate([base_acc, qdd])), a_pin))
-    row.update(h_err=h_err, fd_err=a_err)
+    if model.base != "planar":  # (Pinocchio's URDF reader has no planar root joint: not compared)
+        row.update(compare_with_pinocchio(path, info, pin, num_states))
     if rollout:
         state = random_state(model, 99, rate=0.5)
 
@@ -240,22 +204,19 @@ def main() -> None:
         + ", ".join(f"{count} {reason}" for reason, count in refused.most_common())
         + ".",
         f"Largest relative error against Pinocchio's parser (float64): inertia matrix "
-        f"{max((r['h_err'] for r in loaded), default=0):.1e}, forward dynamics at rest under gravity "
-        f"{max((r['fd_err'] for r in loaded), default=0):.1e}.",
+        f"{max((r['h_err'] for r in loaded if 'h_err' in r), default=0):.1e}, forward dynamics at rest under gravity "
+        f"{max((r['fd_err'] for r in loaded if 'fd_err' in r), default=0):.1e} (planar bases not compared: "
+        "Pinocchio's URDF reader has no planar root joint).",
     ]
-    mimic = [r for r in rows if "mimic_fd_err" in r]
-    broken = [r for r in rows if "mimic_refused" in r]
+    mimic = [r for r in loaded if r["mimic"]]
     if mimic:
-        compared = [r["mimic_fd_err"] for r in mimic if np.isfinite(r["mimic_fd_err"])]
+        projected = [r["file"] for r in mimic if r.get("reference") == "plain model, projected"]
         lines.append(
-            f"The {len(mimic)} files with `<mimic>` joints load with `import_urdf(..., mimic='constraints')` (couplings as "
-            f"`sdjax.constraints.JointCoupling`); constrained forward dynamics at rest under gravity against Pinocchio's mimic "
-            f"model on the {len(compared)} that Pinocchio 4.1 builds: largest relative error {max(compared, default=float('nan')):.1e}."
-            + (
-                f" {len(broken)} more stay refused with that option (reasons in the table: {', '.join(r['file'] for r in broken)})."
-                if broken
-                else ""
-            )
+            f"{len(mimic)} of the loaded files have `<mimic>` joints (loaded as mimic joints of the model, reduced "
+            f"coordinates; {sum(r['mimic'] for r in mimic)} mimic joints in all): compared with Pinocchio's mimic model "
+            f"(`mimic=True`) where Pinocchio 4.1 builds it, else with its plain model's equations projected onto the "
+            f"joint coordinates ({', '.join(projected) or 'none'}); the largest errors above include them: "
+            f"inertia matrix {max(r['h_err'] for r in mimic):.1e}, forward dynamics {max(r['fd_err'] for r in mimic):.1e}."
         )
     if not args.no_rollout:
         bad = [r["file"] for r in loaded if not r["rollout_finite"]]
@@ -274,28 +235,20 @@ def main() -> None:
         )
     lines += [
         "", f"Run time {time.perf_counter() - t0:.0f} s.", "",
-        "| file | status | DOF | frames | H rel. err | FD rel. err | RK4 rollout finite | default integrator: finite | reason |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| file | status | DOF | mimic joints | frames | H rel. err | FD rel. err | RK4 rollout finite | default integrator: finite | reason |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for r in rows:
         if r["status"] == "loaded":
             finite = r.get("rollout_finite", "")
             auto = f"{r['auto']}: {r['auto_finite']}" if "auto" in r else ""
             lines.append(
-                f"| {r['file']} | loaded | {r['dof']} | {r['frames']} | {r['h_err']:.1e} | {r['fd_err']:.1e} | {finite} | {auto} | |"
+                f"| {r['file']} | loaded | {r['dof']} | {r['mimic']} | {r['frames']} | {r.get('h_err', float('nan')):.1e} "
+                f"| {r.get('fd_err', float('nan')):.1e} "
+                f"| {finite} | {auto} | |"
             )
         else:
-            mimic_note = (
-                f" (with mimic='constraints': FD rel. err {r['mimic_fd_err']:.1e} against Pinocchio's mimic model)"
-                if "mimic_fd_err" in r
-                else ""
-            )
-            mimic_note += (
-                f" (with mimic='constraints': {r['mimic_refused'].replace('|', '/')})" if "mimic_refused" in r else ""
-            )
-            lines.append(
-                f"| {r['file']} | refused | | | | | | | {r['reason']}{mimic_note}: {r['message'].replace('|', '/')} |"
-            )
+            lines.append(f"| {r['file']} | refused | | | | | | | | {r['reason']}: {r['message'].replace('|', '/')} |")
     out = HERE / "results" / "real_urdfs.md"
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:6]))

@@ -291,8 +291,16 @@ def _tree_lines(model) -> list[str]:
         link, prefix, last, depth = stack.pop()
         k = link - 1
         deep = f"  (depth {depth})" if depth > TREE_DRAWN_DEPTH else ""
+        leader = model.mimic_leader[k]
+        mimic = (
+            f", mimics {leader} ({float(model.mimic_multiplier[k]):g} x {model.link_names[leader - 1]}"
+            f" + {float(model.mimic_offset[k]):g})"
+            if leader
+            else ""
+        )
         lines.append(
-            f"  {prefix}{'`-- ' if last else '|-- '}{link} {model.link_names[k]}  {kinds[model.joint_type[k]]}, {masses[k]:g} kg{ends(link)}{deep}"
+            f"  {prefix}{'`-- ' if last else '|-- '}{link} {model.link_names[k]}  {kinds[model.joint_type[k]]}{mimic}, "
+            f"{masses[k]:g} kg{ends(link)}{deep}"
         )
         kids = children.get(link, [])
         inner = prefix + ("    " if last else "|   ") if depth < TREE_DRAWN_DEPTH else prefix
@@ -329,7 +337,9 @@ def _info(args: argparse.Namespace) -> int:
     lines = [
         f"model {model.name}  ({source})",
         f"  bodies {n + 1} (base + {n} links), joints {n} ({revolute} revolute, {n - revolute} prismatic), "
-        f"DOF {model.num_velocities} ({model.num_base_velocities} base + {n} joints; {model.base} base), end points {ne}",
+        f"DOF {model.num_velocities} ({model.num_base_velocities} base + {model.num_joint_coordinates} joints"
+        + (f", {n - model.num_joint_coordinates} mimic" if model.has_mimic else "")
+        + f"; {model.base} base), end points {ne}",
         f"  mass: base {float(model.base_mass):g} kg, links {link_mass:g} kg, total {float(model.total_mass):g} kg",
         f"  base principal moments of inertia [kg m^2]: {np.array2string(moments, precision=4)}",
         f"  gravity [m/s^2]: {np.array2string(np.asarray(model.gravity), precision=4)}",

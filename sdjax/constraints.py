@@ -43,7 +43,7 @@ from jax import Array, lax
 from sdjax.dynamics import Controls, forward_dynamics_and_factor, inertia_matrix, inverse_dynamics, make_controls
 from sdjax.integrate import as_controls, control_schedule, runge_kutta4
 from sdjax.kinematics import forward_kinematics
-from sdjax.model import Model, floating_coordinates, free_coordinates
+from sdjax.model import Model, check_no_mimic, floating_coordinates, free_coordinates
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_difference, rotation_vector_to_quat
 from sdjax._checks import check_vector
 from sdjax.state import State, check_state, with_base_motion_checked
@@ -256,6 +256,7 @@ def _systems(
             raise ValueError(f"{what}: {len(models)} models need a tuple of {len(models)} States")
         systems = _Systems(models, True)
     for m, s in zip(systems.models, states):
+        check_no_mimic(m, what)
         check_state(m, s)
     constraints = tuple(constraints)
     k = len(systems.models)

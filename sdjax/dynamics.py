@@ -17,6 +17,14 @@ and the equations above are restricted to them, ``H_r = H[idx][:, idx]``, ``c_r 
 Lagrange's equation onto the free coordinates). Inertia matrix, bias, generalized
 acceleration and Jacobians are given in these coordinates; forward and inverse dynamics keep
 their 6-vector base arguments, with the constrained components of the base acceleration zero.
+
+Mimic joints (``model.mimic_leader``) restrict the joints the same way, with
+``[v0, w0, qd] = G nu`` (``G``: the base mode's selection and
+:func:`sdjax.model.joint_coordinate_map`): ``H_r = G^T H G``, ``c_r = G^T c``, applied loads
+``G^T [F0; N0; tau]`` (a mimic joint's torque acts on its leader, multiplied). Joint vectors
+(``qdd``, ``tau``) keep every joint: accelerations returned satisfy the mimic relations, and
+inverse dynamics returns the coordinates' torques on the independent joints, zero on the mimic
+ones (Pinocchio's ``rnea`` on its mimic models).
 """
 
 from __future__ import annotations
@@ -46,11 +54,11 @@ from sdjax.kinematics import (
     subtree_mass_moments,
     world_inertias,
 )
-from sdjax.model import Model, floating_coordinates, free_coordinates
+from sdjax.model import Model, floating_coordinates, floating_loads, free_coordinates, free_motion, leader_torques
 from sdjax.algebra import cross3, dot, matvec3
 from sdjax.rotation import skew
 from sdjax._checks import check_vector
-from sdjax.state import BASE_TWIST_NAMES, State, check_state
+from sdjax.state import BASE_TWIST_NAMES, MIMIC_RTOL, State, check_state
 from sdjax.tree import accumulate_up
 
 
@@ -164,8 +172,9 @@ def generalized_loads(model: Model, state: State, controls: Controls) -> Array:
 def generalized_velocity(model: Model, state: State) -> Array:
     """``(num_velocities,)`` generalized velocity of the model's base mode: ``[v0, w0, qd]``
     (floating), ``[v0_x, v0_y, w0_z, qd]`` (planar) or ``qd`` (fixed). ``State`` always holds
-    the whole base twist; see :func:`sdjax.state.check_base_motion`."""
-    return free_coordinates(model, state.generalized_velocity)
+    the whole base twist; see :func:`sdjax.state.check_base_motion`. With mimic joints, the
+    independent joints' rates."""
+    return free_motion(model, state.generalized_velocity)
 
 
 def passive_joint_torques(model: Model, state: State) -> Array:
@@ -260,6 +269,11 @@ def inverse_dynamics(
         end_point_force: ``(ne, 3)`` forces on the robot at the end points, inertial frame, N.
         end_point_torque: ``(ne, 3)`` torques on the robot at the end points, N m.
 
+    Mimic joints (``model.mimic_leader``): ``qdd`` must follow the mimic relations, and the
+    torque a mimic joint needs is carried by its leader (multiplied; zero on the mimic joint):
+    ``tau`` is the generalized force of the joint coordinates (Pinocchio's ``rnea`` on a mimic
+    model), on the independent joints.
+
     Returns:
         ``(base_wrench, tau)``: ``(6,)`` ``[F0, N0]`` (force at, and torque about, the base
         centroid, inertial frame) and ``(n,)`` actuator torques/forces.
@@ -268,7 +282,7 @@ def inverse_dynamics(
         "inverse_dynamics", model, state, base_acceleration, qdd, end_point_force, end_point_torque
     )
     force = _newton_euler(model, motion, accelerations, external)
-    return force[:6], force[6:] - passive_joint_torques(model, state)
+    return force[:6], leader_torques(model, force[6:] - passive_joint_torques(model, state))
 
 
 def _checked_motion(what, model, state, base_acceleration, qdd, end_point_force, end_point_torque):
@@ -287,6 +301,16 @@ def _checked_motion(what, model, state, base_acceleration, qdd, end_point_force,
             f"{', '.join('d' + BASE_TWIST_NAMES[k] + '/dt' for k in fixed)}: give zero there",
         )
     qdd = check_vector("qdd", qdd, (n,), dtype)
+    if model.has_mimic:  # (inside jit: checked when the program runs)
+        followers = np.flatnonzero(np.asarray(model.mimic_leader))
+        leaders = np.asarray(model.mimic_leader)[followers] - 1
+        expected = model.mimic_multiplier[followers].astype(dtype) * qdd[leaders]
+        qdd = eqx.error_if(
+            qdd,
+            jnp.any(jnp.abs(qdd[followers] - expected) > MIMIC_RTOL * (1 + jnp.abs(qdd[followers]))),
+            f"{what}: qdd of the mimic joints {[model.link_names[k] for k in followers]} must follow their leaders "
+            "(multiplier * qdd of the leader)",
+        )
     end_point_force = check_vector("end_point_force", end_point_force, (ne, 3), dtype)
     end_point_torque = check_vector("end_point_torque", end_point_torque, (ne, 3), dtype)
     motion, accelerations = _motion(model, state, base_acceleration, qdd)
@@ -392,7 +416,8 @@ def floating_inverse_dynamics(
     h = inertia_matrix(model, state)
     index = jnp.asarray(model.base_coordinates)
     free = jsl.cho_solve(jsl.cho_factor(h[:nb, :nb], lower=True), applied[index] - wrench[index])
-    return jnp.zeros((6,), dtype).at[index].set(free), tau + h[:nb, nb:].T @ free
+    coupled = floating_loads(model, jnp.concatenate([jnp.zeros((nb,), dtype), h[:nb, nb:].T @ free]))[6:]
+    return jnp.zeros((6,), dtype).at[index].set(free), tau + coupled
 
 
 @eqx.filter_jit
@@ -535,9 +560,10 @@ def generalized_acceleration(model: Model, state: State, controls: Controls) -> 
 
     Returns:
         ``(num_velocities,)`` accelerations: ``[dv0/dt, dw0/dt, qdd]`` for a floating base
-        (``[dv0_x/dt, dv0_y/dt, dw0_z/dt, qdd]`` planar, ``qdd`` fixed).
+        (``[dv0_x/dt, dv0_y/dt, dw0_z/dt, qdd]`` planar, ``qdd`` fixed; the independent joints'
+        with mimic joints).
     """
-    return free_coordinates(model, _forward_dynamics(model, state, controls))
+    return free_motion(model, _forward_dynamics(model, state, controls))
 
 
 def floating_acceleration(model: Model, state: State, controls: Controls) -> Array:
@@ -639,7 +665,7 @@ def _batched_solve(axis_size: int, in_batched: Any, model: Model, state: State, 
     leaves, treedef = jax.tree.flatten((model, state, controls))
     batched = jax.tree.leaves(in_batched)
     mapped = [x for x, b in zip(leaves, batched) if b]
-    if mapped and axis_size >= batch_kernel.MIN_BATCH and batch_kernel.available():
+    if mapped and axis_size >= batch_kernel.MIN_BATCH and batch_kernel.available() and not model.has_mimic:
         acceleration, factor = batch_kernel.solve_forward_dynamics(
             axis_size, model, state, controls, in_batched, with_factor=with_factor
         )
@@ -682,8 +708,17 @@ def _forward_dynamics(model: Model, state: State, controls: Controls) -> Array:
 def _forward_dynamics_jvp(primals, tangents):
     model, state, controls = primals
     acceleration, factor = _batchable_solve(model, state, controls)
-    _, residual_tangent = jax.jvp(lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals, tangents)
-    return acceleration, floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent))
+    if not model.has_mimic:
+        _, residual_tangent = jax.jvp(lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals, tangents)
+        return acceleration, floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent))
+    # Mimic joints: the residual vanishes at fixed *coordinate* accelerations ``a_c``; the joint
+    # accelerations ``G a_c`` move with the mimic multipliers too (d(G a_c) = G da_c + dG a_c).
+    coordinates = free_motion(model, acceleration)
+    _, residual_tangent = jax.jvp(
+        lambda m, s, c: _dynamics_residual(m, s, c, floating_coordinates(m, coordinates)), primals, tangents
+    )
+    _, map_tangent = jax.jvp(lambda m: floating_coordinates(m, coordinates), (model,), (tangents[0],))
+    return acceleration, floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent)) + map_tangent
 
 
 __all__ = [

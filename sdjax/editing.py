@@ -521,12 +521,15 @@ def append_links(
         joint_damping=array("joint_damping", joint_damping, (k,), "non-negative"),
         centroid_to_end_point=array("centroid_to_end_point", centroid_to_end_point, (ke, 3)),
         end_point_rpy=array("end_point_rpy", end_point_rpy, (ke, 3)),
+        mimic_multiplier=jnp.ones((k,), model.dtype),
+        mimic_offset=jnp.zeros((k,), model.dtype),
     )
     fields = _fields(model)
     for field, value in new.items():
         fields[field] = jnp.concatenate([fields[field], value])
     fields.update(
         parent=model.parent + parents,
+        mimic_leader=model.mimic_leader + (0,) * k,
         joint_type=model.joint_type + types,
         link_names=model.link_names + names,
         end_point_link=model.end_point_link + ends,
@@ -624,6 +627,12 @@ def append_model(
     )
     fields = _fields(appended)
     _merge(fields, where, other.base_mass.astype(dtype), offset, base_inertia)
+    if other.has_mimic:  # the appended model's mimic joints, renumbered
+        fields["mimic_leader"] = model.mimic_leader + tuple(
+            n + leader if leader else 0 for leader in other.mimic_leader
+        )
+        fields["mimic_multiplier"] = jnp.concatenate([model.mimic_multiplier, other.mimic_multiplier.astype(dtype)])
+        fields["mimic_offset"] = jnp.concatenate([model.mimic_offset, other.mimic_offset.astype(dtype)])
     return edit_model(appended, **fields)
 
 
@@ -653,6 +662,15 @@ def lock_joints(model: Model, joints: Sequence[int], positions: Any) -> Model:
         TypeError, ValueError: a joint out of range or repeated, a wrong shape.
     """
     locked = _body_indices("lock_joints: joints", model, joints, allow_base=False)
+    for joint in locked:  # a mimic relation is locked whole (a leader and its mimic joints)
+        group = {j + 1 for j, leader in enumerate(model.mimic_leader) if joint in (leader, j + 1) and leader}
+        group |= {model.mimic_leader[joint - 1]} - {0}
+        group |= {j + 1 for j, leader in enumerate(model.mimic_leader) if leader and leader in group}
+        if not group <= set(locked):
+            raise ValueError(
+                f"lock_joints: joint {joint} belongs to a mimic relation (joints {sorted(group)}); lock all of them, "
+                "at positions that satisfy it"
+            )
     k, dtype = len(locked), model.dtype
     q = float_array("lock_joints: positions", positions, shape=(k,), dtype=dtype, scalar="broadcast")
     fields = _fields(model)
@@ -680,6 +698,10 @@ def lock_joints(model: Model, joints: Sequence[int], positions: Any) -> Model:
             fields["end_point_rpy"] = erpy.at[ends].set(_rotated_rpy(turn, erpy[ends]))
         renumber = lambda b: parent if b == joint else (b - 1 if b > joint else b)  # noqa: E731
         fields["parent"] = tuple(renumber(p) for c, p in enumerate(fields["parent"]) if c != j)
+        # (the rest of a locked mimic relation is locked too: its entries go in later rounds)
+        fields["mimic_leader"] = tuple(
+            0 if b == joint else (b - 1 if b > joint else b) for c, b in enumerate(fields["mimic_leader"]) if c != j
+        )
         fields["end_point_link"] = tuple(renumber(b) for b in fields["end_point_link"])
         mass, inertia = fields["link_mass"][j], _rotate(turn, fields["link_inertia"][j])
         for field in LINK_FIELDS:

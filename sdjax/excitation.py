@@ -56,7 +56,7 @@ from sdjax.identification import (
     regressor,
     tracking_record,
 )
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 
 __all__ = [
     "CRITERIA",
@@ -341,6 +341,7 @@ def optimal_excitation(
     Returns:
         :class:`ExcitationDesign`.
     """
+    check_no_mimic(model, "optimal_excitation")
     check_choice("optimal_excitation: residual", residual, RESIDUALS, "residual")
     check_choice("optimal_excitation: criterion", criterion, CRITERIA, "criterion")
     if not isinstance(unknowns, Unknowns):

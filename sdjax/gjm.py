@@ -40,7 +40,7 @@ from jax import Array
 from sdjax.algebra import cross3
 from sdjax.dynamics import bias_forces, floating_inertia_matrix, inertia_matrix, passive_joint_torques
 from sdjax.jacobians import end_point_jacobians, point_jacobian
-from sdjax.model import Model, floating_coordinates
+from sdjax.model import Model, check_no_mimic, floating_coordinates, joint_coordinates
 from sdjax._checks import check_vector
 from sdjax.state import State, check_state
 
@@ -61,7 +61,7 @@ def free_base_components(model: Model, value: Array) -> Array:
 
 def base_twist_from_free(model: Model, free: Array) -> Array:
     """``(6,)`` base twist ``[v0; w0]`` from its free components (zero elsewhere)."""
-    return floating_coordinates(model, jnp.concatenate([free, jnp.zeros(model.num_joints, free.dtype)]))[:6]
+    return floating_coordinates(model, jnp.concatenate([free, jnp.zeros(model.num_joint_coordinates, free.dtype)]))[:6]
 
 
 # Building blocks shared with :mod:`sdjax.control` (public names, not in ``__all__``).
@@ -132,7 +132,10 @@ def base_twist_from_joint_rates(model: Model, state: State, qd: Any = None, mome
     h = inertia_matrix(model, state)
     nb = model.num_base_velocities
     free = solve_base_block(
-        model, h, free_base_components(model, momentum_about_base(model, state, momentum)) - h[:nb, nb:] @ qd
+        model,
+        h,
+        free_base_components(model, momentum_about_base(model, state, momentum))
+        - h[:nb, nb:] @ joint_coordinates(model, qd),
     )
     return base_twist_from_free(model, free)
 
@@ -169,6 +172,7 @@ def generalized_inertia_derivatives(model: Model, state: State) -> tuple[Array, 
     Returns:
         ``(dH*/dq, dH*/dt)``: ``(n, n, n)`` with ``[i, j, k] = dH*_ij / dq_k``, and ``(n, n)``.
     """
+    check_no_mimic(model, "generalized_inertia_derivatives")
     check_state(model, state)
 
     def reduced(q):
@@ -200,6 +204,7 @@ def generalized_bias(model: Model, state: State, momentum: Any = None) -> Array:
     Returns:
         ``(n,)`` generalized forces, N m or N.
     """
+    check_no_mimic(model, "generalized_bias")
     consistent = with_momentum(model, state, momentum)
     return reduced_equation(model, inertia_matrix(model, consistent), bias_forces(model, consistent))[1]
 
@@ -221,6 +226,7 @@ def reduced_forward_dynamics(model: Model, state: State, tau: Any = None, moment
     Returns:
         ``(base_acceleration (6,), qdd (n,))`` as :func:`sdjax.forward_dynamics`.
     """
+    check_no_mimic(model, "reduced_forward_dynamics")
     consistent = with_momentum(model, state, momentum)
     tau = check_vector("tau", tau, (model.num_joints,), state.q.dtype)
     h = inertia_matrix(model, consistent)

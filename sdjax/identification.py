@@ -73,7 +73,7 @@ from sdjax.control import JointPD
 from sdjax.gjm import generalized_inertia_matrix, system_momentum
 from sdjax.integrate import Trajectory, rollout
 from sdjax.io.npz import NpzArchive
-from sdjax.model import Model, free_coordinates
+from sdjax.model import Model, check_no_mimic, free_coordinates
 from sdjax.rotation import quat_normalize
 from sdjax._checks import check_choice, is_traced
 from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marquardt
@@ -604,6 +604,7 @@ def tracking_record(
 
 
 def _check_problem(model: Model, data: Dataset, unknowns: Unknowns, residual: str) -> None:
+    check_no_mimic(model, "identification")
     if not isinstance(data, Dataset):
         raise ValueError(f"identification: data must be a Dataset, got {type(data).__name__}")
     unknowns.check(model)

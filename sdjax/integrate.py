@@ -38,7 +38,7 @@ from sdjax.dynamics import (
     inertia_matrix,
     make_controls,
 )
-from sdjax.model import Model, floating_coordinates, free_coordinates
+from sdjax.model import Model, floating_coordinates, free_coordinates, free_motion, joint_coordinate_map
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
 from sdjax._checks import check_choice, is_traced
 from sdjax.state import State, check_state, make_state, with_base_motion_checked
@@ -289,7 +289,7 @@ def environment_load_derivatives(
     """
     dtype = state.q.dtype
     t = jnp.asarray(t, dtype)
-    velocity = free_coordinates(model, state.generalized_velocity)
+    velocity = free_motion(model, state.generalized_velocity)
 
     def force(increment: Array, v: Array) -> Array:
         moved = _displaced(model, state, increment, v)
@@ -359,18 +359,25 @@ def implicit_euler_step(
     dt = jnp.asarray(dt, dtype)
     # One composite-body pass: H = L L^T from the factor the forward dynamics already made.
     acceleration, factor = forward_dynamics_and_factor(model, state, controls)
-    explicit = free_coordinates(model, acceleration)
+    explicit = free_motion(model, acceleration)
     h = factor @ factor.T
     nb = model.num_base_velocities
-    joints = jnp.arange(nb, model.num_velocities)
-    lhs = h.at[joints, joints].add(
-        dt * model.joint_damping.astype(dtype) + dt * dt * model.joint_stiffness.astype(dtype)
-    )
-    rhs = (h @ explicit).at[nb:].add(-dt * model.joint_stiffness.astype(dtype) * state.qd)
+    if model.has_mimic:  # S^T K S and S^T D S on the joint coordinates (S: joint_coordinate_map)
+        s = joint_coordinate_map(model).astype(dtype)
+        stiffness = s.T @ (model.joint_stiffness.astype(dtype)[:, None] * s)
+        damping = s.T @ (model.joint_damping.astype(dtype)[:, None] * s)
+        lhs = h.at[nb:, nb:].add(dt * damping + dt * dt * stiffness)
+        rhs = (h @ explicit).at[nb:].add(-dt * stiffness @ free_motion(model, state.generalized_velocity)[nb:])
+    else:
+        joints = jnp.arange(nb, model.num_velocities)
+        lhs = h.at[joints, joints].add(
+            dt * model.joint_damping.astype(dtype) + dt * dt * model.joint_stiffness.astype(dtype)
+        )
+        rhs = (h @ explicit).at[nb:].add(-dt * model.joint_stiffness.astype(dtype) * state.qd)
     if environment is not None and linearize_environment:
         _, by_position, by_velocity = environment_load_derivatives(model, state, environment, t)
         lhs = lhs - dt * by_velocity - dt * dt * by_position
-        rhs = rhs + dt * by_position @ free_coordinates(model, state.generalized_velocity)
+        rhs = rhs + dt * by_position @ free_motion(model, state.generalized_velocity)
         solved = jnp.linalg.solve(lhs, rhs)
     else:
         solved = jsl.cho_solve(jsl.cho_factor(lhs, lower=True), rhs)
@@ -443,7 +450,7 @@ def newmark_step(
     def residual(a1_free: Array) -> Array:
         a1 = floating_coordinates(model, a1_free)
         end = _newmark_state(state, dt, a0, a1, beta, gamma)
-        return a1_free - free_coordinates(
+        return a1_free - free_motion(
             model, floating_acceleration(model, end, _with_environment(model, controls, environment, t + dt, end))
         )
 
@@ -451,7 +458,7 @@ def newmark_step(
         value, jacobian = residual(a1_free), jax.jacfwd(residual)(a1_free)
         return a1_free - jnp.linalg.solve(jacobian, value), None
 
-    a1_free, _ = lax.scan(newton, free_coordinates(model, a0), None, length=NEWMARK_ITERATIONS)
+    a1_free, _ = lax.scan(newton, free_motion(model, a0), None, length=NEWMARK_ITERATIONS)
     return _newmark_state(state, dt, a0, floating_coordinates(model, a1_free), beta, gamma)
 
 
@@ -760,8 +767,9 @@ def max_stable_step(model: Model, state: State | None = None, integrator: str = 
     state = make_state(model) if state is None else state
     h = np.asarray(inertia_matrix(model, state), np.float64)
     nv, nb = model.num_velocities, model.num_base_velocities
+    s = np.asarray(joint_coordinate_map(model), np.float64)  # joint rates from the coordinates'
     k_full, d_full = np.zeros((nv, nv)), np.zeros((nv, nv))
-    k_full[nb:, nb:], d_full[nb:, nb:] = np.diag(stiffness), np.diag(damping)
+    k_full[nb:, nb:], d_full[nb:, nb:] = s.T @ np.diag(stiffness) @ s, s.T @ np.diag(damping) @ s
     system = np.block([[np.zeros_like(h), np.eye(nv)], [-np.linalg.solve(h, k_full), -np.linalg.solve(h, d_full)]])
     rates = np.linalg.eigvals(system)
     rates = rates[np.abs(rates) > 1e-12 * np.max(np.abs(rates))]  # the rigid (zero) modes
@@ -911,7 +919,12 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
         leaves, treedef = jax.tree.flatten((model, state, dt, controls))
         batched = jax.tree.leaves(in_batched)
         out_batched = jax.tree.map(lambda _: True, state)
-        if any(batched) and axis_size >= batch_kernel.MIN_ROLLOUT_BATCH and batch_kernel.available():
+        if (
+            any(batched)
+            and axis_size >= batch_kernel.MIN_ROLLOUT_BATCH
+            and batch_kernel.available()
+            and not model.has_mimic
+        ):
             packed = batch_kernel.rk4_rollout(axis_size, model, state, dt, controls, in_batched)
             n = model.num_joints
             fields = jnp.split(packed, [3, 7, 10, 13, 13 + n], axis=-1)

@@ -54,7 +54,7 @@ from jax import Array
 from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import Frames, body_inertias, body_masses, relative_frames, world_inertias
 from sdjax._checks import check_choice
-from sdjax.model import BASE_MODES, Model, edit_model, free_coordinates
+from sdjax.model import BASE_MODES, Model, check_no_mimic, edit_model, free_coordinates
 from sdjax.rotation import rotation_vector_to_matrix, skew, unskew
 from sdjax.state import BASE_TWIST_NAMES, State, check_state, with_base_motion_checked
 
@@ -223,6 +223,7 @@ def lagrangian_terms(
         :class:`LagrangianTerms` (sizes ``num_velocities``, or ``n`` with a held base).
     """
     check_state(model, state)
+    check_no_mimic(model, "lagrangian_terms")
     model, held = _base_mode("lagrangian_terms", model, base, fixed_base)
     state = with_base_motion_checked(model, state, "lagrangian_terms")
     x, xd = _coordinates(model, state, held)
@@ -268,6 +269,7 @@ def coriolis_matrix(model: Model, state: State, *, base: str | None = None, fixe
         :attr:`LagrangianTerms.gravity`.
     """
     check_state(model, state)
+    check_no_mimic(model, "coriolis_matrix")
     model, held = _base_mode("coriolis_matrix", model, base, fixed_base)
     state = with_base_motion_checked(model, state, "coriolis_matrix")
     x, xd = _coordinates(model, state, held)
@@ -355,6 +357,7 @@ def mass_parameter_dependence(model: Model, state: State, *, kind: InertiaKind =
         :class:`MassDependence`; print it with :func:`mass_dependence_table`.
     """
     check_state(model, state)
+    check_no_mimic(model, "mass_parameter_dependence")
     if kind not in _KINDS:
         raise ValueError(f"mass_parameter_dependence: kind must be one of {_KINDS}, got {kind!r}")
 

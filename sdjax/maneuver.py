@@ -47,7 +47,7 @@ from jax import Array
 
 from sdjax.dynamics import Controls
 from sdjax.editing import append_links
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import quat_conjugate, quat_multiply, quat_to_rotation_vector, rpy_to_matrix
 from sdjax._checks import check_choice, is_traced
 from sdjax.state import State
@@ -651,6 +651,7 @@ def maneuver_law(
             one it forbids is given; thrusters missing or forbidden; wheels missing, not wheels,
             or spanning fewer than 3 independent axes where attitude is wheel-controlled.
     """
+    check_no_mimic(model, "maneuver_law")
     check_choice("maneuver_law", mode, MANEUVER_MODES, "maneuvering mode")
     uses_attitude, uses_translation, uses_thrusters = _MODE_INPUTS[mode]
     if uses_attitude is True and attitude_law is None:

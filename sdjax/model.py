@@ -15,6 +15,14 @@ on joint ``i`` and its z axis along the joint axis; it is rotated from the paren
 ``Rz(q_i)``. A prismatic joint translates link ``i`` by ``q_i`` along that z axis; its frame
 stays with the parent. The base frame is centred on the base centroid; link inertias are
 about the link centroid, in the link frame. Units are SI.
+
+Mimic joints (URDF's ``<mimic>``, Pinocchio's mimic joints) are joints moved by another:
+``q_i = multiplier_i q_leader + offset_i``. They keep their bodies and frames, but no coordinate:
+the generalized velocity holds the free base components and the independent joints
+(``num_velocities``), and the maps between it and the floating-base layout ``[v0, w0, qd]`` are
+:func:`free_coordinates` (loads, and the velocity axes of Jacobians and inertia matrices),
+:func:`free_motion` and :func:`floating_coordinates` (velocities and accelerations) and
+:func:`floating_loads`.
 """
 
 from __future__ import annotations
@@ -43,12 +51,19 @@ __all__ = [
     "Model",
     "SINGULAR_RTOL",
     "check_inertia",
+    "check_no_mimic",
     "check_spacedyn_base",
     "check_spacedyn_end_points",
     "check_well_posed",
     "edit_model",
     "floating_coordinates",
+    "floating_loads",
     "free_coordinates",
+    "free_motion",
+    "joint_coordinate_map",
+    "joint_coordinates",
+    "joint_positions",
+    "leader_torques",
     "stack_models",
     "validate",
     "violates_triangle_inequality",
@@ -66,6 +81,8 @@ LINK_FIELDS = (
     "joint_rpy",
     "joint_stiffness",
     "joint_damping",
+    "mimic_multiplier",
+    "mimic_offset",
 )
 
 #: The array fields of :class:`Model` with one row per end point.
@@ -133,6 +150,13 @@ class Model(eqx.Module):
         joint_damping: ``(n,)`` passive joint damping ``D`` (N m s/rad or N s/m); the passive
             joint force is ``-K q - D qd``.
         gravity: ``(3,)`` gravitational acceleration, inertial frame, m/s^2.
+        mimic_leader: ``(n,)`` static tuple, for each joint the joint (1..n) it mimics, 0 for an
+            independent joint (URDF's ``<mimic joint=>``; default all 0). A mimic joint is no
+            coordinate of its own: ``q_i = mimic_multiplier[i] q_leader + mimic_offset[i]``, its
+            rate and acceleration scale the same way, and a torque on it acts on its leader
+            (multiplied). Leaders are independent joints.
+        mimic_multiplier: ``(n,)`` multiplier of each mimic joint (1 where independent).
+        mimic_offset: ``(n,)`` offset of each mimic joint, rad or m (0 where independent).
     """
 
     parent: tuple[int, ...] = eqx.field(static=True)
@@ -143,6 +167,7 @@ class Model(eqx.Module):
     name: str = eqx.field(static=True)
     inertia_check: str = eqx.field(static=True)
     base: str = eqx.field(static=True)
+    mimic_leader: tuple[int, ...] = eqx.field(static=True)
     base_mass: Array
     base_inertia: Array
     link_mass: Array
@@ -155,6 +180,8 @@ class Model(eqx.Module):
     joint_stiffness: Array
     joint_damping: Array
     gravity: Array
+    mimic_multiplier: Array
+    mimic_offset: Array
 
     def __init__(
         self,
@@ -180,12 +207,16 @@ class Model(eqx.Module):
         dtype: Any = None,
         inertia_check: str = "physical",
         base: str = "floating",
+        mimic_leader: Sequence[int] | None = None,
+        mimic_multiplier: Any = None,
+        mimic_offset: Any = None,
     ):
         """Build and validate a model; see the class docstring for every field.
 
         Optional arrays default to zeros (``joint_rpy``, end-point data, stiffness, damping,
-        gravity). ``dtype`` sets the floating dtype of every array (default: the common
-        dtype of the floating arrays given, else JAX's default float).
+        gravity, mimic offsets; mimic multipliers to ones). ``dtype`` sets the floating dtype
+        of every array (default: the common dtype of the floating arrays given, else JAX's
+        default float).
         """
         self.parent = _int_tuple("parent", parent)
         self.joint_type = tuple(joint_type)
@@ -198,6 +229,7 @@ class Model(eqx.Module):
         self.name = str(name)
         self.inertia_check = inertia_check
         self.base = base
+        self.mimic_leader = _int_tuple("mimic_leader", mimic_leader) if mimic_leader is not None else (0,) * n
         given = dict(
             base_mass=base_mass,
             base_inertia=base_inertia,
@@ -211,6 +243,8 @@ class Model(eqx.Module):
             joint_stiffness=joint_stiffness,
             joint_damping=joint_damping,
             gravity=gravity,
+            mimic_multiplier=mimic_multiplier,
+            mimic_offset=mimic_offset,
         )
         if dtype is None:
             floats = [jnp.asarray(v).dtype for v in given.values() if v is not None and _is_float_array(v)]
@@ -222,9 +256,12 @@ class Model(eqx.Module):
             joint_stiffness=(n,),
             joint_damping=(n,),
             gravity=(3,),
+            mimic_offset=(n,),
         )
         for field, value in given.items():
-            if value is None:
+            if value is None and field == "mimic_multiplier":
+                value = jnp.ones((n,), dtype)
+            elif value is None:
                 if field not in defaults:
                     raise ValueError(f"Model.{field}: a value is required")
                 value = jnp.zeros(defaults[field], dtype)
@@ -261,17 +298,34 @@ class Model(eqx.Module):
         return len(BASE_MODES[self.base])
 
     @property
+    def has_mimic(self) -> bool:
+        """Whether some joint mimics another (``mimic_leader``)."""
+        return any(self.mimic_leader)
+
+    @property
+    def independent_joints(self) -> np.ndarray:
+        """``(n_c,)`` 0-based indices of the joints that are coordinates (all but the mimic
+        joints), in joint order."""
+        return np.asarray([k for k, leader in enumerate(self.mimic_leader) if leader == 0], np.int64)
+
+    @property
+    def num_joint_coordinates(self) -> int:
+        """Number ``n_c`` of joint coordinates: ``n`` less the mimic joints."""
+        return sum(1 for leader in self.mimic_leader if leader == 0)
+
+    @property
     def num_velocities(self) -> int:
-        """Size of the generalized velocity ``[free base components, qd]``: ``6 + n`` for a
-        floating base, ``3 + n`` planar, ``n`` fixed."""
-        return len(BASE_MODES[self.base]) + len(self.parent)
+        """Size of the generalized velocity ``[free base components, qd_c]``: ``6 + n_c`` for a
+        floating base, ``3 + n_c`` planar, ``n_c`` fixed (``n_c = n`` without mimic joints)."""
+        return len(BASE_MODES[self.base]) + self.num_joint_coordinates
 
     @property
     def velocity_indices(self) -> np.ndarray:
         """``(num_velocities,)`` positions of the generalized velocity's entries in the
         floating-base vector ``[v0, w0, qd]`` (6 + n): the free base components, then the
-        joints. ``H = H_floating[idx][:, idx]`` and ``J = J_floating[:, idx]``."""
-        return np.concatenate([np.asarray(BASE_MODES[self.base], np.int64), 6 + np.arange(len(self.parent))])
+        independent joints. Without mimic joints ``H = H_floating[idx][:, idx]`` and
+        ``J = J_floating[:, idx]``; see :func:`free_coordinates` for the general map."""
+        return np.concatenate([np.asarray(BASE_MODES[self.base], np.int64), 6 + self.independent_joints])
 
     @property
     def tree(self) -> TreeIndex:
@@ -355,22 +409,115 @@ class Model(eqx.Module):
 # Base modes: between the free coordinates and the floating-base layout.
 
 
+def joint_coordinate_map(model: Model) -> Array:
+    """``(n, n_c)`` matrix ``S`` of the joint rates in terms of the joint coordinates' rates,
+    ``qd = S qd_c``: one 1 per independent joint, each mimic joint's multiplier in its leader's
+    column (the identity without mimic joints)."""
+    n, independent = model.num_joints, model.independent_joints
+    column = np.zeros(n, np.int64)
+    column[independent] = np.arange(independent.size)
+    leaders = np.asarray([k if leader == 0 else leader - 1 for k, leader in enumerate(model.mimic_leader)], np.int64)
+    rows = np.zeros((n, independent.size))
+    rows[np.arange(n), column[leaders]] = 1.0
+    return jnp.asarray(rows, model.dtype) * model.mimic_multiplier[:, None]
+
+
 def free_coordinates(model: Model, x: Array, axis: int = 0) -> Array:
-    """The entries of ``x`` along ``axis`` (of size ``6 + n``, floating-base order
-    ``[v0, w0, qd]``) that the model's base mode leaves free: ``model.velocity_indices``.
-    The identity for a floating base."""
+    """Generalized forces, and the velocity axes of Jacobians and inertia matrices, in the
+    model's coordinates: ``G^T x`` along ``axis`` (of size ``6 + n``, floating-base order
+    ``[F0, N0, tau]`` or ``[v0, w0, qd]``), where ``G`` ``(6 + n, num_velocities)`` maps the
+    generalized velocity to the floating-base one (``[v0, w0, qd] = G nu``).
+
+    ``G`` keeps the free base components of the base mode (:data:`BASE_MODES`) and maps the
+    joint coordinates' rates by :func:`joint_coordinate_map` (a mimic joint's torque acts on its
+    leader, multiplied). Without mimic joints ``G`` selects entries (``model.velocity_indices``);
+    the identity for a floating base. For velocities and accelerations (the other direction)
+    use :func:`free_motion`."""
+    if model.has_mimic:
+        x = jnp.moveaxis(x, axis, -1)
+        base = jnp.take(x[..., :6], jnp.asarray(model.base_coordinates, np.int64), axis=-1)
+        out = jnp.concatenate([base, x[..., 6:] @ joint_coordinate_map(model).astype(x.dtype)], axis=-1)
+        return jnp.moveaxis(out, -1, axis)
     if model.base == "floating":
         return x
     return jnp.take(x, jnp.asarray(model.velocity_indices), axis=axis)
 
 
+def free_motion(model: Model, x: Array) -> Array:
+    """``(..., num_velocities)`` generalized velocity (or acceleration) from a floating-base
+    ``(..., 6 + n)`` one that satisfies the model's base mode and mimic relations: the free
+    base components and the independent joints (``model.velocity_indices``)."""
+    if model.base == "floating" and not model.has_mimic:
+        return x
+    return jnp.take(x, jnp.asarray(model.velocity_indices), axis=-1)
+
+
 def floating_coordinates(model: Model, x: Array) -> Array:
-    """``(..., 6 + n)`` from ``(..., num_velocities)``: the inverse of :func:`free_coordinates`
-    on the last axis, zero in the base components the base mode fixes."""
-    if model.base == "floating":
+    """``(..., 6 + n)`` floating-base velocity or acceleration from ``(..., num_velocities)``:
+    ``G x`` (the inverse of :func:`free_motion`), zero in the base components the base mode
+    fixes, each mimic joint moving with its leader (multiplied)."""
+    if model.base == "floating" and not model.has_mimic:
+        return x
+    if not model.has_mimic:
+        return floating_loads(model, x)  # (a selection: the same scatter)
+    nb = model.num_base_velocities
+    out = jnp.zeros(x.shape[:-1] + (6,), x.dtype)
+    if nb:
+        out = out.at[..., jnp.asarray(model.base_coordinates, np.int64)].set(x[..., :nb], unique_indices=True)
+    return jnp.concatenate([out, x[..., nb:] @ joint_coordinate_map(model).astype(x.dtype).T], axis=-1)
+
+
+def floating_loads(model: Model, x: Array) -> Array:
+    """``(..., 6 + n)`` floating-base generalized force ``[F0, N0, tau]`` from one in the model's
+    coordinates ``(..., num_velocities)``: each entry on its base component or independent joint,
+    zero on the fixed base components and on mimic joints (so that ``free_coordinates`` gives
+    ``x`` back: a mimic joint's load is carried by its leader)."""
+    if model.base == "floating" and not model.has_mimic:
         return x
     out = jnp.zeros(x.shape[:-1] + (6 + model.num_joints,), x.dtype)
     return out.at[..., jnp.asarray(model.velocity_indices)].set(x, indices_are_sorted=True, unique_indices=True)
+
+
+def leader_torques(model: Model, tau: Array) -> Array:
+    """``(..., n)`` joint torques with each mimic joint's torque moved onto its leader
+    (multiplied), zero on the mimic joints: the same generalized force, as the independent
+    joints' actuators apply it. ``tau`` itself without mimic joints."""
+    if not model.has_mimic:
+        return tau
+    on_coordinates = tau @ joint_coordinate_map(model).astype(tau.dtype)
+    return jnp.zeros_like(tau).at[..., jnp.asarray(model.independent_joints)].set(on_coordinates)
+
+
+def check_no_mimic(model: Model, what: str) -> None:
+    """Refuse (``ValueError`` naming ``what``) a model with mimic joints, for the algorithms
+    that take every joint as a coordinate."""
+    if model.has_mimic:
+        mimics = [
+            f"{model.link_names[k]!r} mimics {model.link_names[leader - 1]!r}"
+            for k, leader in enumerate(model.mimic_leader)
+            if leader
+        ]
+        raise ValueError(
+            f"{what}: model {model.name!r} has mimic joints ({', '.join(mimics)}), not supported here (every joint "
+            "is taken as a coordinate); load the file with mimic='constraints' (every joint a coordinate, each "
+            "<mimic> a sdjax.constraints.JointCoupling) to use it"
+        )
+
+
+def joint_coordinates(model: Model, x: Array) -> Array:
+    """``(..., n_c)`` joint coordinates' rates (or accelerations) from every joint's ``(..., n)``
+    (the independent joints' entries; ``x`` itself without mimic joints)."""
+    if not model.has_mimic:
+        return x
+    return jnp.take(x, jnp.asarray(model.independent_joints), axis=-1)
+
+
+def joint_positions(model: Model, q: Array) -> Array:
+    """``(..., n)`` positions of every joint from the joint coordinates ``(..., n_c)``: mimic
+    joints at ``multiplier * q_leader + offset`` (``q`` itself without mimic joints)."""
+    if not model.has_mimic:
+        return q
+    return q @ joint_coordinate_map(model).astype(q.dtype).T + model.mimic_offset.astype(q.dtype)
 
 
 # --------------------------------------------------------------------------------------
@@ -428,8 +575,9 @@ def check_spacedyn_end_points(model: Model, what: str) -> None:
 
 
 def check_spacedyn_base(model: Model, what: str) -> None:
-    """Refuse (``ValueError`` naming ``what``) a model whose base is not free-floating:
-    SpaceDyn's link parameters have no base mode."""
+    """Refuse (``ValueError`` naming ``what``) a model whose base is not free-floating, or that
+    has mimic joints: SpaceDyn's link parameters have neither."""
+    check_no_mimic(model, what)
     if model.base != "floating":
         raise ValueError(
             f"{what}: model {model.name!r} has a {model.base} base; SpaceDyn's link parameters describe a "
@@ -495,6 +643,23 @@ def validate(model: Model) -> None:
     if len(set(model.end_point_names)) != ne:
         dup = sorted({s for s in model.end_point_names if model.end_point_names.count(s) > 1})
         raise ValueError(f"Model.end_point_names: names must be unique, repeated: {dup}")
+    if len(model.mimic_leader) != n:
+        raise ValueError(
+            f"Model.mimic_leader: expected {n} entries (one per joint, 0 = independent), got {len(model.mimic_leader)}"
+        )
+    for k, leader in enumerate(model.mimic_leader):
+        if leader == 0:
+            continue
+        if not 1 <= leader <= n or leader == k + 1:
+            raise ValueError(
+                f"Model.mimic_leader[{k}]: {_link_label(model, k)} mimics joint {leader}; expected another joint "
+                f"1..{n} (or 0: independent)"
+            )
+        if model.mimic_leader[leader - 1] != 0:
+            raise ValueError(
+                f"Model.mimic_leader[{k}]: {_link_label(model, k)} mimics joint {leader}, which mimics joint "
+                f"{model.mimic_leader[leader - 1]} itself; mimic the independent joint (multipliers and offsets compose)"
+            )
     # Shapes.
     shapes = dict(
         base_mass=(),
@@ -509,6 +674,8 @@ def validate(model: Model) -> None:
         joint_stiffness=(n,),
         joint_damping=(n,),
         gravity=(3,),
+        mimic_multiplier=(n,),
+        mimic_offset=(n,),
     )
     for field, shape in shapes.items():
         got = tuple(getattr(model, field).shape)
@@ -576,6 +743,13 @@ def validate(model: Model) -> None:
             raise ValueError(
                 f"Model.{field}[{negative}]: {_link_label(model, int(negative))} must be non-negative, got {values[negative]}"
             )
+    multiplier, offset = np.asarray(model.mimic_multiplier, np.float64), np.asarray(model.mimic_offset, np.float64)
+    for k, leader in enumerate(model.mimic_leader):
+        if leader == 0 and (multiplier[k] != 1 or offset[k] != 0):
+            raise ValueError(
+                f"Model.mimic_multiplier[{k}], mimic_offset[{k}]: {_link_label(model, k)} is independent "
+                f"(mimic_leader 0): expected 1 and 0, got {multiplier[k]} and {offset[k]}"
+            )
 
 
 def check_inertia(
@@ -632,13 +806,13 @@ def check_well_posed(model: Model) -> None:
     a generic configuration (``q_k = 0.37 + 0.61 k``, rad or m) must be positive definite;
     the joint with the largest share of the null direction is named.
     """
-    n = model.num_joints
     masses = np.asarray(model.link_mass, np.float64)
     inertias = np.asarray(model.link_inertia, np.float64)
     empty = (masses == 0) & np.all(inertias == 0, axis=(1, 2))
     support = np.asarray(model.tree.support)  # [j, k]: joint k moves link j
-    for k in range(n):
-        subtree = np.flatnonzero(support[:, k])
+    for k in model.independent_joints:  # (a mimic joint moving nothing adds nothing to H)
+        followers = [j for j, leader in enumerate(model.mimic_leader) if leader == k + 1]
+        subtree = np.flatnonzero(np.any(support[:, [k, *followers]], axis=1))
         if np.all(empty[subtree]):
             names = [model.link_names[j] for j in subtree]
             raise ValueError(
@@ -650,11 +824,12 @@ def check_well_posed(model: Model) -> None:
     from sdjax.state import make_state
 
     eps_ratio = float(np.finfo(np.dtype(model.dtype)).eps / np.finfo(np.float64).eps)
-    for q in (np.zeros(n), 0.37 + 0.61 * np.arange(n)):
+    nc = model.num_joint_coordinates
+    for q in (np.zeros(nc), 0.37 + 0.61 * np.arange(nc)):
         h = np.asarray(inertia_matrix(model, make_state(model, q=q.astype(np.dtype(model.dtype)))), np.float64)
         values, vectors = np.linalg.eigh(0.5 * (h + h.T))
         if not values[0] > SINGULAR_RTOL * eps_ratio * values[-1]:
-            k = int(np.argmax(np.abs(vectors[model.num_base_velocities :, 0]))) if n else 0
+            k = int(model.independent_joints[np.argmax(np.abs(vectors[model.num_base_velocities :, 0]))]) if nc else 0
             precision = (
                 f" at {np.dtype(model.dtype).name} precision (enable float64: jax.config.update('jax_enable_x64', True))"
                 if eps_ratio > 1
@@ -726,6 +901,9 @@ MODEL_FIELDS = (
     "name",
     "inertia_check",
     "base",
+    "mimic_leader",
+    "mimic_multiplier",
+    "mimic_offset",
 )
 
 
@@ -762,11 +940,13 @@ def stack_models(models: Sequence[Model]) -> Model:
         m.name,
         m.inertia_check,
         m.base,
+        m.mimic_leader,
     )  # noqa: E731
     for k, m in enumerate(models[1:], start=1):
         if static(m) != static(first):
             raise ValueError(
                 f"stack_models: model {k} differs from model 0 in its static data "
-                "(parent, joint_type, end_point_link, end_point_names, link_names, name, inertia_check or base); a batch shares one topology"
+                "(parent, joint_type, end_point_link, end_point_names, link_names, name, inertia_check, base or "
+                "mimic_leader); a batch shares one topology"
             )
     return jax.tree.map(lambda *xs: jnp.stack(xs), *models)

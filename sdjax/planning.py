@@ -55,7 +55,7 @@ from sdjax.control import ComputedTorque, QuinticJointReference, inverse_kinemat
 from sdjax.dynamics import make_controls
 from sdjax.integrate import Trajectory, rollout
 from sdjax.kinematics import forward_kinematics
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_rotation_vector, quat_conjugate, quat_multiply, quat_to_rotation_vector
 from sdjax._checks import float_array, is_traced
 from sdjax._compile import solver_jit
@@ -306,6 +306,7 @@ class PlanningProblem(eqx.Module):
         kd: Any = None,
         checkpoint: bool = True,
     ):
+        check_no_mimic(model, "PlanningProblem")
         check_state(model, initial_state)
         dtype = initial_state.q.dtype
         n = model.num_joints

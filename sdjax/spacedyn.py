@@ -45,7 +45,7 @@ from sdjax.integrate import runge_kutta4, state_derivative
 from sdjax.io.spacedyn_arrays import model_from_lp as _model_from_lp
 from sdjax.jacobians import end_point_jacobians, link_jacobians
 from sdjax.kinematics import forward_kinematics, link_accelerations, link_velocities
-from sdjax.model import Model, check_spacedyn_end_points, edit_model
+from sdjax.model import Model, check_no_mimic, check_spacedyn_end_points, edit_model
 from sdjax.rotation import (
     euler313_to_matrix,
     matrix_to_euler313,
@@ -107,6 +107,7 @@ def _model(model: Model | Mapping[str, Any], gravity: Any = None) -> Model:
         model = model_from_lp(model)
     if not isinstance(model, Model):
         raise ValueError(f"expected an sdjax Model or a SpaceDyn LP mapping, got {type(model).__name__}")
+    check_no_mimic(model, "the SpaceDyn-compatible functions")
     if model.base != "floating":
         raise ValueError(
             f"model {model.name!r} has a {model.base} base; the SpaceDyn-compatible functions use SpaceDyn's "

@@ -11,13 +11,14 @@ import numpy as np
 from jax import Array
 
 from sdjax._checks import is_traced
-from sdjax.model import Model
+from sdjax.model import Model, joint_coordinate_map, joint_positions
 from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_matrix, rpy_to_matrix
 
 __all__ = [
     "BASE_TWIST_NAMES",
     "State",
     "check_base_motion",
+    "check_mimic_relations",
     "check_state",
     "make_state",
     "normalize_state",
@@ -92,6 +93,11 @@ def make_state(
     ``base_direction_cosines`` (``(3, 3)`` direction cosines ``C0 = A0^T``, inertial to base,
     seed 000 eq 3.2) or ``base_rpy`` (SpaceDyn RPY angles, ``A0 = Rx Ry Rz``).
 
+    Joint positions and rates ``q``, ``qd`` are given for every joint (``(n,)``) or, for a model
+    with mimic joints, for its joint coordinates only (``(n_c,)``, the independent joints; the
+    mimic joints then follow their leaders). Every joint's values must satisfy the mimic
+    relations (checked).
+
     Arguments:
         model: the system; sets ``n`` and the default dtype.
         dtype: floating dtype of the state (default: the model's).
@@ -134,13 +140,24 @@ def make_state(
         quat = quat_normalize(quat)
     else:
         quat = jnp.array([0.0, 0.0, 0.0, 1.0], dtype)
+
+    def joints(name, value):
+        if value is not None and model.has_mimic and jnp.shape(value) == (model.num_joint_coordinates,):
+            coordinates = jnp.asarray(value, dtype)
+            if name == "q":
+                return joint_positions(model, coordinates)
+            return coordinates @ joint_coordinate_map(model).astype(dtype).T
+        if value is None and name == "q":
+            return joint_positions(model, jnp.zeros((model.num_joint_coordinates,), dtype))
+        return vec(name, value, n)
+
     state = State(
         base_position=vec("base_position", base_position, 3),
         base_quaternion=quat,
         base_linear_velocity=vec("base_linear_velocity", base_linear_velocity, 3),
         base_angular_velocity=vec("base_angular_velocity", base_angular_velocity, 3),
-        q=vec("q", q, n),
-        qd=vec("qd", qd, n),
+        q=joints("q", q),
+        qd=joints("qd", qd),
     )
     check_base_motion(model, state, "make_state")
     return state
@@ -150,9 +167,39 @@ def make_state(
 BASE_TWIST_NAMES = ("v0_x", "v0_y", "v0_z", "w0_x", "w0_y", "w0_z")
 
 
+#: Tolerance of the mimic relations in a concrete state, relative to ``1 + |q|`` (round-off of
+#: ``multiplier * q + offset`` and of a long integration; an inconsistent state is off by far more).
+MIMIC_RTOL = 1e-9
+
+
+def check_mimic_relations(model: Model, what: str, name: str, values: Any) -> None:
+    """Refuse (``ValueError`` naming ``what``) concrete joint values ``(n,)`` whose mimic joints do
+    not follow their leaders (to :data:`MIMIC_RTOL`): positions (``name == "q"``, with the
+    offsets), rates or accelerations (without). Nothing to check without mimic joints or
+    under tracing."""
+    if not model.has_mimic or is_traced(values):
+        return
+    x = np.asarray(values)
+    multiplier = np.asarray(model.mimic_multiplier)
+    shift = np.asarray(model.mimic_offset) if name == "q" else np.zeros(model.num_joints)
+    for k, leader in enumerate(model.mimic_leader):
+        expected = multiplier[k] * x[leader - 1] + shift[k]
+        if leader and not abs(x[k] - expected) <= MIMIC_RTOL * (1 + abs(x[k])):
+            raise ValueError(
+                f"{what}: joint {k + 1} ({model.link_names[k]!r}) of model {model.name!r} mimics joint {leader} "
+                f"({model.link_names[leader - 1]!r}): {name}[{k}] must be {multiplier[k]} * {name}[{leader - 1}]"
+                + (f" + {shift[k]}" if name == "q" else "")
+                + f" = {expected}, got {x[k]} (give make_state the joint coordinates alone to have the mimic joints "
+                "follow)"
+            )
+
+
 def check_base_motion(model: Model, state: State, what: str = "state") -> None:
     """Refuse a concrete state whose base twist moves along a component the model's base mode
-    fixes (:data:`sdjax.BASE_MODES`); nothing can be checked under tracing."""
+    fixes (:data:`sdjax.BASE_MODES`), or whose mimic joints do not follow their leaders
+    (positions and rates, to :data:`MIMIC_RTOL`); nothing can be checked under tracing."""
+    check_mimic_relations(model, what, "q", state.q)
+    check_mimic_relations(model, what, "qd", state.qd)
     linear, angular = state.base_linear_velocity, state.base_angular_velocity
     if model.base == "floating" or is_traced(linear, angular):
         return

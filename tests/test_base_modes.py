@@ -202,7 +202,7 @@ def test_doors():
     assert massless.base == "fixed" and float(massless.base_mass) == 0.0
     with pytest.raises(TypeError, match=r"edit_model: unknown field\(s\) \['mass'\]"):
         sdjax.edit_model(model, mass=1.0)
-    with pytest.raises(ValueError, match="static data.*inertia_check or base"):
+    with pytest.raises(ValueError, match="static data.*inertia_check, base or mimic_leader"):
         sdjax.stack_models([model, planar])
 
 

@@ -356,7 +356,7 @@ def _robot(*parts: str) -> str:
         ),
         (
             _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<mimic joint="k"/>')),
-            "joint 'j': <mimic joint='k'> couples it",
+            "joint 'j' <mimic joint='k'>: no revolute, continuous or prismatic joint of that name",
         ),
         (_robot(_BASE, _LINK.format("a")), r"several root links \['b', 'a'\]"),
         (
@@ -645,7 +645,7 @@ def test_mimic_joints_against_pinocchio():
 
     path = DATA / "mimic_gripper.urdf"
     with pytest.raises(ValueError, match=r"joint 'wrist_joint': <mimic joint='joint2'>.*mimic='constraints'"):
-        import_urdf(path)
+        import_urdf(path, mimic="refuse")
     gravity = np.array([0.0, 0.3, -9.81])
     info = import_urdf(path, gravity=gravity, mimic="constraints")
     model, couplings = info.model, info.couplings
@@ -705,6 +705,103 @@ def test_mimic_joints_against_pinocchio():
         assert _rel(np.asarray(tau_id)[independent], needed) < 1e-11
 
 
+@pytest.mark.parametrize("name", ["mimic_gripper", "panda"])
+def test_mimic_coordinates_against_pinocchio(name):
+    """``<mimic>`` joints loaded by default as mimic joints of the model (reduced coordinates)
+    against Pinocchio's mimic model of the same file (``buildModelFromUrdf(..., mimic=True)``),
+    on a geared wrist with an offset and a mirrored finger (``mimic_gripper``) and on Franka's
+    Panda as its authors wrote it (tests/data/README.md): inertia matrix, bias forces, forward
+    dynamics (a mimic joint's torque and damping acting on its leader) and inverse dynamics."""
+    pin = pytest.importorskip("pinocchio")
+    path = DATA / f"{name}.urdf"
+    gravity = np.array([0.0, 0.3, -9.81])
+    info = import_urdf(path, gravity=gravity, base="fixed")
+    model = info.model
+    independent = model.independent_joints
+    n, nc = model.num_joints, len(independent)
+    assert model.has_mimic and model.num_velocities == nc < n
+    s = np.asarray(sdjax.model.joint_coordinate_map(model))  # qd = S qd_c
+    pm_full, pm = pin.buildModelFromUrdf(str(path)), pin.buildModelFromUrdf(str(path), mimic=True)
+    pm.gravity = pin.Motion(gravity, np.zeros(3))
+    assert pm.nv == nc
+    perm = np.zeros((nc, nc))  # Pinocchio's reduced velocity order from sdjax's coordinates
+    for col, k in enumerate(independent):
+        perm[pm.idx_vs[pm.getJointId(info.joint_names[k])], col] = 1.0
+    damping = np.asarray(model.joint_damping)
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        state = sdjax.make_state(
+            model, base_position=info.root_to_base, q=rng.uniform(-1.0, 1.0, size=nc), qd=rng.normal(size=nc)
+        )
+        q_pin, v_pin = pinocchio_from_state(info, pm, state)
+        # The plain parse of the file sees the same configuration, mimic joints included.
+        q_full, _ = pinocchio_from_state(info, pm_full, state)
+        for k in range(n):
+            jf, leader = pm_full.getJointId(info.joint_names[k]), model.mimic_leader[k]
+            if leader:
+                expected_q = float(model.mimic_multiplier[k]) * float(state.q[leader - 1]) + float(
+                    model.mimic_offset[k]
+                )
+                np.testing.assert_allclose(q_full[pm_full.idx_qs[jf]], expected_q, rtol=1e-15, atol=1e-15)
+        np.testing.assert_array_equal(v_pin, perm @ np.asarray(state.qd)[independent])
+        data = pm.createData()  # (Pinocchio 4.1's crba on a mimic model reads stale data when reused)
+        m = pin.crba(pm, data, q_pin)
+        m = np.triu(m) + np.triu(m, 1).T
+        # Sums of O(n) composite-inertia terms: round-off ~1e-16 relative; 1e-12 leaves a margin.
+        assert _rel(sdjax.inertia_matrix(model, state), perm.T @ m @ perm) < 1e-12
+        nle = pin.rnea(pm, data, q_pin, v_pin, np.zeros(nc))
+        assert _rel(sdjax.bias_forces(model, state), perm.T @ nle, np.max(np.abs(nle)) + 1e-300) < 1e-12
+        tau = rng.normal(scale=2.0, size=n)  # torques on every joint, the mimic ones included
+        base_acc, qdd = sdjax.forward_dynamics(model, state, tau)
+        applied = s.T @ (tau - damping * np.asarray(state.qd))  # virtual power: G^T of the joint loads
+        expected = perm.T @ np.linalg.solve(m, perm @ applied - nle)
+        # Cholesky against Pinocchio's dense solve: ~cond(M) * eps relative (cond < 1e6 here).
+        assert _rel(np.asarray(qdd)[independent], expected) < max(1e-11, 1e-15 * np.linalg.cond(m))
+        np.testing.assert_allclose(qdd, s @ np.asarray(qdd)[independent], rtol=0, atol=1e-15 * np.max(np.abs(qdd)))
+        assert np.all(np.asarray(base_acc) == 0)
+        _, tau_id = sdjax.inverse_dynamics(model, state, None, qdd)
+        needed = perm.T @ pin.rnea(pm, data, q_pin, v_pin, perm @ np.asarray(qdd)[independent])
+        # The coordinates' torque on the leaders (passive terms removed), nothing on mimic joints.
+        assert _rel(np.asarray(tau_id)[independent], needed + s.T @ (damping * np.asarray(state.qd))) < 1e-12
+        assert np.all(np.delete(np.asarray(tau_id), independent) == 0)
+        # Round trip: the inverse dynamics' torques reproduce the accelerations.
+        assert _rel(sdjax.forward_dynamics(model, state, tau_id)[1], qdd) < 1e-11
+
+
+def test_mimic_joints_survive_files_and_edits(tmp_path):
+    """A model with mimic joints written to JSON and URDF and read back, appended to another
+    model, and locked: the same relations and the same dynamics."""
+    model = model_from_urdf(DATA / "mimic_gripper.urdf")
+    assert model.has_mimic
+    for suffix in (".json", ".urdf"):
+        sdjax.save_model(model, tmp_path / f"m{suffix}")
+        back = sdjax.load_model(tmp_path / f"m{suffix}")
+        assert back.mimic_leader == model.mimic_leader
+        np.testing.assert_array_equal(back.mimic_multiplier, model.mimic_multiplier)
+        np.testing.assert_array_equal(back.mimic_offset, model.mimic_offset)
+    state = sdjax.make_state(model, q=np.linspace(0.1, 0.5, model.num_joint_coordinates))
+    with pytest.raises(ValueError, match=r"mimics joint 2 \('link2'\)|mimics joint"):
+        sdjax.make_state(model, q=np.linspace(0.1, 0.6, model.num_joints))  # mimic joints off their leaders
+    with pytest.raises(ValueError, match="SpaceDyn's link parameters|mimic joints"):
+        sdjax.save_model(model, tmp_path / "m.def")
+    # Appended behind another arm: the relations renumbered with the links.
+    arm = spacedyn_sample()
+    combined = sdjax.editing.append_model(arm, model, 0, prefix="g_")
+    n0 = arm.num_joints
+    assert combined.mimic_leader == (0,) * n0 + tuple(n0 + leader if leader else 0 for leader in model.mimic_leader)
+    # Locking a whole relation at consistent positions: no mimic joint left where it was.
+    leader = next(j for j in model.mimic_leader if j)
+    follower = model.mimic_leader.index(leader) + 1
+    with pytest.raises(ValueError, match="belongs to a mimic relation"):
+        sdjax.editing.lock_joints(model, [leader], [0.2])
+    q_leader = 0.2
+    q_follower = float(model.mimic_multiplier[follower - 1]) * q_leader + float(model.mimic_offset[follower - 1])
+    locked = sdjax.editing.lock_joints(model, [leader, follower], [q_leader, q_follower])
+    assert locked.num_joints == model.num_joints - 2
+    assert sum(1 for j in locked.mimic_leader if j) == sum(1 for j in model.mimic_leader if j) - 1
+    del state
+
+
 @pytest.mark.parametrize(
     "joints, message",
     [
@@ -748,7 +845,9 @@ def test_mimic_on_a_fixed_joint_is_ignored():
 
 
 def test_mimic_option_is_checked():
-    with pytest.raises(ValueError, match=r"mimic: unknown value 'ignore'; choose one of \['refuse', 'constraints'\]"):
+    with pytest.raises(
+        ValueError, match=r"mimic: unknown value 'ignore'; choose one of \['coordinates', 'constraints', 'refuse'\]"
+    ):
         import_urdf(DATA / "fixed_base_arm.urdf", mimic="ignore")
 
 

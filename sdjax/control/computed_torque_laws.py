@@ -24,7 +24,7 @@ from sdjax.control.references import Reference, _as_reference, _evaluate_referen
 from sdjax.control.task_space import CONTROL_BASES
 from sdjax.dynamics import bias_forces, inertia_matrix, inverse_dynamics, passive_joint_torques
 from sdjax.gjm import reduced_equation, with_momentum
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import quat_rate
 from sdjax._checks import check_choice, check_vector, float_array
 from sdjax.state import State, check_state
@@ -95,6 +95,7 @@ def computed_torque_terms(
     Returns:
         ``H~ (n, n)`` symmetric positive definite and ``C~ (n,)``, N m or N.
     """
+    check_no_mimic(model, "computed_torque_terms")
     check_state(model, state)
     base = _base_keyword("computed_torque_terms", base, mode)
     measured, momentum = _momentum_spec(momentum)

@@ -21,7 +21,7 @@ from sdjax.control.task_space import CONTROL_BASES, TASKS, _task_kinematics, _ta
 from sdjax.dynamics import inertia_matrix
 from sdjax.gjm import base_twist_from_free, solve_base_block
 from sdjax.kinematics import body_masses, center_of_mass, relative_frames
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import quat_normalize, quat_rate, quat_to_matrix
 from sdjax.solvers import (
     DEFAULT_MAX_DAMPING,
@@ -170,6 +170,7 @@ def inverse_kinematics(
     (``lax.while_loop``). Differentiate a converged solution implicitly instead:
     ``dq = J^+ dx`` for a small target change ``dx``.
     """
+    check_no_mimic(model, "inverse_kinematics")
     check_state(model, state)
     dtype = state.q.dtype
     n = model.num_joints

@@ -13,7 +13,7 @@ from jax import Array
 
 from sdjax.dynamics import inertia_matrix
 from sdjax.gjm import base_twist_from_free, solve_base_block
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax._checks import check_vector
 from sdjax.state import State, check_state
 
@@ -46,6 +46,7 @@ def reaction_null_space_projector(model: Model, state: State) -> Array:
     Returns:
         ``(n, n)`` symmetric idempotent projector.
     """
+    check_no_mimic(model, "reaction_null_space_projector")
     check_state(model, state)
     coupling = _base_angular_coupling(model, state)
     projector = jnp.eye(model.num_joints, dtype=coupling.dtype) - jnp.linalg.pinv(coupling) @ coupling

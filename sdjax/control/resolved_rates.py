@@ -20,7 +20,7 @@ from sdjax.control.computed_torque_laws import RateServo
 from sdjax.control.references import _quintic
 from sdjax.control.task_space import TASKS, _check_base_momentum, _task_kinematics, _task_point, task_error
 from sdjax.gjm import Manipulability, manipulability
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax.solvers import DEFAULT_MAX_DAMPING, DEFAULT_SINGULAR_THRESHOLD, check_damping, solve_damped_least_squares
 from sdjax._checks import check_choice, check_vector, float_array, is_traced
 from sdjax.state import State, check_state
@@ -76,6 +76,7 @@ def resolved_motion_rates(
     Returns:
         :class:`ResolvedRates`.
     """
+    check_no_mimic(model, "resolved_motion_rates")
     check_state(model, state)
     rows = TASKS[check_choice("resolved_motion_rates: task", task, TASKS)]
     _check_base_momentum("resolved_motion_rates", base, momentum)

@@ -27,7 +27,7 @@ from sdjax.dynamics import inertia_matrix
 from sdjax.gjm import generalized_columns, momentum_offset
 from sdjax.jacobians import point_jacobian
 from sdjax.kinematics import relative_frames
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_rotation_vector, rpy_to_matrix
 from sdjax._checks import check_choice, check_vector
 from sdjax.state import State, check_state
@@ -133,6 +133,7 @@ def task_jacobian(
         ``jacobian (m, n)`` and ``offset (m,)``, rows ``[linear (m/s); angular (rad/s)]``
         selected by ``task``, inertial frame.
     """
+    check_no_mimic(model, "task_jacobian")
     check_state(model, state)
     rows = TASKS[check_choice("task_jacobian: task", task, TASKS)]
     _check_base_momentum("task_jacobian", base, momentum)

@@ -18,8 +18,9 @@ A file holds one object::
          "parent_centroid_to_joint": [0, 1, 0],      # m, parent frame (SpaceDyn c0 / cc(:,B_i,i))
          "centroid_to_joint": [0, 0, -0.5],          # m, link frame (SpaceDyn cc(:,i,i))
          "joint_rpy": [-1.5707963267948966, 0, 0],   # rad, SpaceDyn RPY (Rx Ry Rz), optional
-         "joint_stiffness": 0.0, "joint_damping": 0.0        # optional
-        }
+         "joint_stiffness": 0.0, "joint_damping": 0.0,       # optional
+         "mimic": {"joint": 2, "multiplier": -1.0, "offset": 0.0}   # optional: a mimic joint
+        }                                            # (q = multiplier * q_joint + offset; Model.mimic_leader)
       ],
       "inertia_check": "physical",                   # optional; or "positive_definite" (SpaceDyn's rule)
       "end_points": [                                # optional: named frames, any number per body
@@ -79,7 +80,9 @@ _LINK_KEYS = {
     "joint_rpy",
     "joint_stiffness",
     "joint_damping",
+    "mimic",
 }
+_MIMIC_KEYS = {"joint", "multiplier", "offset"}
 _END_KEYS_V1 = {"centroid_to_end_point", "rpy"}
 _END_KEYS = {"name", "body", "centroid_to_end_point", "rpy"}
 
@@ -104,6 +107,12 @@ def model_to_dict(model: Model) -> dict[str, Any]:
             "joint_stiffness": float(model.joint_stiffness[k]),
             "joint_damping": float(model.joint_damping[k]),
         }
+        if model.mimic_leader[k]:
+            entry["mimic"] = {
+                "joint": model.mimic_leader[k],
+                "multiplier": float(model.mimic_multiplier[k]),
+                "offset": float(model.mimic_offset[k]),
+            }
         links.append(entry)
     end_points = [
         {
@@ -165,7 +174,8 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
     if len(links) > MAX_LINKS:
         raise ValueError(f"model.links: {len(links)} links exceeds the limit of {MAX_LINKS}")
     n = len(links)
-    fields: dict[str, list] = {k: [] for k in ("mass", "inertia", "pcj", "cj", "rpy", "k", "d")}
+    fields: dict[str, list] = {k: [] for k in ("mass", "inertia", "pcj", "cj", "rpy", "k", "d", "mm", "mo")}
+    mimic_leader = []
     parent, joint_type, names, end_links, end_names, end_offset, end_rpy = [], [], [], [], [], [], []
     link_keys = _LINK_KEYS | ({"end_point"} if version == 1 else set())
     for k, link in enumerate(links):
@@ -189,6 +199,14 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
         fields["rpy"].append(_number_array(f"{where}.joint_rpy", link.get("joint_rpy", [0, 0, 0]), (3,)))
         fields["k"].append(_number_array(f"{where}.joint_stiffness", link.get("joint_stiffness", 0.0), ()))
         fields["d"].append(_number_array(f"{where}.joint_damping", link.get("joint_damping", 0.0), ()))
+        mimic = link.get("mimic", {"joint": 0, "multiplier": 1.0, "offset": 0.0})
+        _check_keys(f"{where}.mimic", mimic, _MIMIC_KEYS, {"joint"})
+        leader = mimic["joint"]
+        if isinstance(leader, bool) or not isinstance(leader, int):
+            raise ValueError(f"{where}.mimic.joint: expected the index (1..n) of the joint it mimics, got {leader!r}")
+        mimic_leader.append(leader)
+        fields["mm"].append(_number_array(f"{where}.mimic.multiplier", mimic.get("multiplier", 1.0), ()))
+        fields["mo"].append(_number_array(f"{where}.mimic.offset", mimic.get("offset", 0.0), ()))
         end = link.get("end_point")
         if end is not None:
             _check_keys(f"{where}.end_point", end, _END_KEYS_V1, {"centroid_to_end_point"})
@@ -246,6 +264,9 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
         dtype=dtype,
         inertia_check=data.get("inertia_check", "physical"),
         base=base.get("mode", "floating"),
+        mimic_leader=tuple(mimic_leader),
+        mimic_multiplier=stack(fields["mm"], (n,)),
+        mimic_offset=stack(fields["mo"], (n,)),
     )
 
 

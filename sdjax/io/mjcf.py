@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from sdjax.io.pinocchio import depth_first_order, planar_yaw
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_quat, rpy_to_matrix
 
 __all__ = ["mujoco_coordinates", "to_mjcf"]
@@ -57,6 +57,7 @@ def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4", base_
     Returns:
         The XML document as a string (load with ``mujoco.MjModel.from_xml_string``).
     """
+    check_no_mimic(model, "to_mjcf")
     n = model.num_joints
     pcj = np.asarray(model.parent_centroid_to_joint, np.float64)
     cj = np.asarray(model.centroid_to_joint, np.float64)

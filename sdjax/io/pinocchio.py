@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.model import BASE_MODES, Model
+from sdjax.model import BASE_MODES, Model, check_no_mimic
 from sdjax.rotation import rpy_to_matrix
 from sdjax.state import State
 
@@ -121,6 +121,7 @@ def to_pinocchio(model: Model, base_pose: State | None = None) -> PinocchioTwin:
     """
     import pinocchio as pin
 
+    check_no_mimic(model, "to_pinocchio")
     n = model.num_joints
     pcj = np.asarray(model.parent_centroid_to_joint, np.float64)
     cj = np.asarray(model.centroid_to_joint, np.float64)

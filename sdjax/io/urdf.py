@@ -60,7 +60,7 @@ joint becomes one sdjax joint; every ``fixed`` joint is merged away.
   model's gravity is the ``gravity`` argument (default zero: a space robot).
 
 Refused with a ``ValueError`` naming the link or joint: joint types ``floating`` and
-``planar`` inside the tree (and unknown ones), ``<mimic>``, several roots, a link that is the child of two
+``planar`` inside the tree (and unknown ones), a ``<mimic>`` of a mimic joint or of no moving joint, several roots, a link that is the child of two
 joints or a loop, joints naming undefined links, duplicate names, a zero axis, a base without
 mass, a model whose inertia matrix is singular (a joint moving only massless links; see
 :func:`sdjax.model.check_well_posed`), malformed numbers, DOCTYPE/entity declarations (no entity
@@ -386,7 +386,7 @@ def import_urdf(
     dtype: Any = None,
     inertia_check: str = "physical",
     base: str | None = None,
-    mimic: str = "refuse",
+    mimic: str = "coordinates",
     package_dirs: Sequence[str | os.PathLike] = (),
 ) -> UrdfImport:
     """Read a URDF description into an sdjax model (see the module docstring).
@@ -404,12 +404,15 @@ def import_urdf(
         base: the base mode (:data:`sdjax.BASE_MODES`). Default: from the file, a root link
             called ``world`` (:data:`WORLD_LINK`) welded to the tree gives ``"fixed"``, joined by a
             ``floating`` or ``planar`` joint ``"floating"`` or ``"planar"``; any other root floats.
-        mimic: ``"refuse"`` (default) refuses ``<mimic>`` joints, naming the option;
-            ``"constraints"`` loads every joint as a coordinate and returns each ``<mimic>`` as a
-            :class:`sdjax.constraints.JointCoupling` in ``UrdfImport.couplings`` (a ``<mimic>``
-            on a fixed joint couples nothing and is ignored), for the
-            constrained dynamics of :mod:`sdjax.constraints` (which then move the mechanism as
-            its authors meant; the plain functions would let the followers move freely).
+        mimic: what ``<mimic>`` joints become (a ``<mimic>`` on a fixed joint couples nothing
+            and is ignored). ``"coordinates"`` (default): mimic joints of the model
+            (:attr:`sdjax.Model.mimic_leader`): no coordinate of their own, moved by their
+            leader, their torque acting on it (Pinocchio's mimic joints; every algorithm of the
+            core runs in the joint coordinates). ``"constraints"``: every joint a coordinate and
+            each ``<mimic>`` a :class:`sdjax.constraints.JointCoupling` in
+            ``UrdfImport.couplings``, for the constrained dynamics of :mod:`sdjax.constraints`
+            (MuJoCo's equality constraints; the plain functions would let the followers move
+            freely). ``"refuse"``: refuse the file, naming the first ``<mimic>``.
         package_dirs: folders holding the packages of ``package://`` mesh file names (searched
             before ``ROS_PACKAGE_PATH`` and the URDF file's ancestors; see
             :mod:`sdjax.io.visuals`).
@@ -449,7 +452,7 @@ def import_urdf(
 
 
 #: What :func:`import_urdf` does with ``<mimic>`` joints.
-MIMIC_CHOICES = ("refuse", "constraints")
+MIMIC_CHOICES = ("coordinates", "constraints", "refuse")
 
 
 def tree_import(
@@ -464,7 +467,7 @@ def tree_import(
     dtype: Any,
     inertia_check: str,
     base: str | None,
-    mimic: str = "refuse",
+    mimic: str = "coordinates",
 ) -> UrdfImport:
     """The sdjax model of a tree of links joined by URDF-style joints (the builder shared by the
     URDF and MJCF readers; see :func:`import_urdf` for the arguments and the rules)."""
@@ -617,6 +620,7 @@ def tree_import(
         cte[e] = frame[b].T @ (pos - centroid[b])
         erpy[e] = matrix_to_rpy_numpy(frame[b].T @ rot)
 
+    relations = _mimic_relations(moving, list(parent_joint.values()), mimic)
     model = Model(
         parent=tuple(body_parent),
         joint_type=tuple(_MOVING[j.kind] for j in moving),
@@ -638,6 +642,7 @@ def tree_import(
         dtype=dtype,
         inertia_check=inertia_check,
         base=base,
+        **_mimic_fields(relations if mimic == "coordinates" else [], len(moving)),
     )
     return UrdfImport(
         model=model,
@@ -646,26 +651,26 @@ def tree_import(
         joint_names=tuple(j.name for j in moving),
         continuous=tuple(j.kind == "continuous" for j in moving),
         end_point_names=tuple(chosen),
-        couplings=_couplings(moving, list(parent_joint.values()), mimic),
+        couplings=_couplings(relations) if mimic == "constraints" else (),
         visuals=tuple(visuals),
     )
 
 
-def _couplings(moving: list[TreeJoint], joints: list[TreeJoint], mimic: str) -> tuple[Any, ...]:
-    """The ``<mimic>`` relations as :class:`sdjax.constraints.JointCoupling` (sdjax joint
-    indices), or the refusal."""
-    from sdjax.constraints import JointCoupling
-
+def _mimic_relations(
+    moving: list[TreeJoint], joints: list[TreeJoint], mimic: str
+) -> list[tuple[int, int, float, float]]:
+    """The ``<mimic>`` relations ``(follower, leader, multiplier, offset)`` (0-based sdjax
+    joint indices), checked; or the refusal (``mimic="refuse"``)."""
     # (A <mimic> on a fixed joint couples nothing: reduced URDFs weld their grippers that way.)
     followers = [(j, j.mimic) for j in joints if j.mimic is not None and j.kind != "fixed"]
     if not followers:
-        return ()
+        return []
     if mimic == "refuse":
         j, (leader, _, _) = followers[0]
         raise ValueError(
             f"joint {j.name!r}: <mimic joint={leader!r}> couples it to another joint; load with "
-            "sdjax.io.import_urdf(..., mimic='constraints') to get the couplings as sdjax.constraints.JointCoupling "
-            "for the constrained dynamics"
+            "mimic='coordinates' (mimic joints of the model) or mimic='constraints' (couplings as "
+            "sdjax.constraints.JointCoupling for the constrained dynamics)"
         )
     index = {j.name: k for k, j in enumerate(moving)}
     out = []
@@ -678,8 +683,25 @@ def _couplings(moving: list[TreeJoint], joints: list[TreeJoint], mimic: str) -> 
             raise ValueError(
                 f"joint {j.name!r} <mimic joint={leader!r}>: that joint mimics another itself; mimic the first leader"
             )
-        out.append(JointCoupling(index[j.name], index[leader], multiplier, offset))
-    return tuple(out)
+        out.append((index[j.name], index[leader], multiplier, offset))
+    return out
+
+
+def _mimic_fields(relations: list[tuple[int, int, float, float]], n: int) -> dict[str, Any]:
+    """The :class:`~sdjax.Model` mimic fields of the relations (none: the defaults)."""
+    if not relations:
+        return {}
+    leader, multiplier, offset = [0] * n, np.ones(n), np.zeros(n)
+    for follower, lead, scale, shift in relations:
+        leader[follower], multiplier[follower], offset[follower] = lead + 1, scale, shift
+    return {"mimic_leader": tuple(leader), "mimic_multiplier": multiplier, "mimic_offset": offset}
+
+
+def _couplings(relations: list[tuple[int, int, float, float]]) -> tuple[Any, ...]:
+    """The relations as :class:`sdjax.constraints.JointCoupling`."""
+    from sdjax.constraints import JointCoupling
+
+    return tuple(JointCoupling(*relation) for relation in relations)
 
 
 def model_from_urdf(
@@ -692,8 +714,16 @@ def model_from_urdf(
     dtype: Any = None,
     inertia_check: str = "physical",
     base: str | None = None,
+    mimic: str = "coordinates",
 ) -> Model:
-    """The sdjax model of a URDF file or string (see :func:`import_urdf` and the module docstring)."""
+    """The sdjax model of a URDF file or string (see :func:`import_urdf` and the module
+    docstring); ``<mimic>`` joints become mimic joints of the model unless ``mimic="refuse"``
+    (``"constraints"``, which returns couplings beside the model, needs :func:`import_urdf`)."""
+    if mimic == "constraints":
+        raise ValueError(
+            "model_from_urdf: mimic='constraints' returns couplings beside the model; use "
+            "sdjax.io.import_urdf(..., mimic='constraints') (its .model and .couplings)"
+        )
     return import_urdf(
         source,
         base_link=base_link,
@@ -703,6 +733,7 @@ def model_from_urdf(
         dtype=dtype,
         inertia_check=inertia_check,
         base=base,
+        mimic=mimic,
     ).model
 
 
@@ -736,7 +767,9 @@ def state_from_pinocchio(info: UrdfImport, pin_model: Any, q: Any, v: Any) -> St
             root-link frame, joint rates.
 
     A fixed-base model pairs with ``pin.buildModelFromUrdf(path)`` (no root joint; ``q`` and
-    ``v`` hold the joints only): the root link's frame is then the inertial frame.
+    ``v`` hold the joints only): the root link's frame is then the inertial frame. A model with
+    mimic joints pairs with Pinocchio's mimic model (``mimic=True``, reduced coordinates) or
+    with its plain one (the mimic joints' values must then follow their leaders).
 
     Returns:
         The :class:`~sdjax.State` (base centroid position and velocity, inertial frame).
@@ -751,6 +784,8 @@ def state_from_pinocchio(info: UrdfImport, pin_model: Any, q: Any, v: Any) -> St
     c = info.root_to_base
     joint_q, joint_qd = [], []
     for iq, nq, iv in _joint_slots(info, pin_model):
+        if nq == 0:  # a Pinocchio mimic joint (mimic=True): no coordinate, make_state fills it in
+            continue
         joint_q.append(np.arctan2(q[iq + 1], q[iq]) if nq == 2 else q[iq])
         joint_qd.append(v[iv])
     return make_state(
@@ -780,6 +815,8 @@ def pinocchio_from_state(info: UrdfImport, pin_model: Any, state: State) -> tupl
     v[3:6] = w_local
     joint_q, joint_qd = np.asarray(state.q, np.float64), np.asarray(state.qd, np.float64)
     for k, (iq, nq, iv) in enumerate(_joint_slots(info, pin_model)):
+        if nq == 0:  # a Pinocchio mimic joint: its leader holds the coordinate
+            continue
         if nq == 2:
             q[iq : iq + 2] = np.cos(joint_q[k]), np.sin(joint_q[k])
         else:
@@ -880,10 +917,15 @@ def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
         joint_names.add(candidate)
         return candidate
 
+    moving_names = [unique(f"{model.link_names[k]}_joint") for k in range(n)]
+    multiplier, mimic_offset = (
+        np.asarray(model.mimic_multiplier, np.float64),
+        np.asarray(model.mimic_offset, np.float64),
+    )
     for k in range(n):
         p = model.parent[k]
         kind = "continuous" if model.joint_type[k] == "R" else "prismatic"
-        joint = ET.SubElement(robot, "joint", name=unique(f"{model.link_names[k]}_joint"), type=kind)
+        joint = ET.SubElement(robot, "joint", name=moving_names[k], type=kind)
         offset = pcj[k] - (cj[p - 1] if p > 0 else 0.0)
         ET.SubElement(joint, "origin", xyz=_fmt(offset), rpy=_fmt(_urdf_rpy(rot[k])))
         ET.SubElement(joint, "parent", link=link_name[p])
@@ -894,6 +936,11 @@ def model_to_urdf(model: Model, *, base_name: str = "base") -> str:
             ET.SubElement(joint, "limit", lower="-" + bound, upper=bound, effort=bound, velocity=bound)
         if damping[k] != 0:
             ET.SubElement(joint, "dynamics", damping=repr(float(damping[k])), friction="0.0")
+        if model.mimic_leader[k]:
+            leader = moving_names[model.mimic_leader[k] - 1]
+            ET.SubElement(
+                joint, "mimic", joint=leader, multiplier=repr(float(multiplier[k])), offset=repr(float(mimic_offset[k]))
+            )
     end_rot = np.asarray(rpy_to_matrix(np.asarray(model.end_point_rpy, np.float64)), np.float64).reshape(-1, 3, 3)
     cte = np.asarray(model.centroid_to_end_point, np.float64)
     all_links = set(link_name)
