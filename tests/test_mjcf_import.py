@@ -157,6 +157,69 @@ def test_fixed_base_mjcf_inertia_and_bias_against_mujoco():
         assert_close(sdjax.passive_joint_torques(model, state), d.qfrc_passive[order], 1e-13, "damping")
 
 
+# Joint equalities (MuJoCo's form of URDF's <mimic>): a gripper's mirrored slide fingers and a
+# geared hinge with an offset and non-zero reference positions (q1 = a1 q2 + a0 + q1_0 - a1 q2_0).
+GRIPPER = """
+<mujoco model="gripper">
+  <compiler angle="radian"/>
+  <option gravity="0 0.5 -9.81"><flag contact="disable" limit="disable"/></option>
+  <worldbody>
+    <body name="palm" pos="0 0 0.3">
+      <joint name="wrist" axis="0 0 1" ref="0.2" damping="0.1"/>
+      <geom type="box" size="0.05 0.08 0.02" mass="0.8"/>
+      <body name="left" pos="0 0.04 0.05">
+        <joint name="left_slide" type="slide" axis="0 1 0"/>
+        <geom type="box" size="0.01 0.01 0.04" mass="0.1"/>
+      </body>
+      <body name="right" pos="0 -0.04 0.05">
+        <joint name="right_slide" type="slide" axis="0 1 0"/>
+        <geom type="box" size="0.01 0.01 0.04" mass="0.1"/>
+      </body>
+      <body name="cam" pos="0.05 0 0.04">
+        <joint name="cam_hinge" axis="1 0 0" ref="-0.3"/>
+        <geom type="capsule" fromto="0 0 0 0 0.1 0" size="0.01" mass="0.05"/>
+      </body>
+    </body>
+  </worldbody>
+  <equality>
+    <joint name="mirror" joint1="right_slide" joint2="left_slide" polycoef="0 -1 0 0 0"/>
+    <joint name="gear" joint1="cam_hinge" joint2="wrist" polycoef="0.05 2 0 0 0"/>
+  </equality>
+</mujoco>
+"""
+
+
+def test_joint_equalities_are_mimic_joints_against_mujoco():
+    """The linear joint equalities load as mimic joints; at configurations on MuJoCo's own
+    constraint (its equality residual ``efc_pos`` is zero there, which checks the offset), the
+    inertia matrix and bias are MuJoCo's projected on the coordinates: ``G^T M G``, ``G^T c``."""
+    info = import_mjcf(GRIPPER)
+    model = info.model
+    m = mujoco.MjModel.from_xml_string(GRIPPER)
+    d = mujoco.MjData(m)
+    assert model.base == "fixed" and model.num_joints == 4 and model.num_velocities == 2
+    names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, j) for j in info.joint_ids]
+    order = [m.jnt_dofadr[j] for j in info.joint_ids]
+    rng = np.random.default_rng(5)
+    for trial in range(3):
+        state = sdjax.make_state(model, q=rng.uniform(-0.5, 0.5, 2), qd=rng.normal(size=2))
+        qpos, qvel = np.zeros(m.nq), np.zeros(m.nv)
+        qpos[[m.jnt_qposadr[j] for j in info.joint_ids]] = np.asarray(state.q)
+        qvel[order] = np.asarray(state.qd)
+        d.qpos[:], d.qvel[:] = qpos, qvel
+        mujoco.mj_forward(m, d)
+        equality_rows = np.asarray(d.efc_type) == int(mujoco.mjtConstraint.mjCNSTR_EQUALITY)
+        # On the constraint: MuJoCo's residual is round-off of q1 - a1 q2 - (a0 + q1_0 - a1 q2_0).
+        assert np.max(np.abs(np.asarray(d.efc_pos)[equality_rows])) < 1e-15
+        g = np.asarray(sdjax.model.joint_coordinate_map(model))
+        full = _full_inertia(m, d)[np.ix_(order, order)]
+        assert_close(sdjax.inertia_matrix(model, state), g.T @ full @ g, 1e-13, f"G^T M G, trial {trial}")
+        assert_close(sdjax.bias_forces(model, state), g.T @ d.qfrc_bias[order], 1e-12, f"G^T c, trial {trial}")
+        assert_close(state_from_mujoco(info, m, qpos, qvel).q, state.q, 1e-15, "state from MuJoCo")
+    assert model.mimic_leader[names.index("right_slide")] == names.index("left_slide") + 1
+    assert model.mimic_leader[names.index("cam_hinge")] == names.index("wrist") + 1
+
+
 def test_round_trip_through_the_exporter():
     """sdjax -> to_mjcf -> import: the same kinetic energy and joint accelerations at the same
     physical state (a random tree with branches and prismatic joints, under gravity)."""
@@ -184,9 +247,15 @@ def test_refusals():
         import_mjcf(
             FLOATING.replace('<joint name="drive" axis="0 1 0"/>', '<joint name="drive" axis="0 1 0" armature="0.1"/>')
         )
-    coupled = FLOATING.replace("</worldbody>", '</worldbody><equality><joint joint1="yaw" joint2="drive"/></equality>')
-    with pytest.raises(ValueError, match="equality constraints .* are not supported"):
-        import_mjcf(coupled)
+    for equality, message in (
+        ('<connect body1="hand" body2="paddle" anchor="0 0 0"/>', "equality constraint 'equality 0' .* not supported"),
+        ('<joint name="cubic" joint1="yaw" joint2="drive" polycoef="0 1 0 0.2 0"/>', "joint equality 'cubic' is not"),
+        ('<joint name="held" joint1="yaw"/>', "joint equality 'held' is not a linear coupling of two joints"),
+        ('<joint name="off" joint1="yaw" joint2="drive" active="false"/>', "joint equality 'off' is not"),
+    ):
+        coupled = FLOATING.replace("</worldbody>", f"</worldbody><equality>{equality}</equality>")
+        with pytest.raises(ValueError, match=message):
+            import_mjcf(coupled)
     with pytest.raises(ValueError, match=r"joint 'pitch' has a spring .* with rest position 0.0052"):
         import_mjcf(FLOATING.replace('stiffness="4"', 'stiffness="4" springref="0.3"'))  # degrees here
     with pytest.raises(ValueError, match="MJCF string: MuJoCo cannot compile it"):

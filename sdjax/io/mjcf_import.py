@@ -23,10 +23,16 @@ Mapping
 - Visual geometry (the geoms MuJoCo's viewer shows, meshes as compiled vertex arrays) is kept
   beside the model in ``MjcfImport.visuals``, on the sdjax bodies (:mod:`sdjax.io.visuals`).
 
+- A linear joint equality (``<equality><joint joint1= joint2= polycoef="a0 a1 0 0 0">``, MuJoCo's
+  form of URDF's ``<mimic>``) makes ``joint1`` a mimic joint of ``joint2``
+  (:attr:`sdjax.Model.mimic_leader`): ``q1 = a1 q2 + a0 + q1_0 - a1 q2_0`` with MuJoCo's
+  reference positions ``qpos0``. MuJoCo holds the relation by a soft constraint; sdjax exactly.
+
 Refused, with the element named: ball joints and free joints below the root (sdjax joints are
 revolute or prismatic with one base), rotor inertia (``armature``), dry friction
-(``frictionloss``), springs with a non-zero rest position, equality constraints (closed loops,
-welds, joint couplings), passive tendons, gravity compensation. Joint limits, actuators, contacts
+(``frictionloss``), springs with a non-zero rest position, equality constraints other than a
+linear coupling of two joints (closed loops, welds, polynomial couplings), passive tendons,
+gravity compensation. Joint limits, actuators, contacts
 and geoms' collision data are not part of sdjax's model and are left aside.
 
 State mapping: :func:`state_from_mujoco` turns ``(qpos, qvel)`` into a :class:`~sdjax.State`.
@@ -116,11 +122,34 @@ def _compile(source: str | os.PathLike, mujoco: Any) -> tuple[Any, str]:
         raise ValueError(f"{label}: MuJoCo cannot compile it: {err}") from None
 
 
+def _mimic_relations(label: str, m: Any, name: Any) -> dict[int, tuple[int, float, float]]:
+    """The linear joint equalities as mimic relations ``{joint1: (joint2, multiplier, offset)}``
+    (MuJoCo joint ids); any other equality constraint is refused, named.
+
+    MuJoCo's joint equality ``y - y0 = a0 + a1 (x - x0) + ... + a4 (x - x0)^4`` (``x0``, ``y0``:
+    the joints' ``qpos0``) with ``a2 = a3 = a4 = 0`` is the mimic joint ``y = a1 x + (a0 + y0 -
+    a1 x0)`` (this reader's ``q`` is ``qpos``)."""
+    mujoco = _require_mujoco()
+    relations = {}
+    for i in range(m.neq):
+        equality = repr(name(mujoco.mjtObj.mjOBJ_EQUALITY, i) or f"equality {i}")
+        if int(m.eq_type[i]) != int(mujoco.mjtEq.mjEQ_JOINT):
+            raise ValueError(f"{label}: equality constraint {equality} (a closed loop or weld) is not supported")
+        follower, leader = int(m.eq_obj1id[i]), int(m.eq_obj2id[i])
+        coefficients = np.asarray(m.eq_data[i, :5], np.float64)
+        if leader < 0 or np.any(coefficients[2:] != 0) or not m.eq_active0[i] or follower in relations:
+            raise ValueError(
+                f"{label}: joint equality {equality} is not a linear coupling of two joints active from the start "
+                "(sdjax takes y = a0 + a1 x as a mimic joint; a joint held alone, a polynomial of higher degree, "
+                "one switched off, or a second equality on the same joint are not supported)"
+            )
+        x0, y0 = float(m.qpos0[m.jnt_qposadr[leader]]), float(m.qpos0[m.jnt_qposadr[follower]])
+        relations[follower] = (leader, float(coefficients[1]), float(coefficients[0] + y0 - coefficients[1] * x0))
+    return relations
+
+
 def _refuse_unsupported(label: str, m: Any, name: Any) -> None:
     mujoco = _require_mujoco()
-    if m.neq:
-        names = [name(mujoco.mjtObj.mjOBJ_EQUALITY, i) for i in range(m.neq)]
-        raise ValueError(f"{label}: equality constraints {names} (closed loops, welds, couplings) are not supported")
     for t in range(m.ntendon):
         if m.tendon_stiffness[t] != 0 or m.tendon_damping[t] != 0:
             raise ValueError(
@@ -240,6 +269,7 @@ def import_mjcf(
 
     _refuse_unsupported(label, m, element_name)
     _refuse_out_of_range(label, m)
+    mimic = _mimic_relations(label, m, element_name)
     body_names = [element_name(mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}" for b in range(m.nbody)]
     body_names[0] = WORLD_LINK
     moving = _moving_bodies(m)
@@ -370,6 +400,21 @@ def import_mjcf(
         )
     if len(links) == 1:
         raise ValueError(f"{label}: no bodies")
+    if mimic:  # joint equalities: the follower's TreeJoint names its leader's (module docstring)
+        moving_joints = [jt for jt in joints if jt.kind in ("continuous", "prismatic")]
+        tree_name = {j: joint.name for joint, j in zip(moving_joints, joint_ids)}
+        missing = [j for j in (*mimic, *(leader for leader, _, _ in mimic.values())) if j not in tree_name]
+        if missing:
+            raise ValueError(
+                f"{label}: joint equality on {[element_name(mujoco.mjtObj.mjOBJ_JOINT, j) for j in missing]}: "
+                "not hinges or slides of the simulated system"
+            )
+        mj_id = {joint_name: j for j, joint_name in tree_name.items()}
+        for k, joint in enumerate(joints):
+            j = mj_id.get(joint.name, -1) if joint.kind in ("continuous", "prismatic") else -1
+            if j in mimic:
+                leader, multiplier, offset = mimic[j]
+                joints[k] = dataclasses.replace(joint, mimic=(tree_name[leader], multiplier, offset))
     model_name = (
         name if name is not None else bytes(m.names).split(b"\0", 1)[0].decode() or "mjcf_model"
     )  # names start with the model's
