@@ -458,7 +458,11 @@ def _simulate(args: argparse.Namespace) -> int:
         if args.controller == "pd":
             # Default gains: a critically damped response of natural frequency w per joint,
             # scaled by the joint's effective inertia (diagonal of the generalized inertia H*).
-            inertia = np.asarray(sdjax.generalized_inertia_matrix(model, state), np.float64).diagonal()
+            # (mimic joints: no gain of their own, their leader's actuator moves them)
+            inertia = np.asarray(
+                sdjax.model.on_independent_joints(model, sdjax.generalized_inertia_matrix(model, state).diagonal()),
+                np.float64,
+            )
             kp = inertia * w**2 if kp is None else kp
             kd = 2.0 * inertia * w if kd is None else kd
             control = sdjax.JointPD(jnp.asarray(kp, dtype), jnp.asarray(kd, dtype), reference)

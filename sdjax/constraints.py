@@ -43,7 +43,7 @@ from jax import Array, lax
 from sdjax.dynamics import Controls, forward_dynamics_and_factor, inertia_matrix, inverse_dynamics, make_controls
 from sdjax.integrate import as_controls, control_schedule, runge_kutta4
 from sdjax.kinematics import forward_kinematics
-from sdjax.model import Model, check_no_mimic, floating_coordinates, free_coordinates
+from sdjax.model import Model, check_no_mimic, floating_coordinates, floating_loads, free_coordinates, free_motion
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_difference, rotation_vector_to_quat
 from sdjax._checks import check_vector
 from sdjax.state import State, check_state, with_base_motion_checked
@@ -423,7 +423,7 @@ def _terms(systems: _Systems, states: tuple[State, ...], constraints: tuple[Cons
             column = offsets[c.system] + systems.models[c.system].num_base_velocities + c.joint
             jacobian = jacobian.at[row].set(jnp.zeros(offsets[-1], dtype).at[column].set(1.0))
         row += c.num_rows
-    velocity = jnp.concatenate([free_coordinates(m, s.generalized_velocity) for m, s in zip(systems.models, states)])
+    velocity = jnp.concatenate([free_motion(m, s.generalized_velocity) for m, s in zip(systems.models, states)])
     return ConstraintTerms(jacobian, bias, jacobian @ velocity, phi)
 
 
@@ -494,7 +494,7 @@ def _constrained_acceleration(
     terms = _terms(systems, states, constraints)
     w = jnp.asarray(stabilization, dtype)
     target = -terms.acceleration_bias - 2.0 * w * terms.velocity_error - w * w * terms.position_error
-    free = jnp.concatenate([free_coordinates(m, a) for m, (a, _) in zip(systems.models, solved)])
+    free = jnp.concatenate([free_motion(m, a) for m, (a, _) in zip(systems.models, solved)])
     y, lam = _schur_solve(
         systems, [f for _, f in solved], terms.jacobian, mask, regularization, target - terms.jacobian @ free
     )
@@ -652,7 +652,7 @@ def _velocity_projection(
     y, impulse = _schur_solve(
         systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.velocity_error
     )
-    velocity = jnp.concatenate([free_coordinates(m, s.generalized_velocity) for m, s in zip(systems.models, states)])
+    velocity = jnp.concatenate([free_motion(m, s.generalized_velocity) for m, s in zip(systems.models, states)])
     return _with_velocities(systems, states, velocity + y @ impulse), impulse
 
 
@@ -994,7 +994,7 @@ def constrained_inverse_dynamics(
     rhs = jnp.concatenate([a.T @ (drive * needed), (1.0 - drive) * needed])
     lam = jnp.linalg.lstsq(kkt, rhs)[0][:num_rows]
     force = drive * (needed - jt @ lam)
-    tau = [floating_coordinates(mo, f)[6:] for mo, f in zip(systems.models, systems.split(force))]
+    tau = [floating_loads(mo, f)[6:] for mo, f in zip(systems.models, systems.split(force))]
     return systems.pack(tau), lam * mask
 
 

@@ -58,7 +58,7 @@ from sdjax.model import Model, floating_coordinates, floating_loads, free_coordi
 from sdjax.algebra import cross3, dot, matvec3
 from sdjax.rotation import skew
 from sdjax._checks import check_vector
-from sdjax.state import BASE_TWIST_NAMES, MIMIC_RTOL, State, check_state
+from sdjax.state import BASE_TWIST_NAMES, State, check_state, with_mimic_relations_checked
 from sdjax.tree import accumulate_up
 
 
@@ -301,16 +301,7 @@ def _checked_motion(what, model, state, base_acceleration, qdd, end_point_force,
             f"{', '.join('d' + BASE_TWIST_NAMES[k] + '/dt' for k in fixed)}: give zero there",
         )
     qdd = check_vector("qdd", qdd, (n,), dtype)
-    if model.has_mimic:  # (inside jit: checked when the program runs)
-        followers = np.flatnonzero(np.asarray(model.mimic_leader))
-        leaders = np.asarray(model.mimic_leader)[followers] - 1
-        expected = model.mimic_multiplier[followers].astype(dtype) * qdd[leaders]
-        qdd = eqx.error_if(
-            qdd,
-            jnp.any(jnp.abs(qdd[followers] - expected) > MIMIC_RTOL * (1 + jnp.abs(qdd[followers]))),
-            f"{what}: qdd of the mimic joints {[model.link_names[k] for k in followers]} must follow their leaders "
-            "(multiplier * qdd of the leader)",
-        )
+    qdd = with_mimic_relations_checked(model, what, "qdd", qdd)  # (inside jit: when the program runs)
     end_point_force = check_vector("end_point_force", end_point_force, (ne, 3), dtype)
     end_point_torque = check_vector("end_point_torque", end_point_torque, (ne, 3), dtype)
     motion, accelerations = _motion(model, state, base_acceleration, qdd)

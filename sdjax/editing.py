@@ -55,7 +55,7 @@ import numpy as np
 from jax import Array
 
 from sdjax._checks import check_choice, float_array, is_traced
-from sdjax.model import JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model
+from sdjax.model import JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model, mimic_tolerance
 from sdjax.rotation import matrix_to_rpy, rot_z, rpy_to_matrix
 
 #: Names of the 10 inertial parameters of one body about a reference point, in the order of
@@ -673,6 +673,21 @@ def lock_joints(model: Model, joints: Sequence[int], positions: Any) -> Model:
             )
     k, dtype = len(locked), model.dtype
     q = float_array("lock_joints: positions", positions, shape=(k,), dtype=dtype, scalar="broadcast")
+    if model.has_mimic and not is_traced(q):  # a locked mimic joint where its locked leader puts it
+        row_of = {joint: row for row, joint in enumerate(locked)}
+        values = np.asarray(q, np.float64)
+        for joint in locked:
+            leader = model.mimic_leader[joint - 1]
+            if not leader:
+                continue
+            expected = float(model.mimic_multiplier[joint - 1]) * values[row_of[leader]] + float(
+                model.mimic_offset[joint - 1]
+            )
+            if not abs(values[row_of[joint]] - expected) <= mimic_tolerance(dtype) * (1 + abs(expected)):
+                raise ValueError(
+                    f"lock_joints: positions: joint {joint} mimics joint {leader}, so it locks at {expected} "
+                    f"(multiplier * the leader's position + offset), got {values[row_of[joint]]}"
+                )
     fields = _fields(model)
     for row in sorted(range(k), key=lambda r: -locked[r]):  # leaves first: a target is never removed
         joint = locked[row]

@@ -85,7 +85,7 @@ from sdjax.dynamics import inertia_matrix_blocks
 from sdjax.editing import append_links
 from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import forward_kinematics
-from sdjax.model import Model
+from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_rpy, rot_x, rot_y, rpy_to_matrix
 from sdjax._checks import check_choice, float_array, is_traced
 from sdjax.state import State, make_state
@@ -606,6 +606,7 @@ def linear_modes(model: Model, joints: Any, *, state: State | None = None, base:
         )
         base = "fixed"
     check_choice("linear_modes: base", base, ("fixed", "floating"), "base mode")
+    check_no_mimic(model, "linear_modes")
     index = np.asarray(joints, dtype=np.int64).reshape(-1)
     if index.size == 0 or not np.all((index >= 1) & (index <= model.num_joints)):
         raise ValueError(f"linear_modes: joints must be 1-based indices 1..{model.num_joints}, got {index.tolist()}")

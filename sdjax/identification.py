@@ -73,7 +73,7 @@ from sdjax.control import JointPD
 from sdjax.gjm import generalized_inertia_matrix, system_momentum
 from sdjax.integrate import Trajectory, rollout
 from sdjax.io.npz import NpzArchive
-from sdjax.model import Model, check_no_mimic, free_coordinates
+from sdjax.model import Model, check_no_mimic, free_coordinates, on_independent_joints
 from sdjax.rotation import quat_normalize
 from sdjax._checks import check_choice, is_traced
 from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marquardt
@@ -594,7 +594,7 @@ def tracking_record(
     if twist.shape != (6,):
         raise ValueError(f"tracking_record: base_twist must be [v0; w0] of shape (6,), got shape {twist.shape}")
     state = make_state(model, q=q0, base_linear_velocity=twist[:3], base_angular_velocity=twist[3:])
-    inertia = jnp.diag(generalized_inertia_matrix(model, state))
+    inertia = on_independent_joints(model, jnp.diag(generalized_inertia_matrix(model, state)))  # (per joint)
     law = JointPD(bandwidth**2 * inertia, 2 * damping_ratio * bandwidth * inertia, reference)
     return Dataset.from_trajectory(rollout(model, state, dt, int(round(duration / dt)), law))
 

@@ -54,7 +54,7 @@ from jax import Array
 from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import Frames, body_inertias, body_masses, relative_frames, world_inertias
 from sdjax._checks import check_choice
-from sdjax.model import BASE_MODES, Model, check_no_mimic, edit_model, free_coordinates
+from sdjax.model import BASE_MODES, Model, check_no_mimic, edit_model, free_motion
 from sdjax.rotation import rotation_vector_to_matrix, skew, unskew
 from sdjax.state import BASE_TWIST_NAMES, State, check_state, with_base_motion_checked
 
@@ -98,7 +98,7 @@ def _coordinates(model: Model, state: State, held: bool) -> tuple[Array, Array]:
     held base."""
     if _held(model, held):
         return state.q, state.qd
-    return free_coordinates(model, _all_coordinates(state)), free_coordinates(model, state.generalized_velocity)
+    return free_motion(model, _all_coordinates(state)), free_motion(model, state.generalized_velocity)
 
 
 def _body_frames(model: Model, state: State, held: bool, x: Array) -> tuple[Array, Frames]:

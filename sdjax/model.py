@@ -45,6 +45,7 @@ __all__ = [
     "INERTIA_CHECKS",
     "INERTIA_RTOL",
     "MAX_MAGNITUDE",
+    "MIMIC_RTOL",
     "END_POINT_FIELDS",
     "LINK_FIELDS",
     "MODEL_FIELDS",
@@ -64,6 +65,8 @@ __all__ = [
     "joint_coordinates",
     "joint_positions",
     "leader_torques",
+    "mimic_tolerance",
+    "on_independent_joints",
     "stack_models",
     "validate",
     "violates_triangle_inequality",
@@ -409,6 +412,12 @@ class Model(eqx.Module):
 # Base modes: between the free coordinates and the floating-base layout.
 
 
+def _times(x: Array, matrix: Array) -> Array:
+    """``x @ matrix`` at full precision (the mimic relations are checked to round-off: no
+    reduced-precision matrix units on accelerators)."""
+    return jnp.matmul(x, matrix, precision=jax.lax.Precision.HIGHEST)
+
+
 def joint_coordinate_map(model: Model) -> Array:
     """``(n, n_c)`` matrix ``S`` of the joint rates in terms of the joint coordinates' rates,
     ``qd = S qd_c``: one 1 per independent joint, each mimic joint's multiplier in its leader's
@@ -419,7 +428,9 @@ def joint_coordinate_map(model: Model) -> Array:
     leaders = np.asarray([k if leader == 0 else leader - 1 for k, leader in enumerate(model.mimic_leader)], np.int64)
     rows = np.zeros((n, independent.size))
     rows[np.arange(n), column[leaders]] = 1.0
-    return jnp.asarray(rows, model.dtype) * model.mimic_multiplier[:, None]
+    # (the independent joints' entries are 1 whatever the field holds: no gradient reaches them)
+    multiplier = jnp.where(np.asarray(model.mimic_leader) > 0, model.mimic_multiplier, 1.0)
+    return jnp.asarray(rows, model.dtype) * multiplier[:, None]
 
 
 def free_coordinates(model: Model, x: Array, axis: int = 0) -> Array:
@@ -436,7 +447,7 @@ def free_coordinates(model: Model, x: Array, axis: int = 0) -> Array:
     if model.has_mimic:
         x = jnp.moveaxis(x, axis, -1)
         base = jnp.take(x[..., :6], jnp.asarray(model.base_coordinates, np.int64), axis=-1)
-        out = jnp.concatenate([base, x[..., 6:] @ joint_coordinate_map(model).astype(x.dtype)], axis=-1)
+        out = jnp.concatenate([base, _times(x[..., 6:], joint_coordinate_map(model).astype(x.dtype))], axis=-1)
         return jnp.moveaxis(out, -1, axis)
     if model.base == "floating":
         return x
@@ -464,7 +475,7 @@ def floating_coordinates(model: Model, x: Array) -> Array:
     out = jnp.zeros(x.shape[:-1] + (6,), x.dtype)
     if nb:
         out = out.at[..., jnp.asarray(model.base_coordinates, np.int64)].set(x[..., :nb], unique_indices=True)
-    return jnp.concatenate([out, x[..., nb:] @ joint_coordinate_map(model).astype(x.dtype).T], axis=-1)
+    return jnp.concatenate([out, _times(x[..., nb:], joint_coordinate_map(model).astype(x.dtype).T)], axis=-1)
 
 
 def floating_loads(model: Model, x: Array) -> Array:
@@ -484,8 +495,20 @@ def leader_torques(model: Model, tau: Array) -> Array:
     joints' actuators apply it. ``tau`` itself without mimic joints."""
     if not model.has_mimic:
         return tau
-    on_coordinates = tau @ joint_coordinate_map(model).astype(tau.dtype)
+    on_coordinates = _times(tau, joint_coordinate_map(model).astype(tau.dtype))
     return jnp.zeros_like(tau).at[..., jnp.asarray(model.independent_joints)].set(on_coordinates)
+
+
+#: Tolerance of the mimic relations at float64, relative to ``1 + |q|`` (round-off of
+#: ``multiplier * q + offset`` and of a long integration; an inconsistent state is off by far
+#: more); other dtypes: :func:`mimic_tolerance`.
+MIMIC_RTOL = 1e-9
+
+
+def mimic_tolerance(dtype: Any) -> float:
+    """Relative tolerance of the mimic relations for ``dtype``: :data:`MIMIC_RTOL`, or 1e4
+    round-offs of the dtype where that is larger (float32: 1.2e-3)."""
+    return max(MIMIC_RTOL, 1e4 * float(np.finfo(np.dtype(dtype)).eps))
 
 
 def check_no_mimic(model: Model, what: str) -> None:
@@ -499,9 +522,19 @@ def check_no_mimic(model: Model, what: str) -> None:
         ]
         raise ValueError(
             f"{what}: model {model.name!r} has mimic joints ({', '.join(mimics)}), not supported here (every joint "
-            "is taken as a coordinate); load the file with mimic='constraints' (every joint a coordinate, each "
-            "<mimic> a sdjax.constraints.JointCoupling) to use it"
+            "is taken as a coordinate); load the URDF with sdjax.io.import_urdf(path, mimic='constraints') (every "
+            "joint a coordinate, each <mimic> a sdjax.constraints.JointCoupling) to use it"
         )
+
+
+def on_independent_joints(model: Model, x: Array) -> Array:
+    """``(..., n)`` per-joint values from ``(..., n_c)`` per-coordinate ones: on the independent
+    joints, zero on the mimic joints (e.g. a joint-space controller's gains or a coordinate's
+    generalized force, which the leader's actuator applies). ``x`` itself without mimic joints."""
+    if not model.has_mimic:
+        return x
+    out = jnp.zeros(x.shape[:-1] + (model.num_joints,), x.dtype)
+    return out.at[..., jnp.asarray(model.independent_joints)].set(x)
 
 
 def joint_coordinates(model: Model, x: Array) -> Array:
@@ -517,7 +550,8 @@ def joint_positions(model: Model, q: Array) -> Array:
     joints at ``multiplier * q_leader + offset`` (``q`` itself without mimic joints)."""
     if not model.has_mimic:
         return q
-    return q @ joint_coordinate_map(model).astype(q.dtype).T + model.mimic_offset.astype(q.dtype)
+    offset = jnp.where(np.asarray(model.mimic_leader) > 0, model.mimic_offset, 0.0).astype(q.dtype)
+    return _times(q, joint_coordinate_map(model).astype(q.dtype).T) + offset
 
 
 # --------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 from jax import Array
 
 from sdjax._checks import is_traced
-from sdjax.model import Model, joint_coordinate_map, joint_positions
+from sdjax.model import Model, joint_coordinate_map, joint_positions, mimic_tolerance
 from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_matrix, rpy_to_matrix
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "make_state",
     "normalize_state",
     "with_base_motion_checked",
+    "with_mimic_relations_checked",
 ]
 
 
@@ -167,24 +168,20 @@ def make_state(
 BASE_TWIST_NAMES = ("v0_x", "v0_y", "v0_z", "w0_x", "w0_y", "w0_z")
 
 
-#: Tolerance of the mimic relations in a concrete state, relative to ``1 + |q|`` (round-off of
-#: ``multiplier * q + offset`` and of a long integration; an inconsistent state is off by far more).
-MIMIC_RTOL = 1e-9
-
-
 def check_mimic_relations(model: Model, what: str, name: str, values: Any) -> None:
     """Refuse (``ValueError`` naming ``what``) concrete joint values ``(n,)`` whose mimic joints do
-    not follow their leaders (to :data:`MIMIC_RTOL`): positions (``name == "q"``, with the
+    not follow their leaders (to :func:`mimic_tolerance`): positions (``name == "q"``, with the
     offsets), rates or accelerations (without). Nothing to check without mimic joints or
     under tracing."""
     if not model.has_mimic or is_traced(values):
         return
     x = np.asarray(values)
+    tolerance = mimic_tolerance(x.dtype)
     multiplier = np.asarray(model.mimic_multiplier)
     shift = np.asarray(model.mimic_offset) if name == "q" else np.zeros(model.num_joints)
     for k, leader in enumerate(model.mimic_leader):
         expected = multiplier[k] * x[leader - 1] + shift[k]
-        if leader and not abs(x[k] - expected) <= MIMIC_RTOL * (1 + abs(x[k])):
+        if leader and not abs(x[k] - expected) <= tolerance * (1 + abs(x[k])):
             raise ValueError(
                 f"{what}: joint {k + 1} ({model.link_names[k]!r}) of model {model.name!r} mimics joint {leader} "
                 f"({model.link_names[leader - 1]!r}): {name}[{k}] must be {multiplier[k]} * {name}[{leader - 1}]"
@@ -194,10 +191,31 @@ def check_mimic_relations(model: Model, what: str, name: str, values: Any) -> No
             )
 
 
+def with_mimic_relations_checked(model: Model, what: str, name: str, values: Array) -> Array:
+    """``values`` ``(n,)``, failing when the program runs (``equinox.error_if``, also under
+    ``jit``) if its mimic joints do not follow their leaders (``name == "q"``: positions, with
+    the offsets; else rates or accelerations), to :func:`mimic_tolerance`."""
+    if not model.has_mimic:
+        return values
+    followers = np.flatnonzero(np.asarray(model.mimic_leader))
+    leaders = np.asarray(model.mimic_leader)[followers] - 1
+    expected = model.mimic_multiplier[followers].astype(values.dtype) * values[leaders]
+    if name == "q":
+        expected = expected + model.mimic_offset[followers].astype(values.dtype)
+    tolerance = mimic_tolerance(values.dtype)
+    return eqx.error_if(
+        values,
+        jnp.any(jnp.abs(values[followers] - expected) > tolerance * (1 + jnp.abs(values[followers]))),
+        f"{what}: {name} of the mimic joints {[model.link_names[k] for k in followers]} of model {model.name!r} "
+        f"must follow their leaders ({name}[joint] = multiplier * {name}[leader]"
+        + (" + offset)" if name == "q" else ")"),
+    )
+
+
 def check_base_motion(model: Model, state: State, what: str = "state") -> None:
     """Refuse a concrete state whose base twist moves along a component the model's base mode
     fixes (:data:`sdjax.BASE_MODES`), or whose mimic joints do not follow their leaders
-    (positions and rates, to :data:`MIMIC_RTOL`); nothing can be checked under tracing."""
+    (positions and rates, to :func:`mimic_tolerance`); nothing can be checked under tracing."""
     check_mimic_relations(model, what, "q", state.q)
     check_mimic_relations(model, what, "qd", state.qd)
     linear, angular = state.base_linear_velocity, state.base_angular_velocity
@@ -214,7 +232,17 @@ def check_base_motion(model: Model, state: State, what: str = "state") -> None:
 
 def with_base_motion_checked(model: Model, state: State, what: str = "state") -> State:
     """``state``, failing when the program runs (``equinox.error_if``, also under ``jit``) if its
-    base twist moves along a component the model's base mode fixes."""
+    base twist moves along a component the model's base mode fixes, or its mimic joints do not
+    follow their leaders."""
+    if model.has_mimic:
+        state = eqx.tree_at(
+            lambda s: (s.q, s.qd),
+            state,
+            (
+                with_mimic_relations_checked(model, what, "q", state.q),
+                with_mimic_relations_checked(model, what, "qd", state.qd),
+            ),
+        )
     if model.base == "floating":
         return state
     fixed = [k for k in range(6) if k not in model.base_coordinates]

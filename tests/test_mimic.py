@@ -167,7 +167,9 @@ def test_mimic_models_are_checked_and_refused_where_unsupported():
     with pytest.raises(ValueError, match=r"q\[2\] must be -0.7 \* q\[1\] \+ 0.1"):
         sdjax.make_state(model, q=np.zeros(6))
     state = _state(model, 0)
-    with pytest.raises(Exception, match=r"inverse_dynamics: qdd of the mimic joints \['link3', 'link6'\] must follow"):
+    with pytest.raises(
+        Exception, match=r"inverse_dynamics: qdd of the mimic joints \['link3', 'link6'\] of model .* must follow"
+    ):
         sdjax.inverse_dynamics(model, state, None, jnp.ones(6))
     with pytest.raises(ValueError, match="PlanningProblem: model .* has mimic joints .*mimic='constraints'"):
         sdjax.PlanningProblem(model, state, jnp.zeros(3), duration=1.0, num_steps=4, num_coefficients=3)
@@ -195,3 +197,55 @@ def test_info_and_simulate_show_the_mimic_joints(capsys, tmp_path):
     run = sdjax.load_run(tmp_path / "run.npz")
     q = np.asarray(run.trajectory.states.q)
     np.testing.assert_allclose(q[:, 8], q[:, 7], rtol=0, atol=1e-14)  # multiplier 1, offset 0
+
+
+def test_float32_relations_and_checks_at_run_time():
+    """float32 models keep their relations to float32 round-off (checked to that dtype's
+    tolerance), a State built around ``make_state`` that breaks them is refused when the rollout
+    runs, and the multiplier and offset fields of independent joints get no gradient."""
+    _, model = _models("floating")
+    m32 = model.astype(jnp.float32)
+    state = sdjax.make_state(m32, q=np.linspace(-0.5, 0.5, 4), qd=np.linspace(0.3, -0.2, 4))
+    again = sdjax.make_state(m32, q=np.asarray(state.q), qd=np.asarray(state.qd))  # every joint, float32
+    final = sdjax.rollout(m32, again, 1e-3, 50).states
+    last = jax.tree.map(lambda x: x[-1], final)
+    sdjax.make_state(m32, q=np.asarray(last.q), qd=np.asarray(last.qd))  # still on the relations
+    broken = sdjax.State(*(getattr(_state(model, 0), f) for f in ("base_position", "base_quaternion")),
+                         jnp.zeros(3), jnp.zeros(3), jnp.zeros(6), jnp.zeros(6))  # fmt: skip
+    with pytest.raises(Exception, match=r"rollout: initial_state: q of the mimic joints \['link3', 'link6'\]"):
+        sdjax.rollout(model, broken, 1e-3, 2)
+    # Independent joints: their multiplier 1 and offset 0 are not parameters of the motion.
+    state64 = _state(model, 1)
+
+    def final_angle(multiplier, offset):
+        m = edit_model(model, mimic_multiplier=multiplier, mimic_offset=offset, dtype=None)
+        start = sdjax.make_state(m, q=state64.q[m.independent_joints], qd=state64.qd[m.independent_joints])
+        return jnp.sum(sdjax.rollout(m, start, 2e-3, 10).states.q[-1])
+
+    g_multiplier, g_offset = jax.grad(final_angle, argnums=(0, 1))(model.mimic_multiplier, model.mimic_offset)
+    independent = model.independent_joints
+    assert np.all(np.asarray(g_multiplier)[independent] == 0) and np.all(np.asarray(g_offset)[independent] == 0)
+    assert np.all(np.asarray(g_multiplier)[[2, 5]] != 0) and np.all(np.asarray(g_offset)[[2, 5]] != 0)
+
+
+def test_joint_controllers_and_locks_on_mimic_models(tmp_path, capsys):
+    """Default PD gains act on the joint coordinates (none on mimic joints): the CLI's PD
+    controller and the identification record run on Panda and on a random tree; locking a
+    relation at positions that break it is refused; the modal analysis refuses mimic models."""
+    from sdjax.cli import main
+
+    panda = str(pathlib.Path(__file__).parent / "data" / "panda.urdf")
+    target = ["0.1"] * 8 + ["0.02"]  # every joint, the finger pair consistent (multiplier 1)
+    out = str(tmp_path / "pd.npz")
+    assert main(["simulate", panda, "--base", "fixed", "--controller", "pd", "--target", *target,
+                 "--duration", "0.05", "--dt", "0.001", "--out", out]) == 0  # fmt: skip
+    q = np.asarray(sdjax.load_run(out).trajectory.states.q)
+    np.testing.assert_allclose(q[:, 8], q[:, 7], rtol=0, atol=1e-14)  # the right finger follows
+    _, model = _models("fixed")
+    record = sdjax.identification.sinusoidal_excitation(model, _state(model, 0).q, 0.05, 0.005)
+    assert record.states.q.shape[-1] == 6 and np.all(np.isfinite(np.asarray(record.torques)))
+    with pytest.raises(ValueError, match=r"lock_joints: positions: joint 3 mimics joint 2, so it locks at"):
+        sdjax.editing.lock_joints(model, [2, 3], [0.5, 0.0])
+    with pytest.raises(ValueError, match="linear_modes: model .* has mimic joints"):
+        sdjax.flexible.linear_modes(model, [1, 2])
+    capsys.readouterr()

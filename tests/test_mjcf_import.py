@@ -218,6 +218,24 @@ def test_joint_equalities_are_mimic_joints_against_mujoco():
         assert_close(state_from_mujoco(info, m, qpos, qvel).q, state.q, 1e-15, "state from MuJoCo")
     assert model.mimic_leader[names.index("right_slide")] == names.index("left_slide") + 1
     assert model.mimic_leader[names.index("cam_hinge")] == names.index("wrist") + 1
+    # Exported (the mimic joints as joint equalities) and read back: the same mechanism, on
+    # MuJoCo's constraint, with the same kinetic energy as MuJoCo's 1/2 qvel^T M qvel.
+    text = to_mjcf(model)
+    again_info, m2 = import_mjcf(text), mujoco.MjModel.from_xml_string(text)
+    d2 = mujoco.MjData(m2)
+    qpos, qvel, t = mujoco_coordinates(model, state)
+    np.testing.assert_allclose(qvel, t @ np.asarray(sdjax.generalized_velocity(model, state)), rtol=0, atol=1e-15)
+    d2.qpos[:], d2.qvel[:] = qpos, qvel
+    mujoco.mj_forward(m2, d2)
+    assert (
+        np.max(np.abs(np.asarray(d2.efc_pos)[np.asarray(d2.efc_type) == int(mujoco.mjtConstraint.mjCNSTR_EQUALITY)]))
+        < 1e-15
+    )
+    again = state_from_mujoco(again_info, m2, qpos, qvel)
+    assert again_info.model.num_velocities == 2 and sum(map(bool, again_info.model.mimic_leader)) == 2
+    energy = 0.5 * qvel @ (_full_inertia(m2, d2) @ qvel)
+    assert_close(sdjax.kinetic_energy(again_info.model, again), energy, 1e-13, "exported: energy")
+    assert_close(sdjax.kinetic_energy(model, state), energy, 1e-13, "energy")
 
 
 def test_round_trip_through_the_exporter():

@@ -130,6 +130,7 @@ def computed_torque(
     Returns:
         ``(n,)`` joint torques/forces, N m or N.
     """
+    check_no_mimic(model, "computed_torque")
     check_state(model, state)
     base = _base_keyword("computed_torque", base, mode)
     u = check_vector("computed_torque: qdd_command", qdd_command, (model.num_joints,), state.q.dtype)

@@ -5,7 +5,9 @@ world x and y axes and a hinge about the world z axis through its centroid, its 
 reference attitude those of a given pose; a fixed base: no joint, at that pose); every link
 becomes a body nested in its parent's, with its frame on the joint (SpaceDyn's link frame) and a hinge (``'R'``)
 or slide (``'P'``) joint along its z axis. Contacts are disabled; gravity, the time step and
-the integrator are options. End points become ``<site>`` elements.
+the integrator are options. End points become ``<site>`` elements. Mimic joints become joint
+equalities (``<equality><joint joint1= joint2= polycoef=>``), which MuJoCo holds by a soft
+constraint (sdjax exactly), and keep a ``qpos``/``qvel`` entry of their own.
 
 Coordinates. MuJoCo's free joint uses ``qpos = [r0, quat (w, x, y, z)]`` and
 ``qvel = [v0 (world frame), A0^T w0 (body frame)]``, and its joints follow the nesting
@@ -19,11 +21,12 @@ from __future__ import annotations
 
 from xml.sax.saxutils import quoteattr
 
+import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
 from sdjax.io.pinocchio import depth_first_order, planar_yaw
-from sdjax.model import Model, check_no_mimic
+from sdjax.model import Model, floating_coordinates
 from sdjax.rotation import matrix_to_quat, rpy_to_matrix
 
 __all__ = ["mujoco_coordinates", "to_mjcf"]
@@ -57,7 +60,6 @@ def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4", base_
     Returns:
         The XML document as a string (load with ``mujoco.MjModel.from_xml_string``).
     """
-    check_no_mimic(model, "to_mjcf")
     n = model.num_joints
     pcj = np.asarray(model.parent_centroid_to_joint, np.float64)
     cj = np.asarray(model.centroid_to_joint, np.float64)
@@ -114,18 +116,45 @@ def to_mjcf(model: Model, timestep: float = 0.01, integrator: str = "RK4", base_
         "  </option>",
         "  <worldbody>",
         *base,
-        "      " + _inertia(float(model.base_mass), model.base_inertia, np.zeros(3)),
+        # (a massless fixed base, the world root of a URDF or MJCF file, has no inertial element)
+        *(
+            ["      " + _inertia(float(model.base_mass), model.base_inertia, np.zeros(3))]
+            if float(model.base_mass)
+            else []
+        ),
         *site_lines(0, "      "),
     ]
     for child in children[0]:
         lines += body(child, 3)
-    lines += ["    </body>", "  </worldbody>", "</mujoco>"]
+    lines += ["    </body>", "  </worldbody>"]
+    if model.has_mimic:  # MuJoCo's joint equality q_f = a0 + a1 q_leader (joint refs are 0 here)
+        multiplier, offset = np.asarray(model.mimic_multiplier), np.asarray(model.mimic_offset)
+        lines.append("  <equality>")
+        lines += [
+            f"    <joint joint1={quoteattr('joint_' + model.link_names[k])} "
+            f"joint2={quoteattr('joint_' + model.link_names[leader - 1])} "
+            f'polycoef="{float(offset[k])!r} {float(multiplier[k])!r} 0 0 0"/>'
+            for k, leader in enumerate(model.mimic_leader)
+            if leader
+        ]
+        lines.append("  </equality>")
+    lines.append("</mujoco>")
     return "\n".join(lines) + "\n"
 
 
 def mujoco_coordinates(model: Model, state, base_pose=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """MuJoCo ``qpos``, ``qvel`` of an sdjax state and the map ``T`` (``qvel = T nu_sd``, with
-    ``nu_sd`` the model's generalized velocity); ``base_pose`` as given to :func:`to_mjcf`."""
+    ``nu_sd`` the model's generalized velocity; mimic joints included in ``qpos``, ``qvel``);
+    ``base_pose`` as given to :func:`to_mjcf`."""
+    qpos, qvel, t = _mujoco_coordinates(model, state, base_pose)
+    if model.has_mimic:  # nu_sd holds the joint coordinates: T composed with G
+        g = np.asarray(floating_coordinates(model, jnp.eye(model.num_velocities)), np.float64).T  # (6 + n, nv)
+        rows = {"floating": list(range(6)), "planar": [0, 1, 5], "fixed": []}[model.base]
+        t = t @ g[rows + list(range(6, 6 + model.num_joints))]
+    return qpos, qvel, t
+
+
+def _mujoco_coordinates(model: Model, state, base_pose) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = model.num_joints
     order = depth_first_order(model.parent)
     permutation = np.zeros((n, n))
