@@ -66,6 +66,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sdjax._checks import float_array
+from sdjax.constraints import constrained_rollout
 from sdjax.control import ComputedTorque, JointPD
 from sdjax.dynamics import Controls
 from sdjax.editing import merge_payload
@@ -651,6 +652,12 @@ class ControlScenario(eqx.Module):
         controller: static ``"pd"`` (:class:`~sdjax.JointPD`) or ``"computed_torque"``
             (:class:`~sdjax.ComputedTorque`, floating mode, nominal model).
         torque_limit: ``None`` or positive ``()``/``(n,)`` actuator limit, N m.
+        constraints: exact constraints of the plant (:mod:`sdjax.constraints`: a brake
+            :class:`~sdjax.constraints.JointLock`, a loop closure, a weld), simulated by
+            :func:`~sdjax.constraints.constrained_rollout` (impulse where one engages,
+            projection onto the constraints); empty: :func:`sdjax.rollout`.
+        active: with ``constraints``: ``None`` (all active throughout), ``(k,)`` flags or an
+            ``(num_steps, k)`` schedule (a brake engaging at a given step).
     """
 
     nominal_model: Model
@@ -660,6 +667,8 @@ class ControlScenario(eqx.Module):
     kd: Array
     dt: Array
     torque_limit: Array | None
+    constraints: tuple[Any, ...]
+    active: Array | None
     num_steps: int = eqx.field(static=True)
     controller: str = eqx.field(static=True)
 
@@ -675,6 +684,8 @@ class ControlScenario(eqx.Module):
         initial_state: State | None = None,
         controller: str = "pd",
         torque_limit: Any = None,
+        constraints: Sequence[Any] = (),
+        active: Any = None,
     ):
         n = model.num_joints
         dtype = model.dtype
@@ -692,6 +703,19 @@ class ControlScenario(eqx.Module):
         self.dt = jnp.asarray(dt, dtype)
         self.num_steps = int(num_steps)
         self.controller = controller
+        self.constraints = tuple(constraints)
+        if active is not None and not self.constraints:
+            raise ValueError("ControlScenario: active schedules constraints; none were given")
+        if active is None:
+            self.active = None
+        else:
+            self.active = jnp.asarray(active)
+            k = len(self.constraints)
+            if self.active.shape not in ((k,), (self.num_steps, k)):
+                raise ValueError(
+                    f"ControlScenario: active must have shape ({k},) or (num_steps, {k}) = ({self.num_steps}, {k}) "
+                    f"(one flag per constraint), got {self.active.shape}"
+                )
         if torque_limit is None:
             self.torque_limit = None
         else:
@@ -714,7 +738,8 @@ class ControlScenario(eqx.Module):
                 )
 
     def __call__(self, model: Model, params: Mapping[str, Array]) -> Trajectory:
-        """Simulate one sample; ``model`` is the sampled plant. Returns a :class:`~sdjax.Trajectory`."""
+        """Simulate one sample; ``model`` is the sampled plant. Returns a :class:`~sdjax.Trajectory`
+        (a :class:`~sdjax.constraints.ConstrainedTrajectory` with ``constraints``)."""
         self.check_parameters(params)
         dtype = model.dtype
         s0 = self.initial_state
@@ -746,6 +771,8 @@ class ControlScenario(eqx.Module):
             dt=self.dt,
             num_end_points=model.num_end_points,
         )
+        if self.constraints:
+            return constrained_rollout(model, state, self.dt, self.num_steps, law, self.constraints, active=self.active)
         return rollout(model, state, self.dt, self.num_steps, law)
 
 
