@@ -66,7 +66,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sdjax._checks import float_array
-from sdjax.constraints import constrained_rollout
+from sdjax.constraints import ConstrainedTrajectory, constrained_rollout
 from sdjax.control import ComputedTorque, JointPD
 from sdjax.dynamics import Controls
 from sdjax.editing import merge_payload
@@ -737,7 +737,7 @@ class ControlScenario(eqx.Module):
                     f"ControlScenario: parameter {name!r} has shape {tuple(jnp.shape(value))}; expected {' or '.join(map(str, shapes[name]))} ({SCENARIO_PARAMETERS[name]})"
                 )
 
-    def __call__(self, model: Model, params: Mapping[str, Array]) -> Trajectory:
+    def __call__(self, model: Model, params: Mapping[str, Array]) -> Trajectory | ConstrainedTrajectory:
         """Simulate one sample; ``model`` is the sampled plant. Returns a :class:`~sdjax.Trajectory`
         (a :class:`~sdjax.constraints.ConstrainedTrajectory` with ``constraints``)."""
         self.check_parameters(params)
