@@ -162,6 +162,7 @@ def _reader_options(args: argparse.Namespace) -> dict:
         "inertia_check": args.inertia_check,
         "gravity": _vector("--gravity", args.gravity, 3, per_joint=False) if args.gravity is not None else None,
         "end_points": args.end_points,
+        "mimic": args.mimic,
     }
     return {key: value for key, value in options.items() if value is not None}
 
@@ -176,8 +177,10 @@ def _load_model(spec: str, float32: bool = False, options: dict | None = None):
 
     options = options or {}
     if spec in BUILTIN_MODELS:
-        if "end_points" in options:
-            raise UsageError("--end-points selects URDF links; built-in models have their end points")
+        if "end_points" in options or "mimic" in options:
+            raise UsageError(
+                "--end-points and --mimic read URDF files; built-in models have their end points and joints"
+            )
         model = BUILTIN_MODELS[spec]()
         model = edit_model(model, **options) if options else model
     elif os.path.isfile(spec):
@@ -574,7 +577,7 @@ def _view(args: argparse.Namespace) -> int:
     options = _reader_options(args)
     if options and args.model is None:
         raise UsageError(
-            "--base, --inertia-check, --gravity and --end-points apply to --model (a run file carries its model)"
+            "--base, --inertia-check, --gravity, --end-points and --mimic apply to --model (a run file carries its model)"
         )
     runs = [load_run(path) for path in args.runs]
     if args.model is not None:
@@ -637,6 +640,11 @@ def _add_reader_options(command: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--end-points", nargs="+", metavar="LINK", help="URDF links whose frames are the end points, in order"
+    )
+    group.add_argument(
+        "--mimic",
+        choices=("coordinates", "refuse"),
+        help="URDF <mimic> joints: mimic joints of the model (default: coordinates) or refuse the file",
     )
 
 

@@ -160,7 +160,10 @@ BAD_INPUTS = [
     (["plot", "{tmp}/x.npz", "--fps", "0"], "expected a positive number"),
     (["view", "{tmp}/missing.npz"], "missing.npz: no such file (expected a sdjax run file)"),
     (["view", "{tmp}/x.npz", "--port", "70000"], "argument --port: expected a port number in 0..65535, got '70000'"),
-    (["view", "{run}", "--base", "planar"], "--base, --inertia-check, --gravity and --end-points apply to --model"),
+    (
+        ["view", "{run}", "--base", "planar"],
+        "--base, --inertia-check, --gravity, --end-points and --mimic apply to --model",
+    ),
     (
         ["view", "{run}", "--model", "free_flying_arm_7dof", "--no-browser"],
         "run.npz: the run has 6 joint coordinates, but --model free_flying_arm_7dof has 7 joints",
@@ -168,7 +171,7 @@ BAD_INPUTS = [
     (["info", "spacedyn_sample", "--base", "hovering"], "argument --base: invalid choice: 'hovering'"),
     (
         ["info", "spacedyn_sample", "--end-points", "tool"],
-        "--end-points selects URDF links; built-in models have their end points",
+        "--end-points and --mimic read URDF files; built-in models have their end points and joints",
     ),
     (["info", "spacedyn_sample", "--gravity", "0", "-9.8"], "--gravity: expected 3 values, got 2"),
     (

@@ -193,6 +193,10 @@ def test_info_and_simulate_show_the_mimic_joints(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "DOF 14 (6 base + 8 joints, 1 mimic; floating base)" in out
     assert "panda_rightfinger  prismatic, mimics 8 (1 x panda_leftfinger + 0)" in out
+    with pytest.raises(ValueError, match="panda_finger_joint2.*couples it to another joint"):
+        sdjax.load_model(panda, mimic="refuse")
+    assert main(["info", panda, "--mimic", "refuse"]) != 0
+    assert "couples it to another joint" in capsys.readouterr().err
     assert main(["simulate", panda, "--duration", "0.02", "--dt", "0.001", "--out", str(tmp_path / "run.npz")]) == 0
     run = sdjax.load_run(tmp_path / "run.npz")
     q = np.asarray(run.trajectory.states.q)

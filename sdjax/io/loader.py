@@ -16,7 +16,8 @@ suffix   reader                                       writer
 Suffixes are matched case-insensitively. Readers take their defaults (a URDF's end points are
 its welded and leaf links, its base mode from its root, gravity zero) unless :func:`load_model`
 is given reader options: ``base`` (:data:`sdjax.BASE_MODES`), ``inertia_check``, ``gravity``
-(every format) and ``end_points`` (URDF links; other formats name their end points inside).
+(every format), ``end_points`` (URDF links; other formats name their end points inside) and
+``mimic`` (URDF ``<mimic>`` joints: mimic joints of the model, the default, or refused).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def load_model(
     inertia_check: str | None = None,
     gravity: Any = None,
     end_points: Sequence[str] | None = None,
+    mimic: str | None = None,
 ) -> Model:
     """Read a model file, choosing the reader from its suffix (table in the module docstring).
 
@@ -78,6 +80,9 @@ def load_model(
         inertia_check: ``"physical"`` or ``"positive_definite"`` (default: the reader's).
         gravity: ``(3,)`` gravity, inertial frame, m/s^2 (default: the file's, zero for URDF).
         end_points: URDF links whose frames become end points, in order (URDF files only).
+        mimic: URDF ``<mimic>`` joints: ``"coordinates"`` (default: mimic joints of the model)
+            or ``"refuse"`` (URDF files only; the couplings of ``"constraints"`` come from
+            :func:`sdjax.io.urdf.import_urdf`).
 
     Raises:
         ValueError: missing file, unknown suffix, an option the format cannot take, or the
@@ -89,13 +94,21 @@ def load_model(
         raise ValueError(f"{path}: unknown model-file suffix {suffix!r}; known: {sorted(_READERS)}")
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such model file")
-    options = {"base": base, "inertia_check": inertia_check, "gravity": gravity, "end_points": end_points}
+    options = {
+        "base": base,
+        "inertia_check": inertia_check,
+        "gravity": gravity,
+        "end_points": end_points,
+        "mimic": mimic,
+    }
     options = {key: value for key, value in options.items() if value is not None}
     with naming_file(path):  # every refusal names the file, whichever reader or check makes it
         if suffix == ".urdf":
             return _READERS[suffix](path, dtype, **options)
         if "end_points" in options:
             raise ValueError(f"{path}: end_points selects URDF links; a {suffix} file names its end points itself")
+        if "mimic" in options:
+            raise ValueError(f"{path}: mimic selects how URDF <mimic> joints load; a {suffix} file has none")
         model = _READERS[suffix](path, dtype)
         return edit_model(model, **options) if options else model
 
