@@ -216,6 +216,10 @@ def test_joint_equalities_are_mimic_joints_against_mujoco():
         assert_close(sdjax.inertia_matrix(model, state), g.T @ full @ g, 1e-13, f"G^T M G, trial {trial}")
         assert_close(sdjax.bias_forces(model, state), g.T @ d.qfrc_bias[order], 1e-12, f"G^T c, trial {trial}")
         assert_close(state_from_mujoco(info, m, qpos, qvel).q, state.q, 1e-15, "state from MuJoCo")
+        # A MuJoCo state slightly off the soft equality: the mimic joints follow their leaders.
+        qpos_off = qpos.copy()
+        qpos_off[m.jnt_qposadr[info.joint_ids[names.index("right_slide")]]] += 1e-6
+        assert_close(state_from_mujoco(info, m, qpos_off, qvel).q, state.q, 1e-15, "mimic joints from leaders")
     assert model.mimic_leader[names.index("right_slide")] == names.index("left_slide") + 1
     assert model.mimic_leader[names.index("cam_hinge")] == names.index("wrist") + 1
     # Exported (the mimic joints as joint equalities) and read back: the same mechanism, on

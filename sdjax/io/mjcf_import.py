@@ -450,10 +450,14 @@ def state_from_mujoco(info: MjcfImport, mj_model: Any, qpos: Any, qvel: Any) -> 
     ``info`` was imported from. A free base: MuJoCo's ``qpos[:7]`` places the root body frame
     (position, quaternion ``w x y z``), ``qvel[:6]`` is its origin's velocity (world frame) and
     its angular velocity (body frame); the sdjax base frame has the body's axes, centred on the
-    base centroid. A fixed base: the world, at its centroid."""
+    base centroid. A fixed base: the world, at its centroid. Mimic joints (from joint
+    equalities, which MuJoCo's solver holds only approximately) take the positions and rates
+    their leaders give them: MuJoCo's own values for them are not used."""
     qpos, qvel = np.asarray(qpos, np.float64), np.asarray(qvel, np.float64)
     q = np.array([qpos[mj_model.jnt_qposadr[j]] for j in info.joint_ids])
     qd = np.array([qvel[mj_model.jnt_dofadr[j]] for j in info.joint_ids])
+    if info.model.has_mimic:  # MuJoCo holds joint equalities softly: the mimic joints follow their leaders
+        q, qd = q[info.model.independent_joints], qd[info.model.independent_joints]
     offset = np.asarray(info.tree.root_to_base, np.float64)
     if info.root_body == 0:
         return make_state(info.model, base_position=offset, q=q, qd=qd)
