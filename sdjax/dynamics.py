@@ -54,7 +54,14 @@ from sdjax.kinematics import (
     subtree_mass_moments,
     world_inertias,
 )
-from sdjax.model import Model, floating_coordinates, floating_loads, free_coordinates, free_motion, leader_torques
+from sdjax.model import (
+    Model,
+    floating_coordinates,
+    free_coordinates,
+    free_motion,
+    leader_torques,
+    on_independent_joints,
+)
 from sdjax.algebra import cross3, dot, matvec3
 from sdjax.rotation import skew
 from sdjax._checks import check_vector
@@ -407,7 +414,7 @@ def floating_inverse_dynamics(
     h = inertia_matrix(model, state)
     index = jnp.asarray(model.base_coordinates)
     free = jsl.cho_solve(jsl.cho_factor(h[:nb, :nb], lower=True), applied[index] - wrench[index])
-    coupled = floating_loads(model, jnp.concatenate([jnp.zeros((nb,), dtype), h[:nb, nb:].T @ free]))[6:]
+    coupled = on_independent_joints(model, h[:nb, nb:].T @ free)
     return jnp.zeros((6,), dtype).at[index].set(free), tau + coupled
 
 

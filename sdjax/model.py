@@ -495,8 +495,7 @@ def leader_torques(model: Model, tau: Array) -> Array:
     joints' actuators apply it. ``tau`` itself without mimic joints."""
     if not model.has_mimic:
         return tau
-    on_coordinates = _times(tau, joint_coordinate_map(model).astype(tau.dtype))
-    return jnp.zeros_like(tau).at[..., jnp.asarray(model.independent_joints)].set(on_coordinates)
+    return on_independent_joints(model, _times(tau, joint_coordinate_map(model).astype(tau.dtype)))
 
 
 #: Tolerance of the mimic relations at float64, relative to ``1 + |q|`` (round-off of

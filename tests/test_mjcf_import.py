@@ -212,6 +212,7 @@ def test_joint_equalities_are_mimic_joints_against_mujoco():
         # On the constraint: MuJoCo's residual is round-off of q1 - a1 q2 - (a0 + q1_0 - a1 q2_0).
         assert np.max(np.abs(np.asarray(d.efc_pos)[equality_rows])) < 1e-15
         g = np.asarray(sdjax.model.joint_coordinate_map(model))
+        # As the fixed-base test above: sums of O(1) products (H), Newton-Euler sums (bias).
         full = _full_inertia(m, d)[np.ix_(order, order)]
         assert_close(sdjax.inertia_matrix(model, state), g.T @ full @ g, 1e-13, f"G^T M G, trial {trial}")
         assert_close(sdjax.bias_forces(model, state), g.T @ d.qfrc_bias[order], 1e-12, f"G^T c, trial {trial}")
@@ -237,6 +238,7 @@ def test_joint_equalities_are_mimic_joints_against_mujoco():
     )
     again = state_from_mujoco(again_info, m2, qpos, qvel)
     assert again_info.model.num_velocities == 2 and sum(map(bool, again_info.model.mimic_leader)) == 2
+    # A quadratic form of O(1) terms on both sides: round-off ~1e-15 relative; 1e-13 for margin.
     energy = 0.5 * qvel @ (_full_inertia(m2, d2) @ qvel)
     assert_close(sdjax.kinetic_energy(again_info.model, again), energy, 1e-13, "exported: energy")
     assert_close(sdjax.kinetic_energy(model, state), energy, 1e-13, "energy")
