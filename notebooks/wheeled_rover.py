@@ -182,3 +182,105 @@ plt.ylabel("steady slip ratio")
 plt.legend(fontsize=8)
 plt.grid(alpha=0.3)
 plt.show()
+
+# %% [markdown]
+# ## An articulated rover: rocker-bogie suspension, steering, rolling resistance
+#
+# Planetary rovers from Sojourner to Perseverance ride on a rocker-bogie: on each side a rocker
+# pivoted on the chassis carries the front wheel and, at its rear end, a bogie with the middle and
+# rear wheels; a differential turns the two rockers by opposite angles, so the chassis pitches by
+# their mean. `sdjax.models.rocker_bogie_rover()` (74 kg) is that vehicle: the differential is a
+# mimic joint (the right rocker is joint 8, `q_8 = -q_1`), the four corner wheels steer about
+# vertical axes. Below, its left front wheel stands on a 5 cm step: all six wheels keep their
+# load, where a rigid six-wheeler of the same layout rocks onto three wheels.
+
+# %%
+from sdjax.models import rocker_bogie_rover
+
+rb_model, rb_wheels, rb_steering = rocker_bogie_rover()
+rb_mass = float(rb_model.base_mass + jnp.sum(rb_model.link_mass))
+rb_parameters = contact.ContactParameters(k, contact.damping_for_ratio(1.0, k, rb_mass / 6), friction=mu, slip_velocity=0.1)
+grid = np.arange(-1.5, 1.5 + 1e-9, 0.1)
+step = contact.HeightField(0.05 * ((grid[:, None] >= 0.3 - 1e-9) & (grid[None, :] >= 0.2 - 1e-9)),
+                           origin=(grid[0], grid[0]), spacing=0.1)  # 5 cm plateau under the left front wheel
+rigid6, rigid6_wheels = wheeled_rover(axles=(0.5, 0.0, -0.5), track=1.0, hub_height=-0.3, wheel_radius=0.125)
+settle_steps = 3000 if QUICK else 6000  # dt = 0.1 ms at rest (traction viscous below eps: see sdjax.wheels)
+
+
+def settled_loads(vehicle, vehicle_wheels):
+    state = sdjax.make_state(vehicle, base_position=[0.0, 0.0, 0.425 - rb_mass * g / 6 / k])
+    env = wheels.wheel_environment(vehicle, vehicle_wheels, step, rb_parameters)
+    final = jax.tree.map(lambda x: x[-1], sdjax.rollout(vehicle, state, 1e-4, settle_steps, environment=env).states)
+    return final, np.asarray(wheels.wheel_diagnostics(vehicle, final, vehicle_wheels, step, rb_parameters).normal_force)
+
+
+rb_final, rb_loads = settled_loads(rb_model, rb_wheels)
+_, rigid_loads = settled_loads(rigid6, rigid6_wheels)
+labels = [f"{a} {s}" for a in ("front", "middle", "rear") for s in ("left", "right")]
+rotation = np.asarray(rb_final.base_rotation)
+print(f"chassis pitch {np.degrees(np.arctan2(rotation[2, 0], rotation[0, 0])):.3f} deg (closed form: half the left "
+      f"rocker's {np.degrees(np.arctan(0.05 / 0.75)):.3f} deg); rockers {np.degrees(float(rb_final.q[0])):.3f}, "
+      f"{np.degrees(float(rb_final.q[7])):.3f} deg")
+fig, ax = plt.subplots(figsize=(7, 3))
+positions = np.arange(6)
+ax.bar(positions - 0.2, rb_loads, 0.4, label="rocker-bogie")
+ax.bar(positions + 0.2, rigid_loads, 0.4, label="rigid six-wheeler")  # same wheel order
+ax.set_xticks(positions, labels, fontsize=8)
+ax.set_ylabel("normal load, N")
+ax.set_title("left front wheel on a 5 cm step")
+ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### A steered turn with rolling resistance
+#
+# `wheels.turn_commands` gives the steering angles and wheel rates that turn the rover about one
+# point (every wheel axis through it: the Ackermann condition); steering PD loops hold the angles,
+# the wheel speed loops the rates. Loose soil resists rolling: `rolling_resistance=0.05` moves each
+# normal force ahead of its contact point (`c_rr r`, Wong's model), a couple the motors overcome.
+# The rover follows the 2 m circle at about the yaw rate `v / R` the geometry gives: a little
+# below it, because each speed loop droops by the torque the couple needs (`c_rr r f_n / gain`,
+# ~0.014 rad/s of 1.2-2 rad/s); without rolling resistance the test suite finds `v / R` to 3e-3.
+
+# %%
+kappa, speed = 0.5, 0.2
+angles, rates = wheels.turn_commands(rb_model, rb_wheels, rb_steering, kappa, speed)
+steered = np.array(rb_steering)
+joints_q = jnp.zeros(rb_model.num_joints).at[steered[steered > 0] - 1].set(angles[steered > 0])
+kp = jnp.zeros(rb_model.num_joints).at[steered[steered > 0] - 1].set(100.0)
+steering_pd = sdjax.JointPD(kp, 0.02 * kp, (joints_q, jnp.zeros(rb_model.num_joints)))
+independent = np.asarray(rb_model.independent_joints) - 1
+joint_rates = jnp.zeros(rb_model.num_joints).at[np.asarray(rb_wheels.joints) - 1].set(rates)
+turn_state = sdjax.make_state(rb_model, base_position=[0.0, 0.0, 0.425 - rb_mass * g / 6 / k],
+                              base_linear_velocity=[speed, 0.0, 0.0], base_angular_velocity=[0.0, 0.0, speed * kappa],
+                              q=joints_q[independent], qd=joint_rates[independent])
+turn_parameters = contact.ContactParameters(k, contact.damping_for_ratio(1.0, k, rb_mass / 6), friction=mu,
+                                            slip_velocity=0.02)
+turn_env = wheels.wheel_environment(rb_model, rb_wheels, contact.Plane(), turn_parameters,
+                                    drive=wheels.WheelDrive(rates, 20.0), rolling_resistance=0.05)
+turn_steps = int(round((4.0 if QUICK else 2 * np.pi / (speed * kappa)) / dt))  # full run: one lap
+start = time.perf_counter()
+turn = jax.block_until_ready(sdjax.rollout(rb_model, turn_state, dt, turn_steps, steering_pd, environment=turn_env))
+print(f"{turn_steps} steps in {time.perf_counter() - start:.1f} s (with compilation)")
+yaw_rate = np.asarray(turn.states.base_angular_velocity[:, 2])
+print(f"yaw rate at the end {yaw_rate[-1]:.5f} rad/s, v / R = {speed * kappa:.5f} rad/s")
+path = np.asarray(turn.states.base_position)
+circle = np.linspace(0, 2 * np.pi, 200)
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+axes[0].plot(path[:, 0], path[:, 1], label="chassis centroid")
+axes[0].plot(2.0 * np.sin(circle), 2.0 - 2.0 * np.cos(circle), "k:", label="circle of radius 1 / kappa")
+axes[0].set_aspect("equal")
+axes[0].set_xlabel("x, m")
+axes[0].set_ylabel("y, m")
+axes[0].legend(fontsize=8)
+axes[1].plot(np.asarray(turn.time), yaw_rate, label="simulated")
+axes[1].axhline(speed * kappa, color="k", ls=":", label="v / R")
+axes[1].set_ylim(0.09, 0.11)  # (the first 0.2 s: the wheels settle onto the ground)
+axes[1].set_xlabel("t, s")
+axes[1].set_ylabel("yaw rate, rad/s")
+axes[1].legend(fontsize=8)
+for ax in axes:
+    ax.grid(alpha=0.3)
+plt.tight_layout()
+plt.show()

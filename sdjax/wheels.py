@@ -52,8 +52,19 @@ in closed form, so the steady states it predicts can be checked exactly: on a sl
 with every wheel driven at one speed, traction balances ``M g sin(alpha)`` when
 ``MF(s) = tan(alpha) / mu`` (:meth:`MagicFormula.slip`; the normal loads sum to
 ``M g cos(alpha)`` whatever their distribution), and no steady climb exists beyond
-``atan(mu max MF)`` (:func:`climbable_slope`). Not modelled: rolling resistance (a rigid wheel
-on a rigid penalty ground dissipates nothing while rolling), tyre relaxation (transient slip),
+``atan(mu max MF)`` (:func:`climbable_slope`).
+
+Rolling resistance (optional, ``rolling_resistance=`` ``c_rr``): a deforming tyre or soil carries
+the normal pressure mostly on the leading half of the patch, so the resultant normal force acts a
+distance ``e = c_rr r`` ahead of ``p`` and makes a couple that opposes rolling (J. Y. Wong, *Theory
+of Ground Vehicles*, 4th ed., Wiley, 2008, sec. 1.2: the coefficient of rolling resistance
+``c_rr = e / r``, about 0.01-0.02 for tyres on hard ground, 0.05-0.3 for wheels on loose soil). Here
+the normal force is moved to ``p + d e_x`` with ``d = c_rr r V_r / sqrt(V_r^2 + eps^2)`` (the
+sign of the rolling speed, smoothed like the slip below ``eps``): the wheel receives the couple
+``d e_x x f_n n``, of moment ``d f_n |a x n|`` against its rotation. The ground force itself is
+unchanged, so a steady climb still needs the slip above; the motors supply ``c_rr r f_n`` more
+torque per wheel, and an unpowered vehicle rolling on flat ground decelerates at
+``c_rr g M / (M + sum I_w / r^2)``. Not modelled: tyre relaxation (transient slip),
 sinkage and bulldozing of loose soil (Bekker / Wong-Reece terramechanics, Wong, *Theory of
 Ground Vehicles*, 4th ed., 2008, ch. 2-4), the width of the tread (contact on the mid-plane).
 
@@ -265,6 +276,10 @@ class WheelDiagnostics(eqx.Module):
         slip_angle: ``(m,)`` ``atan(v_y / sqrt(v_x^2 + eps^2))``, rad, with ``v_y = e_y . v_c``
             (the centre's drift towards the wheel axis ``a``).
         rolling_speed: ``(m,)`` ``V_r`` (``r omega`` for an upright wheel), m/s.
+        rolling_resistance_moment: ``(m,)`` moment of the rolling-resistance couple against the
+            wheel's rotation, ``d f_n |a x n|`` (module docstring; 0 without
+            ``rolling_resistance``), N m.
+        couple: ``(m, 3)`` that couple on the wheel, ``d e_x x f_n n``, inertial frame, N m.
         forward_speed: ``(m,)`` ``v_x = e_x . v_c``, m/s.
         point: ``(m, 3)`` contact point ``p``, inertial, m.
         normal: ``(m, 3)`` terrain normal ``n``.
@@ -281,6 +296,8 @@ class WheelDiagnostics(eqx.Module):
     lateral_slip: Array
     slip_angle: Array
     rolling_speed: Array
+    rolling_resistance_moment: Array
+    couple: Array
     forward_speed: Array
     point: Array
     normal: Array
@@ -295,7 +312,13 @@ def _unit(v: Array) -> tuple[Array, Array]:
 
 
 def _wheel_state(
-    model: Model, state: State, wheels: Wheels, terrain: Terrain, parameters: ContactParameters, formula: MagicFormula
+    model: Model,
+    state: State,
+    wheels: Wheels,
+    terrain: Terrain,
+    parameters: ContactParameters,
+    formula: MagicFormula,
+    rolling_resistance: Array | None,
 ) -> WheelDiagnostics:
     dtype = state.q.dtype
     stiffness, damping, friction, eps, smoothing = parameters.per_contact(wheels.num_wheels, dtype)
@@ -327,6 +350,11 @@ def _wheel_state(
     traction, lateral_force = scale * sigma_x, scale * sigma_y
     force = normal_force[:, None] * normal + traction[:, None] * forward + lateral_force[:, None] * lateral
     lateral_speed = jnp.sum(centre_velocity * lateral, axis=-1)
+    if rolling_resistance is None:
+        offset = jnp.zeros_like(normal_force)
+    else:  # the normal force's resultant moved ahead of p by d (module docstring)
+        offset = rolling_resistance.astype(dtype) * radius * rolling_speed / jnp.sqrt(rolling_speed**2 + eps**2)
+    couple = (offset * normal_force)[:, None] * jnp.cross(forward, normal)
     return WheelDiagnostics(
         penetration=penetration,
         normal_force=normal_force,
@@ -337,11 +365,28 @@ def _wheel_state(
         lateral_slip=sigma_y,
         slip_angle=jnp.arctan(lateral_speed / jnp.sqrt(forward_speed**2 + eps**2)),
         rolling_speed=rolling_speed,
+        rolling_resistance_moment=offset * normal_force * tilt,
+        couple=couple,
         forward_speed=forward_speed,
         point=point + state.base_position,
         normal=normal,
         forward=forward,
         lateral=lateral,
+    )
+
+
+def _rolling_resistance(wheels: Wheels, value: Any, dtype: Any) -> Array | None:
+    """``(m,)`` rolling-resistance coefficients ``c_rr >= 0`` (a scalar for every wheel), or None."""
+    if value is None:
+        return None
+    return float_array(
+        "rolling_resistance",
+        value,
+        shape=(wheels.num_wheels,),
+        dtype=dtype,
+        scalar="broadcast",
+        sign="non-negative",
+        hint=f"{wheels.num_wheels} wheels",
     )
 
 
@@ -364,6 +409,7 @@ def wheel_diagnostics(
     terrain: Terrain,
     parameters: ContactParameters,
     formula: MagicFormula | None = None,
+    rolling_resistance: Any = None,
 ) -> WheelDiagnostics:
     """Slip, slip angle, normal and traction forces of every wheel at one state.
 
@@ -375,13 +421,16 @@ def wheel_diagnostics(
         parameters: :class:`~sdjax.contact.ContactParameters`: normal law (stiffness, damping,
             smoothing), ``friction`` = peak coefficient ``mu``, ``slip_velocity`` = ``eps`` (m/s).
         formula: :class:`MagicFormula` (default ``MagicFormula()``).
+        rolling_resistance: coefficient ``c_rr >= 0`` (scalar or one per wheel; module
+            docstring) or ``None`` (none).
 
     Returns:
         :class:`WheelDiagnostics`.
     """
     check_state(model, state)
     formula = _check(model, wheels, terrain, parameters, formula)
-    return _wheel_state(model, state, wheels, terrain, parameters, formula)
+    resistance = _rolling_resistance(wheels, rolling_resistance, state.q.dtype)
+    return _wheel_state(model, state, wheels, terrain, parameters, formula, resistance)
 
 
 class WheelEnvironment(eqx.Module):
@@ -394,10 +443,14 @@ class WheelEnvironment(eqx.Module):
     parameters: ContactParameters
     formula: MagicFormula
     drive: WheelDrive | None
+    rolling_resistance: Array | None = None
 
     def __call__(self, t: Array, state: State) -> Controls:
-        wheels = _wheel_state(self.model, state, self.wheels, self.terrain, self.parameters, self.formula)
-        loads = point_loads(self.model, state, self.wheels.joints, wheels.point, wheels.force)
+        wheels = _wheel_state(
+            self.model, state, self.wheels, self.terrain, self.parameters, self.formula, self.rolling_resistance
+        )
+        couples = None if self.rolling_resistance is None else wheels.couple
+        loads = point_loads(self.model, state, self.wheels.joints, wheels.point, wheels.force, couples)
         if self.drive is None:
             return loads
         index = np.asarray(self.wheels.joints) - 1
@@ -414,6 +467,7 @@ def wheel_environment(
     parameters: ContactParameters,
     formula: MagicFormula | None = None,
     drive: WheelDrive | None = None,
+    rolling_resistance: Any = None,
 ) -> WheelEnvironment:
     """Wheels on the terrain as ``environment=`` for :func:`sdjax.rollout`.
 
@@ -431,6 +485,9 @@ def wheel_environment(
             ``eps`` (m/s), the floor of the slip denominator.
         formula: :class:`MagicFormula` (default ``MagicFormula()``: ``B = 10``, ``C = 1.65``, ``E = 0``).
         drive: optional :class:`WheelDrive`.
+        rolling_resistance: coefficient ``c_rr >= 0`` (scalar or one per wheel): the wheels
+            also receive the rolling-resistance couple (module docstring); ``None`` (default):
+            none.
 
     Returns:
         :class:`WheelEnvironment`, callable as ``env(t, state) -> Controls``.
@@ -445,7 +502,90 @@ def wheel_environment(
                 raise ValueError(
                     f"WheelDrive.{name}: expected a scalar or shape ({wheels.num_wheels},) for {wheels.num_wheels} wheels, got {value.shape}"
                 )
-    return WheelEnvironment(model, wheels, terrain, parameters, formula, drive)
+    resistance = _rolling_resistance(wheels, rolling_resistance, parameters.stiffness.dtype)
+    return WheelEnvironment(model, wheels, terrain, parameters, formula, drive, resistance)
+
+
+def turn_commands(
+    model: Model, wheels: Wheels, steering: Sequence[int], curvature: Any, speed: Any
+) -> tuple[Array, Array]:
+    """Steering angles and wheel rates that turn a vehicle about one point (the Ackermann
+    condition: every wheel's axis passes through the turning centre, so no wheel slips).
+
+    The geometry is the model's reference pose (``q = 0``, chassis frame: ``x`` forward, ``z``
+    up, the ground its ``xy`` plane) with every wheel axis along ``y`` and each steering axis
+    along ``z`` through its wheel's hub. The turning centre is ``P = (x_c, 1 / curvature)``:
+    ``x_c`` the common ``x`` of the unsteered wheels' hubs (0 when every wheel steers). A wheel
+    with hub ``(x_k, y_k)`` steers to ``delta_k = atan(kappa (x_k - x_c) / (1 - kappa y_k))``
+    (positive: to the left, about ``+z``) and turns at ``omega_k = v (1 - kappa y_k) /
+    (r_k cos(delta_k))``, its hub's speed over its radius when the point ``(x_c, 0)`` moves
+    forward at ``v`` and the chassis yaws at ``v kappa``.
+
+    Arguments:
+        model: the vehicle (concrete: its geometry is read here).
+        wheels: its :class:`Wheels`.
+        steering: ``(m,)`` static steering joint of each wheel (0: not steered), e.g.
+            :attr:`sdjax.models.RockerBogie.steering`.
+        curvature: ``kappa = 1 / radius`` of the turn, 1/m (positive: to the left; 0: straight);
+            below ``1 / max |y_k|`` (the centre outside the track).
+        speed: ``v``, forward speed of ``(x_c, 0)``, m/s.
+
+    Returns:
+        ``(angles, rates)``: ``(m,)`` steering angles (rad; 0 for unsteered wheels) and ``(m,)``
+        wheel rates (rad/s), differentiable in ``curvature`` and ``speed``.
+
+    Raises:
+        ValueError: ``steering`` of the wrong length or naming a joint that is not a revolute
+            joint about ``z`` through the hub; unsteered wheels on different axles; a wheel axis
+            not along ``y``.
+    """
+    from sdjax.kinematics import forward_kinematics  # (the reference pose, concrete)
+    from sdjax.state import make_state
+
+    wheels.check(model)
+    steer = tuple(int(j) for j in steering)
+    if len(steer) != wheels.num_wheels:
+        raise ValueError(
+            f"turn_commands: steering: expected {wheels.num_wheels} joint numbers (0: not steered), got {steer}"
+        )
+    kin = forward_kinematics(model, make_state(model))
+    positions, axes = np.asarray(kin.joint_position, np.float64), np.asarray(kin.joint_axis, np.float64)
+    index = np.asarray(wheels.joints) - 1
+    hubs = positions[index]
+    if np.abs(np.abs(axes[index, 1]) - 1).max() > 1e-9:
+        raise ValueError("turn_commands: every wheel axis must lie along the chassis y axis at q = 0")
+    for k, joint in enumerate(steer):
+        if joint == 0:
+            continue
+        if not 1 <= joint <= model.num_joints or not bool(np.asarray(model.is_revolute)[joint - 1]):
+            raise ValueError(f"turn_commands: steering[{k}] = {joint} is not a revolute joint of model {model.name!r}")
+        if abs(abs(axes[joint - 1, 2]) - 1) > 1e-9 or np.abs(positions[joint - 1, :2] - hubs[k, :2]).max() > 1e-9:
+            raise ValueError(
+                f"turn_commands: steering[{k}] = joint {joint} must turn about the vertical through wheel "
+                f"joint {wheels.joints[k]}'s hub"
+            )
+    fixed = [k for k, joint in enumerate(steer) if joint == 0]
+    if fixed and np.ptp(hubs[fixed, 0]) > 1e-9:
+        raise ValueError(
+            f"turn_commands: the unsteered wheels must share one axle (one x), got x = {hubs[fixed, 0].tolist()}"
+        )
+    centre_x = float(hubs[fixed[0], 0]) if fixed else 0.0
+    dtype = model.dtype
+    kappa = float_array("turn_commands: curvature", curvature, shape=(), dtype=dtype)
+    v = float_array("turn_commands: speed", speed, shape=(), dtype=dtype)
+    if not is_traced(kappa) and not float(np.abs(kappa)) * float(np.abs(hubs[:, 1]).max()) < 1:
+        raise ValueError(
+            f"turn_commands: curvature {float(kappa)} puts the turning centre inside the track "
+            f"(|curvature| must be below {1 / float(np.abs(hubs[:, 1]).max())} 1/m)"
+        )
+    # Steering joints turn about +z or -z: the angle about the joint's own axis.
+    sense = np.array([np.sign(axes[j - 1, 2]) if j else 0.0 for j in steer])
+    lateral = 1 - kappa * jnp.asarray(hubs[:, 1], dtype)
+    delta = jnp.arctan(kappa * jnp.asarray(hubs[:, 0] - centre_x, dtype) / lateral)
+    # A wheel axis along -y rolls backwards for qd > 0.
+    roll = jnp.asarray(np.sign(axes[index, 1]), dtype)
+    rates = roll * v * lateral / (wheels.radii.astype(dtype) * jnp.cos(delta))
+    return jnp.asarray(sense, dtype) * delta, rates
 
 
 __all__ = [
@@ -456,6 +596,7 @@ __all__ = [
     "Wheels",
     "climbable_slope",
     "steady_slope_slip",
+    "turn_commands",
     "wheel_diagnostics",
     "wheel_environment",
 ]

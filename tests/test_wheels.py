@@ -263,6 +263,84 @@ def test_driving_and_braking_force_obeys_newton_on_the_vehicle():
         assert np.sign(torque) * np.asarray(diag.slip_ratio)[-1].min() > 0  # slip sign follows the torque
 
 
+def _smooth_sign(rolling_speed):
+    """The rolling-resistance couple's sign of the rolling speed, smoothed below EPS (its
+    definition in the module docstring, written out here)."""
+    return rolling_speed / np.sqrt(rolling_speed**2 + EPS**2)
+
+
+def test_rolling_resistance_decelerates_a_coasting_rover_as_the_energy_balance_gives():
+    """Unpowered rover rolling at 0.3 m/s with c_rr = 0.05: each wheel loses c_rr r f_n omega of
+    power, so (M + sum I_w / r^2) dv/dt = -c_rr sign(v) sum f_n = -c_rr M g sign(v) (rolling
+    without slip: omega = v / r; sum f_n = M g on flat ground)."""
+    model, wheels = wheeled_rover()
+    mass = _mass(model)
+    params = _parameters(mass / 4)
+    c_rr = 0.05
+    env = sw.wheel_environment(model, wheels, sc.Plane(), params, rolling_resistance=c_rr)
+    num_steps = 1200
+    traj = sdjax.rollout(model, _rolling_start(model, 0.3), DT, num_steps, environment=env)
+    momentum = np.asarray(jax.vmap(lambda s: sdjax.linear_momentum(model, s))(traj.states))[:, 0]
+    speed = momentum / mass
+    rate = (speed[2:] - speed[:-2]) / (2 * DT)
+    wheel_inertia = 0.5 * 2.0 * R**2  # uniform disk of the builder, about its axle
+    expected = -c_rr * G * mass * _smooth_sign(speed[1:-1]) / (mass + 4 * wheel_inertia / R**2)
+    # After the settling transient (0.1 s): the wheels' angular acceleration differs from
+    # (dv/dt) / r by the rate of change of the slip needed to pass the couple to the ground
+    # (sigma ~ 1e-3, changing by ~1e-4 over the run), 1e-3 relative bounds it (measured 2e-5).
+    np.testing.assert_allclose(rate[200:], expected[200:], rtol=1e-3)
+    assert 0.15 < speed[-1] < 0.25  # slowed by ~0.17 m/s^2 x 0.6 s
+    # The diagnostics report the couple's moment: c_rr r f_n sign(V_r) on each upright wheel.
+    final = jax.tree.map(lambda x: x[-1], traj.states)
+    diag = sw.wheel_diagnostics(model, final, wheels, sc.Plane(), params, rolling_resistance=c_rr)
+    moment = c_rr * R * np.asarray(diag.normal_force) * _smooth_sign(np.asarray(diag.rolling_speed))
+    np.testing.assert_allclose(np.asarray(diag.rolling_resistance_moment), moment, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(diag.couple)[:, 1], -moment, rtol=1e-12)  # about -y: against qd > 0
+
+
+def test_rolling_resistance_adds_motor_torque_but_not_traction_on_a_steady_climb():
+    """Balanced rig driven up tan(alpha) = 0.5 mu by speed loops (gain k, commanded rate w_c)
+    with c_rr = 0.05: the ground must still carry M g sin(alpha) along the slope, and the motors
+    also carry the couples, so at the steady wheel rates w_i
+    k sum (w_c - w_i) = r M g sin(alpha) + c_rr r sign(V_r) sum f_n, sum f_n = M g cos(alpha).
+    The couples pitch the vehicle (an external moment), moving load to the rear axle."""
+    model, wheels = _balanced_rover()
+    mass = _mass(model)
+    params = _parameters(mass / 4)
+    rate, gain, c_rr = 2.0, 20.0, 0.05
+    angle = float(np.arctan(0.5 * MU))
+    plane = sc.inclined_plane(angle, downhill=(-1.0, 0.0, 0.0))
+    state = _on_slope(model, angle, -0.03 - mass * G * np.cos(angle) / 4 / STIFFNESS, 0.9 * R * rate, rate)
+    env = sw.wheel_environment(model, wheels, plane, params, drive=sw.WheelDrive(rate, gain), rolling_resistance=c_rr)
+    traj = sdjax.rollout(model, state, DT, 6000, environment=env)
+    final = jax.tree.map(lambda x: x[-1], traj.states)
+    diag = sw.wheel_diagnostics(model, final, wheels, plane, params, rolling_resistance=c_rr)
+    wheel_rate = np.asarray(final.qd)
+    sign = _smooth_sign(np.asarray(diag.rolling_speed))  # one value per wheel, ~0.997
+    # Steady state after 3 s as in the test above: 1e-8.
+    np.testing.assert_allclose(float(diag.normal_force.sum()), mass * G * np.cos(angle), rtol=1e-8)
+    np.testing.assert_allclose(float(diag.traction.sum()), mass * G * np.sin(angle), rtol=1e-8)
+    motor = gain * (rate - wheel_rate).sum()
+    expected = R * mass * G * np.sin(angle) + c_rr * R * float(np.asarray(diag.normal_force) @ sign)
+    np.testing.assert_allclose(motor, expected, rtol=1e-8)
+    assert motor > 1.1 * R * mass * G * np.sin(angle)  # the couples are not negligible
+    # Pitch balance about the centre of mass (y axis), the couples included: with x_i the
+    # contacts' offsets uphill and h_i the centre of mass's height above them (along n),
+    # -h . T - x . N - sum m_i = 0 (m_i the couples' moments about -y); steady state, 1e-7.
+    com = np.asarray(sdjax.center_of_mass(model, final))
+    points, normal = np.asarray(diag.point), np.asarray(plane.normal)
+    x = (points - com) @ np.cross([0.0, 1.0, 0.0], normal)
+    h = (com - points) @ normal
+    loads, traction = np.asarray(diag.normal_force), np.asarray(diag.traction)
+    moments = np.asarray(diag.rolling_resistance_moment)
+    np.testing.assert_allclose(x @ loads, -(h @ traction) - moments.sum(), rtol=1e-7)
+    assert loads[2] > loads[0]  # the couples tip the nose up: rear wheels (2, 3) carry more
+    uphill = np.asarray(final.base_rotation)[:, 0]
+    slip = _slip(R * wheel_rate, float(np.asarray(final.base_linear_velocity) @ uphill))
+    target = np.tan(np.arcsin(np.tan(angle) / MU) / C) / B  # MF(s) = tan(alpha) / mu, E = 0
+    assert slip[0] > target > slip[2]  # the less loaded front wheels slip more
+
+
 # ------------------------------------------------------------------------------------------
 # Height fields.
 
@@ -399,6 +477,10 @@ def test_bad_input_raises():
         sw.wheel_environment(model, wheels, sc.Plane(), params, drive=2.0)
     with pytest.raises(ValueError, match=r"WheelDrive.speed: expected a scalar or shape \(4,\)"):
         sw.wheel_environment(model, wheels, sc.Plane(), params, drive=sw.WheelDrive([1.0, 2.0], 1.0))
+    with pytest.raises(ValueError, match="rolling_resistance: must be non-negative"):
+        sw.wheel_environment(model, wheels, sc.Plane(), params, rolling_resistance=-0.01)
+    with pytest.raises(ValueError, match=r"rolling_resistance: expected a scalar or shape \(4,\)"):
+        sw.wheel_diagnostics(model, sdjax.make_state(model), wheels, sc.Plane(), params, rolling_resistance=[0.1, 0.1])
     with pytest.raises(ValueError, match="WheelDrive.gain: must be positive"):
         sw.WheelDrive(1.0, 0.0)
     with pytest.raises(ValueError, match="stiffness_factor: must be positive"):

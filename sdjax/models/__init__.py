@@ -1,12 +1,13 @@
 """Ready-made models: the SpaceDyn v1.2 sample, a 7-joint free-flying arm, random trees, seed 003's
 planar four-link and spatial six-link systems, an ETS-VII-like robot, a Shuttle-RMS-like
 orbiter-arm-payload system (seed 004), a small-body lander, a legged rover, a wheeled rover, a tumbling
-capture target and a satellite with flexible solar paddles."""
+capture target, a satellite with flexible solar paddles and a rocker-bogie rover with steering."""
 
 from sdjax.models.builtin import free_flying_arm_7dof, free_flying_arm_initial_q, rigid_body, spacedyn_sample
 from sdjax.models.flexible_satellite import flexible_satellite, paddle_beam
 from sdjax.models.lander import lander, point_mass_probe
 from sdjax.models.random import random_model
+from sdjax.models.rocker_bogie import RockerBogie, rocker_bogie_rover
 from sdjax.models.rover import rover
 from sdjax.models.seed003 import ets7_like, planar_four_link, spatial_six_link
 from sdjax.models.srms import srms_arm, srms_flexibility, srms_system
@@ -15,6 +16,7 @@ from sdjax.models.wheeled_rover import wheeled_rover
 
 __all__ = [
     "BUILTIN_MODELS",
+    "RockerBogie",
     "TARGET_HANDLE_OFFSET",
     "ets7_like",
     "flexible_satellite",
@@ -26,6 +28,7 @@ __all__ = [
     "point_mass_probe",
     "random_model",
     "rigid_body",
+    "rocker_bogie_rover",
     "rover",
     "spacedyn_sample",
     "spatial_six_link",
