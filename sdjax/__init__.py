@@ -44,7 +44,7 @@ from sdjax.dynamics import (
     passive_joint_torques,
     point_loads,
 )
-from sdjax.editing import append_links, append_model, lock_joints, merge_payload
+from sdjax.editing import append_links, append_model, lock_joints, locked_state, merge_payload, unlocked_state
 from sdjax.gjm import (
     Manipulability,
     base_twist_from_joint_rates,
@@ -318,6 +318,7 @@ __all__ = [
     "load_model",
     "load_run",
     "lock_joints",
+    "locked_state",
     "make_controls",
     "make_state",
     "max_stable_step",

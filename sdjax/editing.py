@@ -55,8 +55,10 @@ import numpy as np
 from jax import Array
 
 from sdjax._checks import check_choice, float_array, is_traced
+from sdjax.kinematics import forward_kinematics
 from sdjax.model import JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model, mimic_tolerance
 from sdjax.rotation import matrix_to_rpy, rot_z, rpy_to_matrix
+from sdjax.state import State, check_state
 
 #: Names of the 10 inertial parameters of one body about a reference point, in the order of
 #: :func:`inertial_vector`: the mass, the first moment ``h = m c`` and the inertia about the
@@ -727,6 +729,108 @@ def lock_joints(model: Model, joints: Sequence[int], positions: Any) -> Model:
     return edit_model(model, **fields)
 
 
+def _merged_into_base(model: Model, locked: Sequence[int]) -> list[int]:
+    """Links (1..n) that :func:`lock_joints` merges into the base: locked, with every joint on
+    the way to the base locked too (parents are lower-numbered, so one pass finds them)."""
+    merged: list[int] = []
+    for joint in range(1, model.num_joints + 1):
+        parent = model.parent[joint - 1]
+        if joint in locked and (parent == 0 or parent in merged):
+            merged.append(joint)
+    return merged
+
+
+def _merged_centroid(model: Model, state: State, merged: list[int]) -> Array:
+    """``(3,)`` inertial centroid of the base and the ``merged`` links at ``state``, m."""
+    bodies = np.asarray([0] + merged)
+    masses = jnp.concatenate([model.base_mass[None], model.link_mass[bodies[1:] - 1]]).astype(state.q.dtype)
+    centroids = forward_kinematics(model, state).centroid[bodies]
+    return jnp.sum(masses[:, None] * centroids, axis=0) / jnp.sum(masses)
+
+
+def locked_state(model: Model, state: State, joints: Sequence[int]) -> State:
+    """``state`` as a state of ``lock_joints(model, joints, state.q[joints - 1])``: the joints lock
+    where they are.
+
+    The reduced ``q``/``qd`` are the full ones without the locked entries; when locked links merge
+    into the base (a locked joint whose parent is the base, and locked joints below it), the base
+    frame's origin moves to the merged centroid ``c`` (module docstring), so the base position
+    becomes ``c`` and the base velocity ``v0 + w0 x (c - r0)``; the base orientation and angular
+    velocity are unchanged. Every body keeps its pose and velocity: kinematics, momenta and
+    kinetic energy of the reduced model at this state are the full model's.
+
+    Arguments:
+        model: the full system.
+        state: its :class:`~sdjax.State`, the locked joints at rest (``qd = 0`` there: a lock
+            that engages on a moving joint is an impact, :func:`sdjax.constraints.constraint_impulse`).
+        joints: static sequence of the joints (1..n) to lock, as for :func:`lock_joints`.
+
+    Returns:
+        The :class:`~sdjax.State` of the reduced model; :func:`unlocked_state` is its inverse.
+
+    Raises:
+        ValueError: a joint out of range or repeated; a locked joint moving (checked when
+            ``qd`` is concrete, to ``1e-12`` rad/s or m/s).
+    """
+    check_state(model, state)
+    locked = _body_indices("locked_state: joints", model, joints, allow_base=False)
+    rows = np.asarray(locked) - 1
+    if not is_traced(state.qd):
+        rates = np.asarray(state.qd)[rows]
+        moving = [joint for joint, rate in zip(locked, rates) if not abs(float(rate)) <= 1e-12]
+        if moving:
+            raise ValueError(
+                f"locked_state: joint(s) {moving} move (qd = {rates.tolist()}); a lock engages at rest "
+                "(sdjax.constraints.constraint_impulse gives the velocities after a lock engages)"
+            )
+    keep = np.asarray([j for j in range(model.num_joints) if j + 1 not in locked], np.int64)
+    merged = _merged_into_base(model, locked)
+    position, velocity = state.base_position, state.base_linear_velocity
+    if merged:
+        position = _merged_centroid(model, state, merged)
+        velocity = velocity + jnp.cross(state.base_angular_velocity, position - state.base_position)
+    return State(position, state.base_quaternion, velocity, state.base_angular_velocity, state.q[keep], state.qd[keep])
+
+
+def unlocked_state(model: Model, reduced_state: State, joints: Sequence[int], positions: Any) -> State:
+    """The state of the full ``model`` that ``reduced_state`` of ``lock_joints(model, joints,
+    positions)`` is: the locked joints at ``positions``, at rest (the inverse of
+    :func:`locked_state`).
+
+    Arguments:
+        model: the full system.
+        reduced_state: a :class:`~sdjax.State` of the reduced model (``q``, ``qd`` of shape
+            ``(n - k,)``).
+        joints: static sequence of the ``k`` locked joints (1..n).
+        positions: ``(k,)`` their positions (a scalar for all), rad or m.
+
+    Returns:
+        The :class:`~sdjax.State` of ``model`` (``jax.vmap`` it over a trajectory's states).
+    """
+    locked = _body_indices("unlocked_state: joints", model, joints, allow_base=False)
+    k, n = len(locked), model.num_joints
+    dtype = reduced_state.q.dtype
+    values = float_array("unlocked_state: positions", positions, shape=(k,), dtype=dtype, scalar="broadcast")
+    if reduced_state.q.shape != (n - k,) or reduced_state.qd.shape != (n - k,):
+        raise ValueError(
+            f"unlocked_state: reduced_state.q and .qd must have shape ({n - k},) (the {n} joints without the {k} "
+            f"locked ones), got {reduced_state.q.shape} and {reduced_state.qd.shape}"
+        )
+    rows = np.asarray(locked) - 1
+    keep = np.asarray([j for j in range(n) if j + 1 not in locked], np.int64)
+    q = jnp.zeros(n, dtype).at[keep].set(reduced_state.q).at[rows].set(values)
+    qd = jnp.zeros(n, dtype).at[keep].set(reduced_state.qd)
+    position, velocity = reduced_state.base_position, reduced_state.base_linear_velocity
+    merged = _merged_into_base(model, locked)
+    if merged:
+        zero = jnp.zeros(3, dtype)
+        at_origin = State(zero, jnp.asarray([0.0, 0.0, 0.0, 1.0], dtype), zero, zero, q, qd)  # (x, y, z, w)
+        offset = reduced_state.base_rotation @ _merged_centroid(model, at_origin, merged)
+        position = position - offset
+        velocity = velocity - jnp.cross(reduced_state.base_angular_velocity, offset)
+    return State(position, reduced_state.base_quaternion, velocity, reduced_state.base_angular_velocity, q, qd)
+
+
 __all__ = [
     "PARAMETER_NAMES",
     "ROTATION_TOL",
@@ -736,9 +840,11 @@ __all__ = [
     "from_inertial_vector",
     "inertial_vector",
     "lock_joints",
+    "locked_state",
     "merge_payload",
     "parallel_axis",
     "rotate_inertia",
     "set_inertial_parameters",
     "transform_body",
+    "unlocked_state",
 ]

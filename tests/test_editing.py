@@ -9,6 +9,7 @@ merge moves the base centroid, the velocity map between the two base frames).
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -484,10 +485,43 @@ def test_locking_a_joint_on_the_base_merges_into_it():
     state_red = _state(reduced, q[keep], qd[keep], rotation, r0 + offset, v0 + np.cross(w0, offset), w0)
     for quantity in (sdjax.linear_momentum, sdjax.angular_momentum, sdjax.kinetic_energy, sdjax.center_of_mass):
         assert_close(quantity(reduced, state_red), quantity(model, state), ROUND_OFF, quantity.__name__)
+    # locked_state maps the state as written out above, and unlocked_state maps it back.
+    mapped = sdjax.locked_state(model, state, tuple(locked))
+    for field in ("base_position", "base_quaternion", "base_linear_velocity", "base_angular_velocity", "q", "qd"):
+        assert_close(getattr(mapped, field), getattr(state_red, field), ROUND_OFF, f"locked_state {field}")
+    back = sdjax.editing.unlocked_state(model, mapped, tuple(locked), q[locked - 1])
+    for field in ("base_position", "base_quaternion", "base_linear_velocity", "base_angular_velocity", "q", "qd"):
+        assert_close(getattr(back, field), getattr(state, field), ROUND_OFF, f"unlocked_state {field}")
     t = np.eye(6 + len(keep))
     t[:3, 3:6] = np.array([[0, -offset[2], offset[1]], [offset[2], 0, -offset[0]], [-offset[1], offset[0], 0]])
     h_full = _without(np.asarray(sdjax.inertia_matrix(model, state)), 6 + locked - 1)
     assert_close(sdjax.inertia_matrix(reduced, state_red), t.T @ h_full @ t, ROUND_OFF, "floating H")
+
+
+def test_locked_state_of_joints_off_the_base_and_its_refusals():
+    """Joints off the base: the base is unchanged and the locked entries drop out; a moving
+    joint cannot lock without an impact; the shapes of unlocked_state are checked."""
+    model = with_frames(three_arm_tree(12))
+    n = model.num_joints
+    rng = np.random.default_rng(17)
+    q, qd = rng.uniform(-2.0, 2.0, n), rng.normal(size=n)
+    locked = (3, 9)
+    qd[[2, 8]] = 0.0
+    state = _state(model, q, qd, _rpy(rng.uniform(-np.pi, np.pi, 3)), np.array([0.1, 0.2, 0.3]), rng.normal(size=3))
+    mapped = sdjax.locked_state(model, state, locked)
+    keep = np.setdiff1d(np.arange(n), [2, 8])
+    assert_close(mapped.q, q[keep], 0.0, "q")
+    assert_close(mapped.qd, qd[keep], 0.0, "qd")
+    assert_close(mapped.base_position, state.base_position, 0.0, "r0")
+    reduced = lock_joints(model, locked, q[[2, 8]])
+    assert_close(sdjax.kinetic_energy(reduced, mapped), sdjax.kinetic_energy(model, state), ROUND_OFF, "energy")
+    moving = eqx.tree_at(lambda s: s.qd, state, state.qd.at[8].set(0.1))
+    with pytest.raises(ValueError, match=r"locked_state: joint\(s\) \[9\] move"):
+        sdjax.locked_state(model, moving, locked)
+    with pytest.raises(ValueError, match=r"unlocked_state: reduced_state.q and .qd must have shape \(12,\)"):
+        sdjax.editing.unlocked_state(model, state, locked, [0.0, 0.0])
+    with pytest.raises(ValueError, match=r"locked_state: joints\[0\]: 0 is out of range"):
+        sdjax.locked_state(model, state, (0,))
 
 
 def test_lock_position_derivative(sample_model):
