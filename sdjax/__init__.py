@@ -388,6 +388,7 @@ __all__ = [
     "task_pose",
     "torque_limited_gains",
     "trajectory_quantities",
+    "unlocked_state",
     "with_momentum",
     "INTEGRATORS",
     "RK4",
