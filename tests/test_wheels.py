@@ -398,9 +398,9 @@ def test_jit_vmap_and_gradient_of_distance_against_finite_differences():
     model, wheels = wheeled_rover()
     num_steps = 200  # 0.1 s: enough for the torque to change the distance measurably
 
-    def distance(torque, friction, speed=0.3):
+    def distance(torque, friction, rolling=0.05, speed=0.3):
         params = sc.ContactParameters(STIFFNESS, 300.0, friction=friction, slip_velocity=EPS, smoothing=1e-5)
-        env = sw.wheel_environment(model, wheels, sc.Plane(), params)
+        env = sw.wheel_environment(model, wheels, sc.Plane(), params, rolling_resistance=rolling)
         traj = sdjax.rollout(
             model, _rolling_start(model, speed), DT, num_steps, jnp.full((num_steps, 4), torque), environment=env
         )
@@ -415,21 +415,24 @@ def test_jit_vmap_and_gradient_of_distance_against_finite_differences():
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)  # same operations, compiled
     # vmap over initial speeds == one by one.
     speeds = jnp.asarray([0.2, 0.4])
-    batched = jax.vmap(lambda v: distance(2.0, MU, v))(speeds)
-    single = jnp.stack([distance(2.0, MU, v) for v in speeds])
+    batched = jax.vmap(lambda v: distance(2.0, MU, speed=v))(speeds)
+    single = jnp.stack([distance(2.0, MU, speed=v) for v in speeds])
     np.testing.assert_allclose(batched, single, rtol=1e-12)
-    # Gradients of the distance in the torque and in the friction coefficient (high torque, so
-    # traction depends on mu) against central differences.
-    torque, friction = 8.0, 0.3
-    grad = jax.grad(distance, argnums=(0, 1))(torque, friction)
+    # Gradients of the distance in the torque, the friction coefficient (high torque, so traction
+    # depends on mu) and the rolling-resistance coefficient against central differences.
+    torque, friction, rolling = 8.0, 0.3, 0.05
+    grad = jax.grad(distance, argnums=(0, 1, 2))(torque, friction, rolling)
     h = 1e-4
-    fd_torque = (distance(torque + h, friction) - distance(torque - h, friction)) / (2 * h)
-    fd_friction = (distance(torque, friction + h) - distance(torque, friction - h)) / (2 * h)
+    fd_torque = (distance(torque + h, friction, rolling) - distance(torque - h, friction, rolling)) / (2 * h)
+    fd_friction = (distance(torque, friction + h, rolling) - distance(torque, friction - h, rolling)) / (2 * h)
+    fd_rolling = (distance(torque, friction, rolling + h) - distance(torque, friction, rolling - h)) / (2 * h)
     # Central differences err by h^2 |f'''| / 6 (~1e-9 relative here) plus round-off 1e-16 / h.
     np.testing.assert_allclose(grad[0], fd_torque, rtol=1e-6)
     np.testing.assert_allclose(grad[1], fd_friction, rtol=1e-6)
-    # Not trivially zero (the saturated traction makes the torque's effect small: the wheels spin).
-    assert abs(float(grad[0])) > 1e-5 and abs(float(grad[1])) > 1e-3
+    np.testing.assert_allclose(grad[2], fd_rolling, rtol=1e-6)
+    # Not trivially zero (the saturated traction makes the torque's effect small: the wheels spin;
+    # the couple slows the spinning wheels towards the traction peak, so here it helps: > 0).
+    assert abs(float(grad[0])) > 1e-5 and abs(float(grad[1])) > 1e-3 and abs(float(grad[2])) > 1e-4
 
 
 # ------------------------------------------------------------------------------------------
