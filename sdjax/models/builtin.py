@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.models._solids import cylinder_between
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.io.spacedyn_arrays import model_from_spacedyn_arrays
 from sdjax.model import Model
@@ -77,16 +78,6 @@ def spacedyn_sample(dtype: Any = None) -> Model:
     )
 
 
-def _cylinder_inertia(mass: float, radius: float, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Inertia (about the centroid, reference frame) of a solid cylinder from ``start`` to ``end``."""
-    axis = end - start
-    length = float(np.linalg.norm(axis))
-    u = axis / length
-    axial = 0.5 * mass * radius**2
-    transverse = mass * (3 * radius**2 + length**2) / 12.0
-    return transverse * np.eye(3) + (axial - transverse) * np.outer(u, u)
-
-
 def free_flying_arm_7dof(dtype: Any = None) -> Model:
     """A free-flying servicer: 500 kg box-shaped base with a 7-joint, 2.6 m revolute arm.
 
@@ -109,7 +100,7 @@ def free_flying_arm_7dof(dtype: Any = None) -> Model:
     joints = np.array(points)
     tips = joints + np.array(segment)
     centroids = 0.5 * (joints + tips)
-    inertias = np.array([_cylinder_inertia(m, 0.06, a, b) for m, a, b in zip(masses, joints, tips)])
+    inertias = np.array([cylinder_between(m, 0.06, a, b) for m, a, b in zip(masses, joints, tips)])
     base_inertia = np.array([[140.0, 2.0, -1.5], [2.0, 120.0, 1.0], [-1.5, 1.0, 105.0]])
     return model_from_reference_pose(
         parent=range(7),

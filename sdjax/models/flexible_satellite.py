@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.models._solids import box_inertia, cylinder_between
 from sdjax.flexible import Beam, attach_beam
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
@@ -17,19 +18,6 @@ ARM_JOINTS = ("arm_yaw", "arm_shoulder", "arm_elbow")
 
 #: Names of the two paddle beams (see :func:`sdjax.flexible.beam_layout`).
 PADDLES = ("paddle_plus_y", "paddle_minus_y")
-
-
-def _box_inertia(mass: float, sides: tuple[float, float, float]) -> np.ndarray:
-    a, b, c = sides
-    return mass / 12.0 * np.diag([b * b + c * c, a * a + c * c, a * a + b * b])
-
-
-def _rod_inertia(mass: float, radius: float, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    axis = end - start
-    length = float(np.linalg.norm(axis))
-    u = axis / length
-    axial, transverse = 0.5 * mass * radius**2, mass * (3 * radius**2 + length**2) / 12.0
-    return transverse * np.eye(3) + (axial - transverse) * np.outer(u, u)
 
 
 def paddle_beam(
@@ -102,7 +90,7 @@ def flexible_satellite(
     joints = np.array([mount, mount + segment[0], mount + segment[0] + segment[1]])
     tips = joints + np.array(segment)
     masses = np.array([12.0, 25.0, 20.0])
-    inertias = np.array([_rod_inertia(m, 0.06, a, b) for m, a, b in zip(masses, joints, tips)])
+    inertias = np.array([cylinder_between(m, 0.06, a, b) for m, a, b in zip(masses, joints, tips)])
     arm = model_from_reference_pose(
         parent=(0, 1, 2),
         joint_type="RRR",
@@ -112,7 +100,7 @@ def flexible_satellite(
         link_mass=masses,
         link_inertia=inertias,
         base_mass=1200.0,
-        base_inertia=_box_inertia(1200.0, (2.0, 2.2, 2.4)),
+        base_inertia=box_inertia(1200.0, (2.0, 2.2, 2.4)),
         end_point_link=(3,),
         end_point_position=tips[-1:],
         link_names=ARM_JOINTS,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.models._solids import cylinder_inertia
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
 from sdjax.models.builtin import rigid_body
@@ -20,12 +21,6 @@ __all__ = ["lander", "point_mass_probe"]
 
 #: Gravity of a small asteroid (order of magnitude of 25143 Itokawa's, 1e-5..1e-4 m/s^2).
 SMALL_BODY_GRAVITY = 1e-4
-
-
-def _rod_inertia(mass: float, length: float, radius: float, axis: np.ndarray) -> np.ndarray:
-    axial = 0.5 * mass * radius**2
-    transverse = mass * (3 * radius**2 + length**2) / 12.0
-    return transverse * np.eye(3) + (axial - transverse) * np.outer(axis, axis)
 
 
 def lander(
@@ -73,7 +68,7 @@ def lander(
         axes.append(axis)
         centroids.append(corner + 0.5 * leg_length * axis)
         tips.append(corner + leg_length * axis)
-        inertias.append(_rod_inertia(leg_mass, leg_length, 0.03, axis))
+        inertias.append(cylinder_inertia(leg_mass, 0.03, leg_length, axis))
     return model_from_reference_pose(
         parent=(0, 0, 0, 0),
         joint_type="PPPP",

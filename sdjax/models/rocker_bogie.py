@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sdjax.models._solids import box_inertia, cylinder_inertia
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model, edit_model
 from sdjax.models.rover import MARS_GRAVITY
@@ -43,12 +44,6 @@ class RockerBogie(NamedTuple):
     model: Model
     wheels: Wheels
     steering: tuple[int, ...]
-
-
-def _box(mass: float, size: tuple[float, float, float]) -> np.ndarray:
-    """Inertia about the centroid of a uniform box of ``size`` (x, y, z) m, kg m^2."""
-    a, b, c = size
-    return mass / 12.0 * np.diag([b**2 + c**2, a**2 + c**2, a**2 + b**2])
 
 
 def rocker_bogie_rover(
@@ -115,9 +110,8 @@ def rocker_bogie_rover(
     if bad:
         raise ValueError(f"rocker_bogie_rover: {', '.join(bad)} must be positive")
     bogie_x = 0.5 * (middle + rear)
-    fork = _box(fork_mass, (0.05, 0.05, steering_height - hub_height))
-    across = wheel_mass * (3 * wheel_radius**2 + wheel_width**2) / 12.0
-    disk = np.diag([across, 0.5 * wheel_mass * wheel_radius**2, across])
+    fork = box_inertia(fork_mass, (0.05, 0.05, steering_height - hub_height))
+    disk = cylinder_inertia(wheel_mass, wheel_radius, wheel_width, 1)
     y_axis, z_axis = np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0])
     rows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, float, np.ndarray, str]] = []
     for side, y in (("left", 0.5 * track), ("right", -0.5 * track)):
@@ -129,11 +123,11 @@ def rocker_bogie_rover(
         hubs = {k: np.array([x, y, hub_height]) for k, x in (("front", front), ("middle", middle), ("rear", rear))}
         rows += [  # (parent, axis, joint, centroid, mass, inertia, name)
             (0, y_axis, pivot, (pivot + steer_front + bogie_pivot) / 3, rocker_mass,
-             _box(rocker_mass, (front - bogie_x, 0.05, 0.05)), f"rocker_{side}"),
+             box_inertia(rocker_mass, (front - bogie_x, 0.05, 0.05)), f"rocker_{side}"),
             (o + 1, z_axis, steer_front, (steer_front + hubs["front"]) / 2, fork_mass, fork, f"steer_front_{side}"),
             (o + 2, y_axis, hubs["front"], hubs["front"], wheel_mass, disk, f"wheel_front_{side}"),
             (o + 1, y_axis, bogie_pivot, (bogie_pivot + hubs["middle"] + steer_rear) / 3, bogie_mass,
-             _box(bogie_mass, (middle - rear, 0.05, 0.05)), f"bogie_{side}"),
+             box_inertia(bogie_mass, (middle - rear, 0.05, 0.05)), f"bogie_{side}"),
             (o + 4, y_axis, hubs["middle"], hubs["middle"], wheel_mass, disk, f"wheel_middle_{side}"),
             (o + 4, z_axis, steer_rear, (steer_rear + hubs["rear"]) / 2, fork_mass, fork, f"steer_rear_{side}"),
             (o + 6, y_axis, hubs["rear"], hubs["rear"], wheel_mass, disk, f"wheel_rear_{side}"),
@@ -149,7 +143,7 @@ def rocker_bogie_rover(
         link_mass=np.array(link_masses),
         link_inertia=np.array(inertias),
         base_mass=chassis_mass,
-        base_inertia=_box(chassis_mass, chassis_size),
+        base_inertia=box_inertia(chassis_mass, chassis_size),
         gravity=np.array([0.0, 0.0, -gravity]),
         link_names=tuple(names),
         name="rocker_bogie_rover",

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.models._solids import cylinder_inertia
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
 
@@ -55,8 +56,7 @@ def rover(
     hips = np.array([[a, b, -c], [-a, b, -c], [-a, -b, -c], [a, -b, -c]])
     down = np.array([0.0, 0.0, -1.0])
     radius = 0.025
-    rod = leg_mass * (3 * radius**2 + leg_length**2) / 12.0
-    leg_inertia = np.diag([rod, rod, 0.5 * leg_mass * radius**2])
+    leg_inertia = cylinder_inertia(leg_mass, radius, leg_length, 2)
     return model_from_reference_pose(
         parent=(0, 0, 0, 0),
         joint_type="RRRR",

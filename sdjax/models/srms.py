@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.models._solids import cylinder_inertia
 from sdjax.massless_arm import ArmFlexibility, MasslessArmSystem, arm_kinematics, cantilever_terms
 from sdjax.model import Model
 
@@ -72,14 +73,6 @@ BEAM_EI = np.array([5.0e6, 2.0e6, 2.0e6, 1.5e6, 1.5e6])
 BEAM_LENGTH = np.array([1.0, UPPER_ARM, LOWER_ARM, WRIST, HAND])
 
 
-def _cylinder(mass: float, radius: float, length: float, axis: int) -> np.ndarray:
-    """Inertia of a solid cylinder about its centroid with its axis along ``axis``."""
-    transverse = mass * (3 * radius**2 + length**2) / 12.0
-    inertia = np.full(3, transverse)
-    inertia[axis] = 0.5 * mass * radius**2
-    return np.diag(inertia)
-
-
 def srms_arm(link_mass_scale: float = 1.0, dtype: Any = None) -> Model:
     """The orbiter (base) with the six-joint arm, link masses included (an sdjax Model).
 
@@ -92,12 +85,12 @@ def srms_arm(link_mass_scale: float = 1.0, dtype: Any = None) -> Model:
     half_pi = np.pi / 2
     r = BOOM_RADIUS
     link_inertia = [
-        _cylinder(LINK_MASS[0], 0.25, 0.6, 2),
-        _cylinder(LINK_MASS[1], r, UPPER_ARM, 0),
-        _cylinder(LINK_MASS[2], r, LOWER_ARM, 0),
-        _cylinder(LINK_MASS[3], r, 0.6, 0),
-        _cylinder(LINK_MASS[4], r, 0.3, 0),
-        _cylinder(LINK_MASS[5], r, HAND, 2),
+        cylinder_inertia(LINK_MASS[0], 0.25, 0.6, 2),
+        cylinder_inertia(LINK_MASS[1], r, UPPER_ARM, 0),
+        cylinder_inertia(LINK_MASS[2], r, LOWER_ARM, 0),
+        cylinder_inertia(LINK_MASS[3], r, 0.6, 0),
+        cylinder_inertia(LINK_MASS[4], r, 0.3, 0),
+        cylinder_inertia(LINK_MASS[5], r, HAND, 2),
     ]
     return Model(
         parent=(0, 1, 2, 3, 4, 5),
@@ -148,7 +141,7 @@ def srms_system(
     return MasslessArmSystem(
         arm,
         payload_mass=payload_mass,
-        payload_inertia=_cylinder(float(payload_mass), PAYLOAD_RADIUS, PAYLOAD_LENGTH, 0),
+        payload_inertia=cylinder_inertia(float(payload_mass), PAYLOAD_RADIUS, PAYLOAD_LENGTH, 0),
         payload_to_tip=PAYLOAD_TO_TIP,
         payload_rotation=tip_rotation.T,  # payload frame = orbiter frame at GRAPPLE_Q
     )

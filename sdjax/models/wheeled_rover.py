@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from sdjax.models._solids import box_inertia, cylinder_inertia
 from sdjax.io.reference_pose import model_from_reference_pose
 from sdjax.model import Model
 from sdjax.models.rover import MARS_GRAVITY
@@ -62,12 +63,10 @@ def wheeled_rover(
         raise ValueError(
             f"wheeled_rover: wheel_radius, wheel_width and track must be positive, got {wheel_radius}, {wheel_width}, {track}"
         )
-    a, b, c = chassis_size
-    chassis_inertia = chassis_mass / 12.0 * np.diag([b**2 + c**2, a**2 + c**2, a**2 + b**2])
+    chassis_inertia = box_inertia(chassis_mass, chassis_size)
     hubs = np.array([[x, side * 0.5 * track, hub_height] for x in axle_x for side in (1.0, -1.0)])
     n = len(hubs)
-    across = wheel_mass * (3 * wheel_radius**2 + wheel_width**2) / 12.0
-    disk = np.diag([across, 0.5 * wheel_mass * wheel_radius**2, across])
+    disk = cylinder_inertia(wheel_mass, wheel_radius, wheel_width, 1)
     names = _AXLE_NAMES.get(len(axle_x), tuple(f"axle{k + 1}" for k in range(len(axle_x))))
     model = model_from_reference_pose(
         parent=(0,) * n,
