@@ -55,7 +55,6 @@ import numpy as np
 from jax import Array
 
 from sdjax._checks import check_choice, float_array, is_traced
-from sdjax.kinematics import forward_kinematics
 from sdjax.model import JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model, mimic_tolerance
 from sdjax.rotation import matrix_to_rpy, rot_z, rpy_to_matrix
 from sdjax.state import State, check_state
@@ -331,13 +330,15 @@ def _set_body(fields: dict[str, Any], body: int, mass: Array, shift: Array, iner
         fields["centroid_to_end_point"] = fields["centroid_to_end_point"].at[jnp.asarray(ends)].add(-shift)
 
 
-def _merge(fields: dict[str, Any], body: int, mass: Array, centroid: Array, inertia: Array) -> None:
-    """Weld a rigid body (centroid from ``body``'s centroid, ``body``'s axes) to ``body``."""
+def _merge(fields: dict[str, Any], body: int, mass: Array, centroid: Array, inertia: Array) -> Array:
+    """Weld a rigid body (centroid from ``body``'s centroid, ``body``'s axes) to ``body``; returns
+    ``(3,)`` the shift of ``body``'s centroid (its axes)."""
     own_mass, own_inertia = _body_mass(fields, body)
     masses = jnp.stack([own_mass, mass])
     centroids = jnp.stack([jnp.zeros_like(centroid), centroid])
     total, shift, union = _combine(jnp, masses, centroids, jnp.stack([own_inertia, inertia]))
     _set_body(fields, body, total, shift, 0.5 * (union + union.T))
+    return shift
 
 
 def set_inertial_parameters(model: Model, bodies: Sequence[int], mass: Any, centroid: Any, inertia: Any) -> Model:
@@ -638,6 +639,53 @@ def append_model(
     return edit_model(appended, **fields)
 
 
+def _locked_fields(model: Model, locked: tuple[int, ...], q: Array) -> tuple[dict[str, Any], Array]:
+    """The fields of the model with ``locked`` joints (1..n, checked) at ``q`` (``(k,)``) merged
+    into their parents (:func:`lock_joints`), and ``(3,)`` the shift of the base centroid (base
+    axes, m): the sum of the shifts of the links merged into the base."""
+    k, dtype = len(locked), model.dtype
+    base_shift = jnp.zeros(3, dtype)
+    fields = _fields(model)
+    for row in sorted(range(k), key=lambda r: -locked[r]):  # leaves first: a target is never removed
+        joint = locked[row]
+        j = joint - 1
+        parent = fields["parent"][j]
+        turn = rpy_to_matrix(fields["joint_rpy"][j])
+        slide = jnp.zeros(3, dtype)
+        if fields["joint_type"][j] == "R":
+            turn = turn @ rot_z(q[row])
+        else:
+            slide = slide.at[2].set(q[row])
+        # The locked link's centroid from the parent's centroid, parent axes (kinematics' r_i).
+        centroid = fields["parent_centroid_to_joint"][j] + turn @ (slide - fields["centroid_to_joint"][j])
+        children = np.asarray([c for c, p in enumerate(fields["parent"]) if p == joint], np.int64)
+        if children.size:
+            pcj, rpys = fields["parent_centroid_to_joint"], fields["joint_rpy"]
+            fields["parent_centroid_to_joint"] = pcj.at[children].set(centroid + pcj[children] @ turn.T)
+            fields["joint_rpy"] = rpys.at[children].set(_rotated_rpy(turn, rpys[children]))
+        ends = np.asarray([e for e, b in enumerate(fields["end_point_link"]) if b == joint], np.int64)
+        if ends.size:
+            cte, erpy = fields["centroid_to_end_point"], fields["end_point_rpy"]
+            fields["centroid_to_end_point"] = cte.at[ends].set(centroid + cte[ends] @ turn.T)
+            fields["end_point_rpy"] = erpy.at[ends].set(_rotated_rpy(turn, erpy[ends]))
+        renumber = lambda b: parent if b == joint else (b - 1 if b > joint else b)  # noqa: E731
+        fields["parent"] = tuple(renumber(p) for c, p in enumerate(fields["parent"]) if c != j)
+        # (the rest of a locked mimic relation is locked too: its entries go in later rounds)
+        fields["mimic_leader"] = tuple(
+            0 if b == joint else (b - 1 if b > joint else b) for c, b in enumerate(fields["mimic_leader"]) if c != j
+        )
+        fields["end_point_link"] = tuple(renumber(b) for b in fields["end_point_link"])
+        mass, inertia = fields["link_mass"][j], _rotate(turn, fields["link_inertia"][j])
+        for field in LINK_FIELDS:
+            fields[field] = jnp.delete(fields[field], j, axis=0)
+        fields["joint_type"] = fields["joint_type"][:j] + fields["joint_type"][j + 1 :]
+        fields["link_names"] = fields["link_names"][:j] + fields["link_names"][j + 1 :]
+        shift = _merge(fields, parent, mass, centroid, inertia)
+        if parent == 0:
+            base_shift = base_shift + shift
+    return fields, base_shift
+
+
 def lock_joints(model: Model, joints: Sequence[int], positions: Any) -> Model:
     """The reduced model with ``joints`` locked at ``positions`` (Pinocchio's ``buildReducedModel``).
 
@@ -690,42 +738,7 @@ def lock_joints(model: Model, joints: Sequence[int], positions: Any) -> Model:
                     f"lock_joints: positions: joint {joint} mimics joint {leader}, so it locks at {expected} "
                     f"(multiplier * the leader's position + offset), got {values[row_of[joint]]}"
                 )
-    fields = _fields(model)
-    for row in sorted(range(k), key=lambda r: -locked[r]):  # leaves first: a target is never removed
-        joint = locked[row]
-        j = joint - 1
-        parent = fields["parent"][j]
-        turn = rpy_to_matrix(fields["joint_rpy"][j])
-        slide = jnp.zeros(3, dtype)
-        if fields["joint_type"][j] == "R":
-            turn = turn @ rot_z(q[row])
-        else:
-            slide = slide.at[2].set(q[row])
-        # The locked link's centroid from the parent's centroid, parent axes (kinematics' r_i).
-        centroid = fields["parent_centroid_to_joint"][j] + turn @ (slide - fields["centroid_to_joint"][j])
-        children = np.asarray([c for c, p in enumerate(fields["parent"]) if p == joint], np.int64)
-        if children.size:
-            pcj, rpys = fields["parent_centroid_to_joint"], fields["joint_rpy"]
-            fields["parent_centroid_to_joint"] = pcj.at[children].set(centroid + pcj[children] @ turn.T)
-            fields["joint_rpy"] = rpys.at[children].set(_rotated_rpy(turn, rpys[children]))
-        ends = np.asarray([e for e, b in enumerate(fields["end_point_link"]) if b == joint], np.int64)
-        if ends.size:
-            cte, erpy = fields["centroid_to_end_point"], fields["end_point_rpy"]
-            fields["centroid_to_end_point"] = cte.at[ends].set(centroid + cte[ends] @ turn.T)
-            fields["end_point_rpy"] = erpy.at[ends].set(_rotated_rpy(turn, erpy[ends]))
-        renumber = lambda b: parent if b == joint else (b - 1 if b > joint else b)  # noqa: E731
-        fields["parent"] = tuple(renumber(p) for c, p in enumerate(fields["parent"]) if c != j)
-        # (the rest of a locked mimic relation is locked too: its entries go in later rounds)
-        fields["mimic_leader"] = tuple(
-            0 if b == joint else (b - 1 if b > joint else b) for c, b in enumerate(fields["mimic_leader"]) if c != j
-        )
-        fields["end_point_link"] = tuple(renumber(b) for b in fields["end_point_link"])
-        mass, inertia = fields["link_mass"][j], _rotate(turn, fields["link_inertia"][j])
-        for field in LINK_FIELDS:
-            fields[field] = jnp.delete(fields[field], j, axis=0)
-        fields["joint_type"] = fields["joint_type"][:j] + fields["joint_type"][j + 1 :]
-        fields["link_names"] = fields["link_names"][:j] + fields["link_names"][j + 1 :]
-        _merge(fields, parent, mass, centroid, inertia)
+    fields, _ = _locked_fields(model, locked, q)
     return edit_model(model, **fields)
 
 
@@ -740,23 +753,15 @@ def _merged_into_base(model: Model, locked: Sequence[int]) -> list[int]:
     return merged
 
 
-def _merged_centroid(model: Model, state: State, merged: list[int]) -> Array:
-    """``(3,)`` inertial centroid of the base and the ``merged`` links at ``state``, m."""
-    bodies = np.asarray([0] + merged)
-    masses = jnp.concatenate([model.base_mass[None], model.link_mass[bodies[1:] - 1]]).astype(state.q.dtype)
-    centroids = forward_kinematics(model, state).centroid[bodies]
-    return jnp.sum(masses[:, None] * centroids, axis=0) / jnp.sum(masses)
-
-
 def locked_state(model: Model, state: State, joints: Sequence[int]) -> State:
     """``state`` as a state of ``lock_joints(model, joints, state.q[joints - 1])``: the joints lock
     where they are.
 
     The reduced ``q``/``qd`` are the full ones without the locked entries; when locked links merge
     into the base (a locked joint whose parent is the base, and locked joints below it), the base
-    frame's origin moves to the merged centroid ``c`` (module docstring), so the base position
-    becomes ``c`` and the base velocity ``v0 + w0 x (c - r0)``; the base orientation and angular
-    velocity are unchanged. Every body keeps its pose and velocity: kinematics, momenta and
+    frame's origin moves to the merged centroid, ``A0 d`` from the old one (module docstring), so
+    the base position becomes ``r0 + A0 d`` and the base velocity ``v0 + w0 x (A0 d)``; the base
+    orientation and angular velocity are unchanged. Every body keeps its pose and velocity: kinematics, momenta and
     kinetic energy of the reduced model at this state are the full model's.
 
     Arguments:
@@ -784,11 +789,11 @@ def locked_state(model: Model, state: State, joints: Sequence[int]) -> State:
                 "(sdjax.constraints.constraint_impulse gives the velocities after a lock engages)"
             )
     keep = np.asarray([j for j in range(model.num_joints) if j + 1 not in locked], np.int64)
-    merged = _merged_into_base(model, locked)
     position, velocity = state.base_position, state.base_linear_velocity
-    if merged:
-        position = _merged_centroid(model, state, merged)
-        velocity = velocity + jnp.cross(state.base_angular_velocity, position - state.base_position)
+    if _merged_into_base(model, locked):
+        _, shift = _locked_fields(model, locked, state.q[rows].astype(model.dtype))
+        offset = state.base_rotation @ shift.astype(position.dtype)
+        position, velocity = position + offset, velocity + jnp.cross(state.base_angular_velocity, offset)
     return State(position, state.base_quaternion, velocity, state.base_angular_velocity, state.q[keep], state.qd[keep])
 
 
@@ -821,13 +826,10 @@ def unlocked_state(model: Model, reduced_state: State, joints: Sequence[int], po
     q = jnp.zeros(n, dtype).at[keep].set(reduced_state.q).at[rows].set(values)
     qd = jnp.zeros(n, dtype).at[keep].set(reduced_state.qd)
     position, velocity = reduced_state.base_position, reduced_state.base_linear_velocity
-    merged = _merged_into_base(model, locked)
-    if merged:
-        zero = jnp.zeros(3, dtype)
-        at_origin = State(zero, jnp.asarray([0.0, 0.0, 0.0, 1.0], dtype), zero, zero, q, qd)  # (x, y, z, w)
-        offset = reduced_state.base_rotation @ _merged_centroid(model, at_origin, merged)
-        position = position - offset
-        velocity = velocity - jnp.cross(reduced_state.base_angular_velocity, offset)
+    if _merged_into_base(model, locked):
+        _, shift = _locked_fields(model, locked, values.astype(model.dtype))
+        offset = reduced_state.base_rotation @ shift.astype(dtype)
+        position, velocity = position - offset, velocity - jnp.cross(reduced_state.base_angular_velocity, offset)
     return State(position, reduced_state.base_quaternion, velocity, reduced_state.base_angular_velocity, q, qd)
 
 
