@@ -746,6 +746,25 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
 # montecarlo
 
 
+def _brakes(table: _Table, n: int, steps: int) -> list[tuple[int, int]]:
+    """``scenario.brakes``: ``[[joint, step], ...]``, joint brakes (1..n, distinct) engaging at
+    the start of a step (0..steps - 1); none by default."""
+    rows = table.rows("brakes", 2, None)
+    if rows is None:
+        return []
+    out = []
+    for i, (joint, step) in enumerate(rows):
+        if not float(joint).is_integer() or not 1 <= joint <= n:
+            raise table.fail(f"brakes[{i}][0]", f"expected a joint number 1..{n}, got {joint}")
+        if not float(step).is_integer() or not 0 <= step < steps:
+            raise table.fail(f"brakes[{i}][1]", f"expected a step 0..{steps - 1} (scenario.steps - 1), got {step}")
+        out.append((int(joint), int(step)))
+    joints = [joint for joint, _ in out]
+    if len(set(joints)) != len(joints):
+        raise table.fail("brakes", f"each joint takes one brake, got joints {joints}")
+    return out
+
+
 def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_steps: int) -> int:
     """``sdjax montecarlo``: sample uncertain systems, simulate them under a joint controller,
     write the results file, the statistics (JSON and CSV) and the plots."""
@@ -772,6 +791,7 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
     dt = sc.number("dt", sign="positive")
     steps = sc.integer("steps", maximum=max_steps)
     torque_limit = sc.number("torque_limit", None, sign="positive")
+    brakes = _brakes(sc, n, steps)
     sc.done()
     if chunk * steps > max_steps:
         raise config.fail(
@@ -838,9 +858,15 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
 
     state0 = sdjax.make_state(model, q=jnp.asarray(q0, model.dtype))
     uncertainty = mc.Uncertainty(model=perturbations, parameters=parameters)
+    from sdjax.constraints import JointLock
+
+    # Brake k engages at the start of its step and holds to the end (an impulse stops the joint).
+    engaged = [np.arange(steps) >= step for _, step in brakes]
     scenario = mc.ControlScenario(
         model, q_goal=q_goal, kp=kp, kd=kd, dt=dt, num_steps=steps, initial_state=state0,
         controller=controller, torque_limit=torque_limit,
+        constraints=[JointLock(joint - 1) for joint, _ in brakes],
+        active=np.stack(engaged, axis=1) if brakes else None,
     )  # fmt: skip
     metrics = mc.manoeuvre_metrics(q_goal)  # the notebook's four metrics
     res = mc.run_monte_carlo(

@@ -216,6 +216,38 @@ def test_montecarlo_parquet_option(tmp_path, capsys, monkeypatch):
     assert (out / "results.parquet").read_text() == "old"
 
 
+BRAKED = """model = "spacedyn_sample"
+samples = 2
+[scenario]
+initial_q = [0, 0, 0, 0, 0, 0]
+goal_offset = [0, 0.3, 0, 0, 0, 0]
+kp = 100.0
+kd = 20.0
+dt = 0.01
+steps = 50
+brakes = [[2, 0]]
+[outputs]
+plots = false
+parquet = false
+"""
+
+
+def test_montecarlo_brake_holds_its_joint(tmp_path, capsys):
+    """scenario.brakes: joint 2, the only one asked to move (0.3 rad), is braked from the first
+    step, so it stays at 0 and the final joint error is its whole 0.3 rad (the other joints,
+    asked to hold, stay within a fraction of that while the base reacts). Without the brake the
+    same job ends 0.012 rad from the goal (measured), with the brake engaging at step 25 0.082."""
+    import sdjax.montecarlo as mc
+
+    out = tmp_path / "mc"
+    assert main(["montecarlo", _config(tmp_path, BRAKED), "--out", str(out), "--no-progress"]) == 0, (
+        capsys.readouterr().err
+    )
+    results = mc.MonteCarloResults.load(out / "results.npz")
+    # The brake holds joint 2 to round-off (projection after every step): error 0.3 to 1e-12.
+    np.testing.assert_allclose(results.metrics["final_joint_error"], 0.3, atol=1e-12)
+
+
 def _config(tmp_path, text):
     path = tmp_path / "job.toml"
     path.write_text(text)
@@ -307,6 +339,11 @@ def test_plan_config_refusals(tmp_path, capsys, text, message):
          'dt = 0.01\nsteps = 10\n[uncertainty]\npayload_mass = [0.0, 1.0]\n', "uncertainty.payload_mass: needs uncertainty.payload_link"),
         ("montecarlo", 'model = "spacedyn_sample"\nsamples = 4000\nchunk_size = 4000\n[scenario]\nq_goal = [0,0,0,0,0,0]\n'
          "kp = 1.0\nkd = 1.0\ndt = 0.01\nsteps = 10000\n", "chunk_size x scenario.steps = 40000000 exceeds"),
+        ("montecarlo", BRAKED.replace("[[2, 0]]", "[[7, 0]]"), "scenario.brakes[0][0]: expected a joint number 1..6, got 7"),
+        ("montecarlo", BRAKED.replace("[[2, 0]]", "[[2, 50]]"), "scenario.brakes[0][1]: expected a step 0..49"),
+        ("montecarlo", BRAKED.replace("[[2, 0]]", "[[2, 0.5]]"), "scenario.brakes[0][1]: expected a step 0..49"),
+        ("montecarlo", BRAKED.replace("[[2, 0]]", "[[2, 0], [2, 3]]"), "scenario.brakes: each joint takes one brake"),
+        ("montecarlo", BRAKED.replace("[[2, 0]]", "[2, 0]"), "scenario.brakes: expected a list of rows of 2 numbers"),
     ],
 )  # fmt: skip
 def test_identify_and_montecarlo_refusals(tmp_path, capsys, command, text, message):
