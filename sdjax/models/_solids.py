@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["box_inertia", "cylinder_between", "cylinder_inertia"]
+
 
 def box_inertia(mass: float, size: tuple[float, float, float]) -> np.ndarray:
     """``(3, 3)`` inertia of a uniform box of ``mass`` kg with edges ``size = (a, b, c)`` m along
