@@ -155,11 +155,14 @@ class _Table:
             [[self._scalar(f"{key}[{i}][{j}]", v, "", None) for j, v in enumerate(r)] for i, r in enumerate(value)]
         )
 
-    def rows(self, key: str, width: int, default: Any = _REQUIRED) -> Any:
-        """A list of rows of ``width`` numbers each, as a ``(rows, width)`` array."""
+    def rows(self, key: str, width: int, default: Any = _REQUIRED, *, allow_empty: bool = False) -> Any:
+        """A list of rows of ``width`` numbers each, as a ``(rows, width)`` array (``[]`` too with
+        ``allow_empty``)."""
         value = self._get(key, default)
         if value is default and key not in self.data:
             return value
+        if allow_empty and value == []:
+            return np.zeros((0, width))
         if not isinstance(value, list) or not value or any(not isinstance(r, list) or len(r) != width for r in value):
             raise self.fail(key, f"expected a list of rows of {width} numbers, e.g. [[{', '.join(['0'] * width)}]]")
         return np.asarray(
@@ -749,7 +752,7 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
 def _brakes(table: _Table, n: int, steps: int) -> list[tuple[int, int]]:
     """``scenario.brakes``: ``[[joint, step], ...]``, joint brakes (1..n, distinct) engaging at
     the start of a step (0..steps - 1); none by default."""
-    rows = table.rows("brakes", 2, None)
+    rows = table.rows("brakes", 2, None, allow_empty=True)
     if rows is None:
         return []
     out = []

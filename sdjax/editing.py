@@ -639,6 +639,44 @@ def append_model(
     return edit_model(appended, **fields)
 
 
+def _locked_joints(what: str, model: Model, joints: Sequence[int]) -> tuple[int, ...]:
+    """The joints (1..n) to lock, checked: in range, distinct, whole mimic relations."""
+    locked = _body_indices(f"{what}: joints", model, joints, allow_base=False)
+    for joint in locked:  # a mimic relation is locked whole (a leader and its mimic joints)
+        group = {j + 1 for j, leader in enumerate(model.mimic_leader) if joint in (leader, j + 1) and leader}
+        group |= {model.mimic_leader[joint - 1]} - {0}
+        group |= {j + 1 for j, leader in enumerate(model.mimic_leader) if leader and leader in group} | {joint}
+        if not group <= set(locked):
+            raise ValueError(
+                f"{what}: joint {joint} belongs to a mimic relation (joints {sorted(group)}); lock all of them, "
+                "at positions that satisfy it"
+            )
+    return locked
+
+
+def _lock_positions(what: str, model: Model, locked: tuple[int, ...], positions: Any) -> Array:
+    """``(k,)`` positions of the ``locked`` joints in the model's dtype, checked against the
+    mimic relations among them (when concrete)."""
+    k, dtype = len(locked), model.dtype
+    q = float_array(f"{what}: positions", positions, shape=(k,), dtype=dtype, scalar="broadcast")
+    if model.has_mimic and not is_traced(q):  # a locked mimic joint where its locked leader puts it
+        row_of = {joint: row for row, joint in enumerate(locked)}
+        values = np.asarray(q, np.float64)
+        for joint in locked:
+            leader = model.mimic_leader[joint - 1]
+            if not leader:
+                continue
+            expected = float(model.mimic_multiplier[joint - 1]) * values[row_of[leader]] + float(
+                model.mimic_offset[joint - 1]
+            )
+            if not abs(values[row_of[joint]] - expected) <= mimic_tolerance(dtype) * (1 + abs(expected)):
+                raise ValueError(
+                    f"{what}: positions: joint {joint} mimics joint {leader}, so it locks at {expected} "
+                    f"(multiplier * the leader's position + offset), got {values[row_of[joint]]}"
+                )
+    return q
+
+
 def _locked_fields(model: Model, locked: tuple[int, ...], q: Array) -> tuple[dict[str, Any], Array]:
     """The fields of the model with ``locked`` joints (1..n, checked) at ``q`` (``(k,)``) merged
     into their parents (:func:`lock_joints`), and ``(3,)`` the shift of the base centroid (base
@@ -711,33 +749,8 @@ def lock_joints(model: Model, joints: Sequence[int], positions: Any) -> Model:
     Raises:
         TypeError, ValueError: a joint out of range or repeated, a wrong shape.
     """
-    locked = _body_indices("lock_joints: joints", model, joints, allow_base=False)
-    for joint in locked:  # a mimic relation is locked whole (a leader and its mimic joints)
-        group = {j + 1 for j, leader in enumerate(model.mimic_leader) if joint in (leader, j + 1) and leader}
-        group |= {model.mimic_leader[joint - 1]} - {0}
-        group |= {j + 1 for j, leader in enumerate(model.mimic_leader) if leader and leader in group}
-        if not group <= set(locked):
-            raise ValueError(
-                f"lock_joints: joint {joint} belongs to a mimic relation (joints {sorted(group)}); lock all of them, "
-                "at positions that satisfy it"
-            )
-    k, dtype = len(locked), model.dtype
-    q = float_array("lock_joints: positions", positions, shape=(k,), dtype=dtype, scalar="broadcast")
-    if model.has_mimic and not is_traced(q):  # a locked mimic joint where its locked leader puts it
-        row_of = {joint: row for row, joint in enumerate(locked)}
-        values = np.asarray(q, np.float64)
-        for joint in locked:
-            leader = model.mimic_leader[joint - 1]
-            if not leader:
-                continue
-            expected = float(model.mimic_multiplier[joint - 1]) * values[row_of[leader]] + float(
-                model.mimic_offset[joint - 1]
-            )
-            if not abs(values[row_of[joint]] - expected) <= mimic_tolerance(dtype) * (1 + abs(expected)):
-                raise ValueError(
-                    f"lock_joints: positions: joint {joint} mimics joint {leader}, so it locks at {expected} "
-                    f"(multiplier * the leader's position + offset), got {values[row_of[joint]]}"
-                )
+    locked = _locked_joints("lock_joints", model, joints)
+    q = _lock_positions("lock_joints", model, locked, positions)
     fields, _ = _locked_fields(model, locked, q)
     return edit_model(model, **fields)
 
@@ -774,15 +787,18 @@ def locked_state(model: Model, state: State, joints: Sequence[int]) -> State:
         The :class:`~sdjax.State` of the reduced model; :func:`unlocked_state` is its inverse.
 
     Raises:
-        ValueError: a joint out of range or repeated; a locked joint moving (checked when
-            ``qd`` is concrete, to ``1e-12`` rad/s or m/s).
+        ValueError: a joint out of range or repeated, or part of a mimic relation locked only
+            in part; a locked joint moving (checked when ``qd`` is concrete: ``|qd_i|`` above
+            ``1e3 eps max(1, max |qd|)``, ``eps`` of the state's dtype).
     """
     check_state(model, state)
-    locked = _body_indices("locked_state: joints", model, joints, allow_base=False)
+    locked = _locked_joints("locked_state", model, joints)
     rows = np.asarray(locked) - 1
     if not is_traced(state.qd):
         rates = np.asarray(state.qd)[rows]
-        moving = [joint for joint, rate in zip(locked, rates) if not abs(float(rate)) <= 1e-12]
+        # At rest to the round-off of the state's dtype over its largest rate.
+        tol = 1e3 * float(np.finfo(state.qd.dtype).eps) * max(1.0, float(np.abs(np.asarray(state.qd)).max()))
+        moving = [joint for joint, rate in zip(locked, rates) if not abs(float(rate)) <= tol]
         if moving:
             raise ValueError(
                 f"locked_state: joint(s) {moving} move (qd = {rates.tolist()}); a lock engages at rest "
@@ -811,11 +827,14 @@ def unlocked_state(model: Model, reduced_state: State, joints: Sequence[int], po
 
     Returns:
         The :class:`~sdjax.State` of ``model`` (``jax.vmap`` it over a trajectory's states).
+
+    Raises:
+        ValueError: the joints or positions as :func:`lock_joints` refuses them; a wrong shape.
     """
-    locked = _body_indices("unlocked_state: joints", model, joints, allow_base=False)
+    locked = _locked_joints("unlocked_state", model, joints)
     k, n = len(locked), model.num_joints
     dtype = reduced_state.q.dtype
-    values = float_array("unlocked_state: positions", positions, shape=(k,), dtype=dtype, scalar="broadcast")
+    values = _lock_positions("unlocked_state", model, locked, positions).astype(dtype)
     if reduced_state.q.shape != (n - k,) or reduced_state.qd.shape != (n - k,):
         raise ValueError(
             f"unlocked_state: reduced_state.q and .qd must have shape ({n - k},) (the {n} joints without the {k} "

@@ -61,9 +61,10 @@ of Ground Vehicles*, 4th ed., Wiley, 2008, sec. 1.2: the coefficient of rolling 
 ``c_rr = e / r``, about 0.01-0.02 for tyres on hard ground, 0.05-0.3 for wheels on loose soil). Here
 the normal force is moved to ``p + d e_x`` with ``d = c_rr r V_r / sqrt(V_r^2 + eps^2)`` (the
 sign of the rolling speed, smoothed like the slip below ``eps``): the wheel receives the couple
-``d e_x x f_n n``, of moment ``d f_n |a x n|`` against its rotation. The ground force itself is
-unchanged, so a steady climb still needs the slip above; the motors supply ``c_rr r f_n`` more
-torque per wheel, and an unpowered vehicle rolling on flat ground decelerates at
+``d e_x x f_n n``, of moment ``d f_n |a x n|`` against its rotation (the rest of the couple,
+``d f_n (n . a)`` for a tilted wheel, goes to its parent through the bearing). The ground force
+itself is unchanged, so a steady climb still needs the slip above; the motors supply
+``c_rr r f_n |a x n|`` more torque per wheel (``c_rr r f_n`` upright), and an unpowered vehicle rolling on flat ground decelerates at
 ``c_rr g M / (M + sum I_w / r^2)``. Not modelled: tyre relaxation (transient slip),
 sinkage and bulldozing of loose soil (Bekker / Wong-Reece terramechanics, Wong, *Theory of
 Ground Vehicles*, 4th ed., 2008, ch. 2-4), the width of the tread (contact on the mid-plane).
@@ -96,10 +97,10 @@ from jax import Array, lax
 from sdjax._checks import float_array
 from sdjax.contact import ContactParameters, Terrain, _check_terrain, penalty_normal_force
 from sdjax.dynamics import Controls, make_controls, point_loads
-from sdjax.kinematics import kinematic_pass, point_velocity
+from sdjax.kinematics import forward_kinematics, kinematic_pass, point_velocity
 from sdjax.model import Model
 from sdjax._checks import is_traced
-from sdjax.state import State, check_state
+from sdjax.state import State, check_state, make_state
 
 
 class Wheels(eqx.Module):
@@ -276,15 +277,15 @@ class WheelDiagnostics(eqx.Module):
         slip_angle: ``(m,)`` ``atan(v_y / sqrt(v_x^2 + eps^2))``, rad, with ``v_y = e_y . v_c``
             (the centre's drift towards the wheel axis ``a``).
         rolling_speed: ``(m,)`` ``V_r`` (``r omega`` for an upright wheel), m/s.
-        rolling_resistance_moment: ``(m,)`` moment of the rolling-resistance couple against the
-            wheel's rotation, ``d f_n |a x n|`` (module docstring; 0 without
-            ``rolling_resistance``), N m.
-        couple: ``(m, 3)`` that couple on the wheel, ``d e_x x f_n n``, inertial frame, N m.
         forward_speed: ``(m,)`` ``v_x = e_x . v_c``, m/s.
         point: ``(m, 3)`` contact point ``p``, inertial, m.
         normal: ``(m, 3)`` terrain normal ``n``.
         forward: ``(m, 3)`` rolling direction ``e_x``.
         lateral: ``(m, 3)`` ``e_y = n x e_x``.
+        rolling_resistance_moment: ``(m,)`` moment of the rolling-resistance couple against the
+            wheel's rotation, ``d f_n |a x n|`` (module docstring; 0 without
+            ``rolling_resistance``), N m.
+        couple: ``(m, 3)`` that couple on the wheel, ``d e_x x f_n n``, inertial frame, N m.
     """
 
     penetration: Array
@@ -296,13 +297,13 @@ class WheelDiagnostics(eqx.Module):
     lateral_slip: Array
     slip_angle: Array
     rolling_speed: Array
-    rolling_resistance_moment: Array
-    couple: Array
     forward_speed: Array
     point: Array
     normal: Array
     forward: Array
     lateral: Array
+    rolling_resistance_moment: Array
+    couple: Array
 
 
 def _unit(v: Array) -> tuple[Array, Array]:
@@ -522,7 +523,7 @@ def turn_commands(
     forward at ``v`` and the chassis yaws at ``v kappa``.
 
     Arguments:
-        model: the vehicle (concrete: its geometry is read here).
+        model: the vehicle (concrete: its geometry is read here, also under ``jit``).
         wheels: its :class:`Wheels`.
         steering: ``(m,)`` static steering joint of each wheel (0: not steered), e.g.
             :attr:`sdjax.models.RockerBogie.steering`.
@@ -539,33 +540,33 @@ def turn_commands(
             joint about ``z`` through the hub; unsteered wheels on different axles; a wheel axis
             not along ``y``.
     """
-    from sdjax.kinematics import forward_kinematics  # (the reference pose, concrete)
-    from sdjax.state import make_state
-
     wheels.check(model)
     steer = tuple(int(j) for j in steering)
     if len(steer) != wheels.num_wheels:
         raise ValueError(
             f"turn_commands: steering: expected {wheels.num_wheels} joint numbers (0: not steered), got {steer}"
         )
-    kin = forward_kinematics(model, make_state(model))
-    positions, axes = np.asarray(kin.joint_position, np.float64), np.asarray(kin.joint_axis, np.float64)
+    with jax.ensure_compile_time_eval():  # the geometry is the model's, concrete even under jit
+        kin = forward_kinematics(model, make_state(model))
+        positions, axes = np.asarray(kin.joint_position, np.float64), np.asarray(kin.joint_axis, np.float64)
+    # Geometry compared to the round-off of the model's dtype over its size.
+    tol = 100 * float(np.finfo(model.dtype).eps) * max(1.0, float(np.abs(positions).max()))
     index = np.asarray(wheels.joints) - 1
     hubs = positions[index]
-    if np.abs(np.abs(axes[index, 1]) - 1).max() > 1e-9:
+    if np.abs(np.abs(axes[index, 1]) - 1).max() > tol:
         raise ValueError("turn_commands: every wheel axis must lie along the chassis y axis at q = 0")
     for k, joint in enumerate(steer):
         if joint == 0:
             continue
         if not 1 <= joint <= model.num_joints or not bool(np.asarray(model.is_revolute)[joint - 1]):
             raise ValueError(f"turn_commands: steering[{k}] = {joint} is not a revolute joint of model {model.name!r}")
-        if abs(abs(axes[joint - 1, 2]) - 1) > 1e-9 or np.abs(positions[joint - 1, :2] - hubs[k, :2]).max() > 1e-9:
+        if abs(abs(axes[joint - 1, 2]) - 1) > tol or np.abs(positions[joint - 1, :2] - hubs[k, :2]).max() > tol:
             raise ValueError(
                 f"turn_commands: steering[{k}] = joint {joint} must turn about the vertical through wheel "
                 f"joint {wheels.joints[k]}'s hub"
             )
     fixed = [k for k, joint in enumerate(steer) if joint == 0]
-    if fixed and np.ptp(hubs[fixed, 0]) > 1e-9:
+    if fixed and np.ptp(hubs[fixed, 0]) > tol:
         raise ValueError(
             f"turn_commands: the unsteered wheels must share one axle (one x), got x = {hubs[fixed, 0].tolist()}"
         )

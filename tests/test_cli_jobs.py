@@ -246,6 +246,10 @@ def test_montecarlo_brake_holds_its_joint(tmp_path, capsys):
     results = mc.MonteCarloResults.load(out / "results.npz")
     # The brake holds joint 2 to round-off (projection after every step): error 0.3 to 1e-12.
     np.testing.assert_allclose(results.metrics["final_joint_error"], 0.3, atol=1e-12)
+    # An empty list is no brakes.
+    from sdjax.cli_jobs import _brakes, _Table
+
+    assert _brakes(_Table("job.toml", {"brakes": []}, "scenario."), 6, 50) == []
 
 
 def _config(tmp_path, text):

@@ -380,7 +380,7 @@ def test_reactionless_plan_with_a_locked_joint_holds_on_the_braked_arm(arm7_mode
     mapped = jax.vmap(lambda s: sdjax.locked_state(arm7_model, s, locked))(braked.states)
     # Two formulations of one ODE under RK4 (the constrained one projected after each step):
     # round-off, grown over 40 steps (measured 4e-13 on qd): 1e-11.
-    for field in ("base_position", "base_quaternion", "base_angular_velocity", "q", "qd"):
+    for field in ("base_position", "base_quaternion", "base_linear_velocity", "base_angular_velocity", "q", "qd"):
         assert_close(getattr(mapped, field), getattr(ours.states, field), 1e-11, field)
     np.testing.assert_allclose(np.asarray(braked.states.q[:, 3]), Q0[3], atol=1e-14)  # the brake holds
 

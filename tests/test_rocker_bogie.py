@@ -66,6 +66,18 @@ def test_builder_structure_and_the_differential():
         rocker_bogie_rover(wheel_radius=0.0)
     with pytest.raises(ValueError, match="bogie_mass=-1.0 must be positive"):
         rocker_bogie_rover(bogie_mass=-1.0)
+    with pytest.raises(ValueError, match="chassis_mass must be positive"):
+        rocker_bogie_rover(chassis_size=(1.0, 0.0, 0.2))
+    with pytest.raises(ValueError, match="rocker_height > bogie_height > hub_height"):
+        rocker_bogie_rover(hub_height=0.5, steering_height=0.6)
+    # The differential is a mimic relation: locking one rocker alone is refused, as lock_joints does.
+    with pytest.raises(ValueError, match=r"locked_state: joint 1 belongs to a mimic relation \(joints \[1, 8\]\)"):
+        sdjax.locked_state(model, state, (1,))
+    reduced = sdjax.locked_state(model, state, (1, 8))  # both rockers: their positions from the state
+    with pytest.raises(ValueError, match="unlocked_state: positions: joint 8 mimics joint 1, so it locks at -0.1"):
+        sdjax.unlocked_state(model, reduced, (1, 8), [0.1, 0.3])
+    back = sdjax.unlocked_state(model, reduced, (1, 8), [0.1, -0.1])
+    np.testing.assert_allclose(np.asarray(back.q), np.asarray(state.q), rtol=0, atol=0)
 
 
 def test_rest_loads_follow_the_bogie_and_rocker_moment_balances():
@@ -180,6 +192,17 @@ def test_steered_turn_yaws_at_speed_times_curvature():
 
 def test_turn_commands_straight_mirror_and_refusals():
     model, wheels, steering = rocker_bogie_rover()
+    # Under jit (the geometry is read from the concrete model) and in float32 (its round-off on
+    # the hub positions is within the geometry tolerance): the float64 values to float32 round-off.
+    jitted = jax.jit(lambda k: sw.turn_commands(model, wheels, steering, k, 0.2))(0.5)
+    eager = sw.turn_commands(model, wheels, steering, 0.5, 0.2)
+    for a, b in zip(jitted, eager):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-14)
+    model32, wheels32, _ = rocker_bogie_rover(dtype=jnp.float32)
+    single = sw.turn_commands(model32, wheels32, steering, 0.5, 0.2)
+    assert single[0].dtype == jnp.float32
+    for a, b in zip(single, eager):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)  # float32: eps 1.2e-7
     angles, rates = sw.turn_commands(model, wheels, steering, 0.0, 0.3)
     np.testing.assert_allclose(np.asarray(angles), 0.0, atol=1e-15)
     np.testing.assert_allclose(np.asarray(rates), 0.3 / R, rtol=1e-15)

@@ -10,8 +10,10 @@ angles and the chassis pitches by their mean: here the right rocker is a mimic j
 one with multiplier -1 (:attr:`sdjax.Model.mimic_leader`), an exact kinematic relation rather
 than a stiff spring. With no springs, all six wheels stay on uneven ground (the mechanism has as
 many free pitch motions as are needed to conform: the rocker difference and the two bogies) and
-share the load in the ratios the pivot positions set (equal loads on flat ground for the default
-geometry: ``front - pivot = 2 (pivot - bogie pivot)``, bogie pivot midway between middle and rear).
+share the load in the ratios the pivot positions set: with the default geometry
+(``front - pivot = 2 (pivot - bogie pivot)``, bogie pivot midway between middle and rear) each
+wheel carries an equal share of the chassis weight, and the links' own weights load the rear
+wheels about 4 % more than the others on flat ground.
 The four corner wheels steer about vertical axes (:func:`sdjax.wheels.turn_commands` gives the
 steering angles and wheel rates of a turn about a point).
 """
@@ -104,6 +106,16 @@ def rocker_bogie_rover(
     if not steering_height > hub_height:
         raise ValueError(
             f"rocker_bogie_rover: steering_height ({steering_height}) must lie above hub_height ({hub_height})"
+        )
+    if not chassis_mass > 0 or len(chassis_size) != 3 or not all(side > 0 for side in chassis_size):
+        raise ValueError(
+            f"rocker_bogie_rover: chassis_mass must be positive and chassis_size three positive lengths, got "
+            f"{chassis_mass} and {chassis_size}"
+        )
+    if not rocker_height > bogie_height > hub_height:
+        raise ValueError(
+            "rocker_bogie_rover: expected rocker_height > bogie_height > hub_height (pivots above the hubs), got "
+            f"{rocker_height}, {bogie_height}, {hub_height}"
         )
     masses = {"rocker_mass": rocker_mass, "bogie_mass": bogie_mass, "fork_mass": fork_mass, "wheel_mass": wheel_mass}
     bad = [f"{k}={v}" for k, v in masses.items() if not v > 0]
