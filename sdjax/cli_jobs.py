@@ -853,6 +853,8 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
     if noise_sigma is not None:
         parameters["tau_noise"] = mc.Normal(0.0, noise_sigma, shape=(steps, n))
     un.done()
+    metrics = mc.manoeuvre_metrics(q_goal)  # the notebook's four metrics
+    requirements = _requirements(config.table("requirements"), tuple(metrics))
     names = ["results.npz", "summary.json", "summary.csv", "histograms.png", "sensitivity.png", "results.parquet"]
     directory, plots, parquet = _outputs(config, args, names, parquet=True)
     config.done()
@@ -871,7 +873,6 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
         constraints=[JointLock(joint - 1) for joint, _ in brakes],
         active=np.stack(engaged, axis=1) if brakes else None,
     )  # fmt: skip
-    metrics = mc.manoeuvre_metrics(q_goal)  # the notebook's four metrics
     res = mc.run_monte_carlo(
         model, uncertainty, scenario, metrics, num_samples=num_samples, seed=seed, chunk_size=chunk,
         progress=not args.no_progress, keep_draws=[k for k in _draw_names(uncertainty, model) if k != "param/tau_noise"],
@@ -885,6 +886,7 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
         name: [row._asdict() for row in res.sensitivity(name)] if np.sum(np.isfinite(values)) >= 4 else []
         for name, values in res.metrics.items()
     }
+    met = _requirement_probabilities(res, requirements)
     _write_json(
         paths[1],
         {
@@ -892,6 +894,7 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
             "seed": seed,
             "statistics": stats,
             "sensitivity": ranking,
+            "requirements": met,
             "info": _jsonable(res.info),
         },
     )
@@ -924,8 +927,38 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
     for name, rows in ranking.items():
         shown = ", ".join(f"{row['input']} {row['rank_correlation']:+.2f}" for row in rows[:3])
         print(f"{name}: most sensitive to {shown}" if rows else f"{name}: no recorded draws to rank")
+    for name, row in met.items():
+        level = f"{100 * row['confidence']:g} %"
+        what = "all requirements" if name == "all" else f"{name} < {row['below']:g}"
+        print(f"P({what}) = {row['probability']:.4f}, {level} interval [{row['low']:.4f}, {row['high']:.4f}]")
     print("wrote\n" + "\n".join(f"  {p}" for p in paths))
     return 0
+
+
+def _requirements(table: _Table, metrics: tuple[str, ...]) -> tuple[dict[str, float], float]:
+    """``[requirements]``: ``metric = bound`` (the requirement ``metric < bound``) for any of the
+    job's ``metrics``, and ``confidence`` (0.95) of the intervals."""
+    for key in table.data:
+        if key not in metrics and key != "confidence":
+            raise table.fail(key, f"unknown key (expected a metric: {', '.join(metrics)}; or confidence)")
+    confidence = table.number("confidence", 0.95, sign="positive")
+    if not confidence < 1:
+        raise table.fail("confidence", f"expected a level in (0, 1), got {confidence}")
+    return {name: table.number(name) for name in metrics if table.has(name)}, confidence
+
+
+def _requirement_probabilities(res: Any, requirements: tuple[dict[str, float], float]) -> dict[str, Any]:
+    """Per requirement and for all at once: the probability it holds, with its interval."""
+    bounds, confidence = requirements
+    rows: dict[str, tuple[tuple[float, float, float], float | None]] = {
+        name: (res.probability(name, below=bound, confidence=confidence), bound) for name, bound in bounds.items()
+    }
+    if len(bounds) > 1:
+        rows["all"] = (res.requirements_met(bounds, confidence=confidence), None)
+    return {
+        name: {"below": bound, "probability": p, "low": low, "high": high, "confidence": confidence}
+        for name, ((p, low, high), bound) in rows.items()
+    }
 
 
 def _draw_names(uncertainty, model) -> list[str]:

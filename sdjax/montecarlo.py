@@ -933,14 +933,23 @@ class MonteCarloResults:
             inside &= values < below
         if above is not None:
             inside &= values > above
-        count, hits = values.size, int(np.sum(inside))
-        if count == 0:
-            return math.nan, math.nan, math.nan
-        z = statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
-        estimate = hits / count
-        centre = (estimate + z * z / (2 * count)) / (1 + z * z / count)
-        half = z / (1 + z * z / count) * math.sqrt(estimate * (1 - estimate) / count + z * z / (4 * count * count))
-        return estimate, max(0.0, centre - half), min(1.0, centre + half)
+        return _wilson(int(np.sum(inside)), values.size, alpha)
+
+    def requirements_met(self, bounds: dict[str, float], *, confidence: float = 0.95) -> tuple[float, float, float]:
+        """Estimated probability that every requirement holds at once, ``metric < bound`` for
+        each ``{metric: bound}`` in ``bounds`` (a sample meets the set only if it meets each;
+        non-finite samples meet none), with the Wilson score interval: ``(estimate, low, high)``."""
+        if not bounds:
+            raise ValueError("requirements_met: give at least one {metric: bound}")
+        unknown = [name for name in bounds if name not in self.metrics]
+        if unknown:
+            raise ValueError(f"requirements_met: unknown metric(s) {unknown}; available: {list(self.metrics)}")
+        alpha = _check_confidence(confidence)
+        inside = np.ones(self.num_samples, bool)
+        for name, bound in bounds.items():
+            values = self.metrics[name].reshape(self.num_samples)
+            inside &= np.isfinite(values) & (values < bound)
+        return _wilson(int(np.sum(inside)), self.num_samples, alpha)
 
     def sensitivity(self, metric: str, *, confidence: float = 0.95) -> list[Sensitivity]:
         """The uncertain inputs ranked by how strongly ``metric`` follows them: which uncertainty
@@ -1286,6 +1295,18 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
     ends = np.cumsum(counts)  # rank of the last member of each group of equal values
     return (ends - (counts - 1) / 2.0)[inverse.reshape(-1)]
+
+
+def _wilson(hits: int, count: int, alpha: float) -> tuple[float, float, float]:
+    """``hits / count`` and its Wilson score interval at level ``1 - alpha`` (``nan`` for no
+    samples): ``(estimate, low, high)``."""
+    if count == 0:
+        return math.nan, math.nan, math.nan
+    z = statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
+    estimate = hits / count
+    centre = (estimate + z * z / (2 * count)) / (1 + z * z / count)
+    half = z / (1 + z * z / count) * math.sqrt(estimate * (1 - estimate) / count + z * z / (4 * count * count))
+    return estimate, max(0.0, centre - half), min(1.0, centre + half)
 
 
 def samples_needed(max_probability: float, *, confidence: float = 0.95, failures: int = 0) -> int:

@@ -159,7 +159,8 @@ def test_montecarlo_example_statistics_match_the_results_file(tmp_path, capsys):
 
     out = tmp_path / "mc"
     argv = ["montecarlo", example("montecarlo"), "--out", str(out),
-            "--set", "samples=12", "--set", "chunk_size=4", "--set", "scenario.steps=10"]  # fmt: skip
+            "--set", "samples=12", "--set", "chunk_size=4", "--set", "scenario.steps=10",
+            "--set", "requirements.attitude_error_deg=0.17", "--set", "requirements.final_joint_error=0.495"]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr()
     assert "12/12" in printed.err  # a progress bar over the chunks
@@ -175,6 +176,23 @@ def test_montecarlo_example_statistics_match_the_results_file(tmp_path, capsys):
         # Same numbers through JSON (exact float round trip) as from the saved samples.
         assert summary[name]["mean"] == float(np.mean(values))
         assert summary[name]["p50"] == float(np.percentile(values, 50))
+    # Requirements: the fraction of samples meeting each (and both), from the saved samples, with
+    # the Wilson score interval written out here (z = 1.96 at 95 %).
+    bounds = {"attitude_error_deg": 0.17, "final_joint_error": 0.495}
+    inside = {name: results.metrics[name] < bound for name, bound in bounds.items()}
+    inside["all"] = inside["attitude_error_deg"] & inside["final_joint_error"]
+    z = 1.959963984540054
+    for name, hits in inside.items():
+        row, k, count = written["requirements"][name], int(np.sum(hits)), hits.size
+        p = k / count
+        centre = (p + z * z / (2 * count)) / (1 + z * z / count)
+        half = z / (1 + z * z / count) * np.sqrt(p * (1 - p) / count + z * z / (4 * count**2))
+        assert row["probability"] == p and row["confidence"] == 0.95
+        np.testing.assert_allclose(
+            [row["low"], row["high"]], [max(0, centre - half), min(1, centre + half)], rtol=1e-12
+        )
+        assert f"P({'all requirements' if name == 'all' else name}" in printed.out
+    assert 0 < written["requirements"]["all"]["probability"] < 1  # the bounds split the samples
     rows = (out / "summary.csv").read_text().splitlines()
     header = rows[0].split(",")
     assert header[0] == "metric" and len(rows) == 1 + len(results.metrics)
@@ -343,6 +361,8 @@ def test_plan_config_refusals(tmp_path, capsys, text, message):
          'dt = 0.01\nsteps = 10\n[uncertainty]\npayload_mass = [0.0, 1.0]\n', "uncertainty.payload_mass: needs uncertainty.payload_link"),
         ("montecarlo", 'model = "spacedyn_sample"\nsamples = 4000\nchunk_size = 4000\n[scenario]\nq_goal = [0,0,0,0,0,0]\n'
          "kp = 1.0\nkd = 1.0\ndt = 0.01\nsteps = 10000\n", "chunk_size x scenario.steps = 40000000 exceeds"),
+        ("montecarlo", BRAKED + "[requirements]\nattitude_err = 1.0\n", "requirements.attitude_err: unknown key (expected a metric: attitude_error_deg"),
+        ("montecarlo", BRAKED + "[requirements]\nconfidence = 1.5\n", "requirements.confidence: expected a level in (0, 1)"),
         ("montecarlo", BRAKED.replace("[[2, 0]]", "[[7, 0]]"), "scenario.brakes[0][0]: expected a joint number 1..6, got 7"),
         ("montecarlo", BRAKED.replace("[[2, 0]]", "[[2, 50]]"), "scenario.brakes[0][1]: expected a step 0..49"),
         ("montecarlo", BRAKED.replace("[[2, 0]]", "[[2, 0.5]]"), "scenario.brakes[0][1]: expected a step 0..49"),
