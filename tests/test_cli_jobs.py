@@ -209,6 +209,19 @@ def test_montecarlo_example_statistics_match_the_results_file(tmp_path, capsys):
         assert not (out / "results.parquet").exists()
 
 
+def test_montecarlo_two_arm_example_runs_and_answers_its_requirements(tmp_path, capsys):
+    """The second example (SpaceDyn's two-arm sample, shrunk): its requirements table parses and
+    every probability lies in its interval."""
+    out = tmp_path / "two_arm"
+    argv = ["montecarlo", example("montecarlo_two_arm"), "--out", str(out), "--no-progress",
+            "--set", "samples=8", "--set", "chunk_size=8", "--set", "scenario.steps=10", "--set", "outputs.plots=false"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    written = json.loads((out / "summary.json").read_text())["requirements"]
+    assert sorted(written) == ["all", "attitude_error_deg", "final_joint_error"]
+    for row in written.values():
+        assert row["low"] <= row["probability"] <= row["high"]
+
+
 def test_montecarlo_parquet_option(tmp_path, capsys, monkeypatch):
     """``outputs.parquet``: an existing results.parquet is refused without --force only when the
     table is written; true without pyarrow is refused before the run."""
