@@ -104,8 +104,8 @@ def test_rest_loads_follow_the_bogie_and_rocker_moment_balances():
     front, middle, rear = np.linalg.solve(a, b)
     # Settled to 1e-7 g of residual acceleration (as in test_wheels.py), so sums to 1e-6. The
     # split: the wheels sink by 2.3 mm +- 0.1 mm under unequal loads, tilting rockers and bogies
-    # by ~1e-4 rad; lever arms move by that times the 0.15-0.3 m heights (measured 4e-5
-    # relative): 2e-4.
+    # by ~1e-4 rad; lever arms move by that times the 0.15-0.3 m heights (measured 3.6e-5,
+    # 7.2e-5 and 1.04e-4 relative on the front, middle and rear wheels): 2e-4.
     np.testing.assert_allclose(loads.sum(), 74.0 * G, rtol=1e-6)
     np.testing.assert_allclose(loads[0::2], loads[1::2], rtol=1e-9)  # left = right by symmetry
     np.testing.assert_allclose(loads[:2], front, rtol=2e-4)
