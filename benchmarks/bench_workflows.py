@@ -20,10 +20,10 @@ sdjax; the few lines of set-up are copied from the notebook, which cells is said
   compilation.
 - ``montecarlo`` (``notebooks/monte_carlo.py``): the notebook's study, 4096 sampled systems x 500
   RK4 steps under computed-torque control; target: 10x the 42 samples/s of the issue (420/s).
-  Then one chunk (1024 samples) of variants that show where the run time goes: the plant's
-  forward dynamics on the XLA path instead of the batch kernel, a joint PD law instead of the
-  computed-torque law (no model evaluation in the controller), and the sampled plants alone
-  open loop (the whole rollout in the batch kernel).
+  Then one chunk (1024 samples) of variants that show where the run time goes: the XLA path
+  instead of the batch kernel (``SDJAX_KERNEL=jax``: the law and the plant's dynamics in XLA),
+  a joint PD law instead of the computed-torque law (no model evaluation in the controller),
+  and the sampled plants alone open loop (no law).
 
 Each workflow runs in a fresh Python process (nothing compiled by another workflow or an earlier
 run is reused: JAX's persistent compilation cache is switched off), twice in a row where the
@@ -463,9 +463,9 @@ def run_montecarlo(quick: bool) -> dict[str, Any]:
     print(f"  open-loop kernel warm-up (8 samples): run {warm.info['run_s']:.1f} s", flush=True)
     for label, simulate, kernel in (
         ("computed torque (the notebook's), one chunk", scenario, "auto"),
-        ("computed torque, XLA path for the plant (SDJAX_KERNEL=jax)", scenario, "jax"),
+        ("computed torque, XLA path: law and plant (SDJAX_KERNEL=jax)", scenario, "jax"),
         ("joint PD law (no model in the controller)", pd, "auto"),
-        ("open loop, the sampled plants alone (batch kernel)", open_loop, "auto"),
+        ("open loop, the sampled plants alone (batch kernel, no law)", open_loop, "auto"),
     ):
         os.environ["SDJAX_KERNEL"] = kernel  # read when the batched program is traced
         try:

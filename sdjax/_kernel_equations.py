@@ -1,19 +1,24 @@
 """The equations of :mod:`sdjax.batch_kernel`, compiled by Numba (imported only by it, and
 only when a batch is solved on the CPU: ``import sdjax`` never imports Numba).
 
-One compiled forward dynamics serves both entries:
+One compiled forward dynamics serves every entry:
 
 - :func:`forward_dynamics_range`: kinematics and Newton-Euler bias forces (seed 000 eqs
   3.1-3.39), the composite-body inertia matrix from subtree mass moments (eqs 3.18-3.28, as
   :func:`sdjax.dynamics.inertia_matrix_from_frames`), its Cholesky factorisation and eq 3.29's
   solve, sample by sample over a range of a batch, every intermediate in working arrays
-  allocated once per call (:func:`scratch`);
+  allocated once per call (:func:`scratch`); the pieces (positions, motion, mass moments,
+  wrenches, subtree sums, the inertia matrix, the Cholesky solve) are inlined functions shared
+  with :func:`computed_torque_range`;
 - :func:`forward_dynamics`: that for a batch of states (the batched solve of
   :mod:`sdjax.dynamics`);
-- :func:`rk4_rollout`: open-loop rollouts of a range of samples with classical RK4 (the
-  scheme of :func:`sdjax.integrate.rk4_step`: four stages on the un-normalised quaternion,
-  normalised after each step), blocks of samples stepping together, four forward dynamics per
-  step, no crossing back to XLA.
+- :func:`computed_torque_range`: the computed-torque law of a floating-base controller model
+  (the joint torques that give commanded joint accelerations at zero momentum);
+- :func:`rk4_rollout`: rollouts of a range of samples with classical RK4 (the scheme of
+  :func:`sdjax.integrate.rk4_step`: four stages on the un-normalised quaternion, normalised
+  after each step), open loop or under a joint law evaluated at each step (PD or computed
+  torque, saturated, with bias and noise torques), blocks of samples stepping together, four
+  forward dynamics per step, no crossing back to XLA.
 
 Each is serial and releases the GIL (threads of :mod:`sdjax.batch_kernel` take disjoint sample
 ranges) and is cached on disk by Numba (compiled once per precision).
@@ -24,17 +29,29 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["forward_dynamics", "forward_dynamics_range", "rk4_rollout", "scratch"]
+__all__ = [
+    "LAW_COMPUTED_TORQUE",
+    "LAW_NONE",
+    "LAW_PD",
+    "computed_torque_range",
+    "forward_dynamics",
+    "forward_dynamics_range",
+    "rk4_rollout",
+    "scratch",
+]
 
-_jit = numba.njit(cache=True, nogil=True)
+# IEEE arithmetic as XLA's (error_model="numpy"): a state that blows up gives inf and NaN, as on
+# the JAX path, instead of Numba's default ZeroDivisionError, which aborted a whole batch for
+# one diverging sample.
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 # Inlined into its callers at Numba's IR level: called as a separate function it ran 1.5x slower.
-_inline = numba.njit(cache=True, nogil=True, inline="always")
+_inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
 
 
 @_inline
 def scratch(n, nv, dtype_of):  # pragma: no cover - compiled by Numba; results tested against the JAX path
-    """Working arrays of :func:`forward_dynamics_range` for ``n`` joints and ``nv`` free
-    coordinates, in the precision of the array ``dtype_of``."""
+    """Working arrays of :func:`forward_dynamics_range` and :func:`computed_torque_range` for
+    ``n`` joints and ``nv`` free coordinates, in the precision of the array ``dtype_of``."""
     dtype = dtype_of.dtype
     size = 6 + n
     return (
@@ -55,6 +72,284 @@ def scratch(n, nv, dtype_of):  # pragma: no cover - compiled by Numba; results t
         np.zeros((nv, nv), dtype),  # factor: lower Cholesky factor of the free coordinates' H
         np.zeros(nv, dtype),  # y: solution in the free coordinates
     )
+
+
+# ------------------------------------------------------------------------------------------
+# The pieces of one sample's dynamics (inlined into the kernels below; each fills working
+# arrays of scratch()). Model arrays are read at the sample's row (``b*`` indices: b or 0).
+
+
+@_inline
+def _base_frame(quaternion, bq, rot, pos):  # pragma: no cover - compiled by Numba
+    """``rot[0]``: the base rotation from the (not necessarily unit) quaternion x, y, z, w;
+    ``pos[0] = 0`` (positions are relative to r0)."""
+    x, yq, z, w = quaternion[bq, 0], quaternion[bq, 1], quaternion[bq, 2], quaternion[bq, 3]
+    s = 2.0 / (x * x + yq * yq + z * z + w * w)
+    rot[0, 0, 0] = 1 - s * (yq * yq + z * z)
+    rot[0, 0, 1] = s * (x * yq - z * w)
+    rot[0, 0, 2] = s * (x * z + yq * w)
+    rot[0, 1, 0] = s * (x * yq + z * w)
+    rot[0, 1, 1] = 1 - s * (x * x + z * z)
+    rot[0, 1, 2] = s * (yq * z - x * w)
+    rot[0, 2, 0] = s * (x * z - yq * w)
+    rot[0, 2, 1] = s * (yq * z + x * w)
+    rot[0, 2, 2] = 1 - s * (x * x + yq * yq)
+    for a in range(3):
+        pos[0, a] = 0.0
+
+
+@_inline
+def _link_frame(
+    i, parent, revolute, q, bj, joint_frame, bf, parent_to_joint, bpj, centroid_to_joint, bcj, rot, pos, axis, tmp, jp
+):  # pragma: no cover - compiled by Numba
+    """Link ``i``'s rotation ``rot[i + 1]``, centroid ``pos[i + 1]`` (relative to r0) and joint
+    motion axis ``axis[i]`` from its parent's (eq 3.1)."""
+    p = parent[i]
+    qi = q[bj, i]
+    fixed = joint_frame[bf, i]
+    if revolute[i]:
+        c, sn = np.cos(qi), np.sin(qi)
+        for r in range(3):
+            tmp[r, 0] = c * fixed[r, 0] + sn * fixed[r, 1]
+            tmp[r, 1] = c * fixed[r, 1] - sn * fixed[r, 0]
+            tmp[r, 2] = fixed[r, 2]
+    else:
+        for r in range(3):
+            for k in range(3):
+                tmp[r, k] = fixed[r, k]
+    for r in range(3):
+        for k in range(3):
+            rot[i + 1, r, k] = rot[p, r, 0] * tmp[0, k] + rot[p, r, 1] * tmp[1, k] + rot[p, r, 2] * tmp[2, k]
+    pj = parent_to_joint[bpj, i]
+    cj = centroid_to_joint[bcj, i]
+    o0, o1, o2 = -cj[0], -cj[1], -cj[2]
+    if not revolute[i]:
+        o2 += qi
+    for r in range(3):
+        jp[r] = pos[p, r] + rot[p, r, 0] * pj[0] + rot[p, r, 1] * pj[1] + rot[p, r, 2] * pj[2]
+    for r in range(3):
+        pos[i + 1, r] = jp[r] + rot[i + 1, r, 0] * o0 + rot[i + 1, r, 1] * o1 + rot[i + 1, r, 2] * o2
+    k0, k1, k2 = rot[i + 1, 0, 2], rot[i + 1, 1, 2], rot[i + 1, 2, 2]
+    if revolute[i]:
+        axis[i, 0], axis[i, 1], axis[i, 2] = k0, k1, k2
+        axis[i, 3] = jp[1] * k2 - jp[2] * k1
+        axis[i, 4] = jp[2] * k0 - jp[0] * k2
+        axis[i, 5] = jp[0] * k1 - jp[1] * k0
+    else:
+        axis[i, 0], axis[i, 1], axis[i, 2] = 0.0, 0.0, 0.0
+        axis[i, 3], axis[i, 4], axis[i, 5] = k0, k1, k2
+
+
+@_inline
+def _base_motion(w0, v0, twist, accel):  # pragma: no cover - compiled by Numba
+    """The base twist ``(w0, v0)`` and its spatial acceleration ``(0, -w0 x v0)`` at zero base
+    acceleration."""
+    for a in range(3):
+        twist[0, a] = w0[a]
+        twist[0, 3 + a] = v0[a]
+        accel[0, a] = 0.0
+    accel[0, 3] = -(w0[1] * v0[2] - w0[2] * v0[1])
+    accel[0, 4] = -(w0[2] * v0[0] - w0[0] * v0[2])
+    accel[0, 5] = -(w0[0] * v0[1] - w0[1] * v0[0])
+
+
+@_inline
+def _link_motion(i, parent, qd, bd, axis, twist, accel):  # pragma: no cover - compiled by Numba
+    """Link ``i``'s twist and its spatial acceleration at zero base and joint accelerations
+    from its parent's (eqs 3.8-3.15)."""
+    p = parent[i]
+    qdi = qd[bd, i]
+    for a in range(6):
+        twist[i + 1, a] = twist[p, a] + axis[i, a] * qdi
+    # (twist_i x s_i) qd_i: (w x sw, w x sv + v x sw).
+    tw0, tw1, tw2 = twist[i + 1, 0], twist[i + 1, 1], twist[i + 1, 2]
+    tv0, tv1, tv2 = twist[i + 1, 3], twist[i + 1, 4], twist[i + 1, 5]
+    sw0, sw1, sw2 = axis[i, 0], axis[i, 1], axis[i, 2]
+    sv0, sv1, sv2 = axis[i, 3], axis[i, 4], axis[i, 5]
+    accel[i + 1, 0] = accel[p, 0] + qdi * (tw1 * sw2 - tw2 * sw1)
+    accel[i + 1, 1] = accel[p, 1] + qdi * (tw2 * sw0 - tw0 * sw2)
+    accel[i + 1, 2] = accel[p, 2] + qdi * (tw0 * sw1 - tw1 * sw0)
+    accel[i + 1, 3] = accel[p, 3] + qdi * (tw1 * sv2 - tw2 * sv1 + tv1 * sw2 - tv2 * sw1)
+    accel[i + 1, 4] = accel[p, 4] + qdi * (tw2 * sv0 - tw0 * sv2 + tv2 * sw0 - tv0 * sw2)
+    accel[i + 1, 5] = accel[p, 5] + qdi * (tw0 * sv1 - tw1 * sv0 + tv0 * sw1 - tv1 * sw0)
+
+
+@_inline
+def _body_inertia(
+    body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
+):  # pragma: no cover - compiled by Numba
+    """Body ``body``'s mass (returned) and its inertia in the inertial frame, ``world = A I
+    A^T`` (symmetrised)."""
+    if body == 0:
+        m = base_mass[bbm]
+        inertia = base_inertia[bbi]
+    else:
+        m = link_mass[bm, body - 1]
+        inertia = link_inertia[bli, body - 1]
+    for r in range(3):
+        for k in range(3):
+            tmp[r, k] = (
+                rot[body, r, 0] * inertia[0, k] + rot[body, r, 1] * inertia[1, k] + rot[body, r, 2] * inertia[2, k]
+            )
+    for r in range(3):
+        for k in range(r, 3):
+            value = tmp[r, 0] * rot[body, k, 0] + tmp[r, 1] * rot[body, k, 1] + tmp[r, 2] * rot[body, k, 2]
+            world[r, k] = value
+            world[k, r] = value
+    return m
+
+
+@_inline
+def _body_wrench(body, m, world, g, pos, twist, accel, wrench):  # pragma: no cover - compiled by Numba
+    """Body ``body``'s Newton-Euler wrench (force, moment about r0) that its motion requires
+    under gravity ``g`` (eqs 3.30-3.31)."""
+    wx, wy, wz = twist[body, 0], twist[body, 1], twist[body, 2]
+    ax, ay, az = accel[body, 0], accel[body, 1], accel[body, 2]
+    hx = world[0, 0] * wx + world[0, 1] * wy + world[0, 2] * wz
+    hy = world[1, 0] * wx + world[1, 1] * wy + world[1, 2] * wz
+    hz = world[2, 0] * wx + world[2, 1] * wy + world[2, 2] * wz
+    nx = world[0, 0] * ax + world[0, 1] * ay + world[0, 2] * az + wy * hz - wz * hy
+    ny = world[1, 0] * ax + world[1, 1] * ay + world[1, 2] * az + wz * hx - wx * hz
+    nz = world[2, 0] * ax + world[2, 1] * ay + world[2, 2] * az + wx * hy - wy * hx
+    rx, ry, rz = pos[body, 0], pos[body, 1], pos[body, 2]
+    # Centroid velocity and classical acceleration from the spatial quantities.
+    vx = twist[body, 3] + wy * rz - wz * ry
+    vy = twist[body, 4] + wz * rx - wx * rz
+    vz = twist[body, 5] + wx * ry - wy * rx
+    lx = accel[body, 3] + ay * rz - az * ry + wy * vz - wz * vy
+    ly = accel[body, 4] + az * rx - ax * rz + wz * vx - wx * vz
+    lz = accel[body, 5] + ax * ry - ay * rx + wx * vy - wy * vx
+    fx, fy, fz = m * (lx - g[0]), m * (ly - g[1]), m * (lz - g[2])
+    wrench[body, 0], wrench[body, 1], wrench[body, 2] = fx, fy, fz
+    wrench[body, 3] = nx + ry * fz - rz * fy
+    wrench[body, 4] = ny + rz * fx - rx * fz
+    wrench[body, 5] = nz + rx * fy - ry * fx
+
+
+@_inline
+def _body_moments(body, m, world, pos, mass, first, second):  # pragma: no cover - compiled by Numba
+    """Body ``body``'s mass moments about r0 (``mass``, ``first``, ``second``)."""
+    rx, ry, rz = pos[body, 0], pos[body, 1], pos[body, 2]
+    mass[body] = m
+    first[body, 0], first[body, 1], first[body, 2] = m * rx, m * ry, m * rz
+    rr = m * (rx * rx + ry * ry + rz * rz)
+    for r in range(3):
+        for k in range(3):
+            second[body, r, k] = world[r, k] - first[body, r] * pos[body, k]
+        second[body, r, r] += rr
+
+
+@_inline
+def _moments_to_parent(i, parent, mass, first, second):  # pragma: no cover - compiled by Numba
+    """Adds link ``i``'s subtree mass moments to its parent's (leaves to root: eqs 3.32-3.35)."""
+    body, p = i + 1, parent[i]
+    mass[p] += mass[body]
+    for a in range(3):
+        first[p, a] += first[body, a]
+        for k in range(3):
+            second[p, a, k] += second[body, a, k]
+
+
+@_inline
+def _wrench_to_parent(i, parent, wrench):  # pragma: no cover - compiled by Numba
+    """Adds link ``i``'s subtree wrench to its parent's (leaves to root): after the pass,
+    ``wrench[i + 1]`` is the wrench joint ``i`` transmits."""
+    body, p = i + 1, parent[i]
+    for a in range(6):
+        wrench[p, a] += wrench[body, a]
+
+
+@_inline
+def _joint_bias(axis, wrench, i):  # pragma: no cover - compiled by Numba
+    """Joint ``i``'s component of the bias forces ``c``: its axis . the subtree wrench."""
+    bias = 0.0
+    for a in range(3):
+        bias += axis[i, a] * wrench[i + 1, 3 + a] + axis[i, 3 + a] * wrench[i + 1, a]
+    return bias
+
+
+@_inline
+def _inertia_matrix(parent, axis, mass, first, second, h):  # pragma: no cover - compiled by Numba
+    """The ``(6 + n, 6 + n)`` inertia matrix ``h`` (eqs 3.18-3.28) from subtree mass moments:
+    ``H_b``, and per joint its subtree momentum at unit rate."""
+    n = parent.shape[0]
+    m0 = mass[0]
+    s0x, s0y, s0z = first[0, 0], first[0, 1], first[0, 2]
+    for r in range(6):
+        for k in range(6):
+            h[r, k] = 0.0
+    for a in range(3):
+        h[a, a] = m0
+        for k in range(3):
+            h[3 + a, 3 + k] = second[0, a, k]
+    # Lower-left block skew(s0), upper-right -skew(s0).
+    h[3, 1], h[3, 2], h[4, 0], h[4, 2], h[5, 0], h[5, 1] = -s0z, s0y, s0z, -s0x, -s0y, s0x
+    h[1, 3], h[2, 3], h[0, 4], h[2, 4], h[0, 5], h[1, 5] = -s0z, s0y, s0z, -s0x, -s0y, s0x
+    for i in range(n):
+        body = i + 1
+        sw0, sw1, sw2 = axis[i, 0], axis[i, 1], axis[i, 2]
+        sv0, sv1, sv2 = axis[i, 3], axis[i, 4], axis[i, 5]
+        f0, f1, f2 = first[body, 0], first[body, 1], first[body, 2]
+        mi = mass[body]
+        lin0 = mi * sv0 + sw1 * f2 - sw2 * f1
+        lin1 = mi * sv1 + sw2 * f0 - sw0 * f2
+        lin2 = mi * sv2 + sw0 * f1 - sw1 * f0
+        ang0 = second[body, 0, 0] * sw0 + second[body, 0, 1] * sw1 + second[body, 0, 2] * sw2 + f1 * sv2 - f2 * sv1
+        ang1 = second[body, 1, 0] * sw0 + second[body, 1, 1] * sw1 + second[body, 1, 2] * sw2 + f2 * sv0 - f0 * sv2
+        ang2 = second[body, 2, 0] * sw0 + second[body, 2, 1] * sw1 + second[body, 2, 2] * sw2 + f0 * sv1 - f1 * sv0
+        h[0, 6 + i], h[1, 6 + i], h[2, 6 + i] = lin0, lin1, lin2
+        h[3, 6 + i], h[4, 6 + i], h[5, 6 + i] = ang0, ang1, ang2
+        for a in range(6):
+            h[6 + i, a] = h[a, 6 + i]
+        # H_m[j, i] = s_j . (L_i, h_i) for every joint j on the path to link i.
+        for k in range(n):
+            h[6 + i, 6 + k] = 0.0
+        j = i
+        while True:
+            value = (
+                axis[j, 0] * ang0
+                + axis[j, 1] * ang1
+                + axis[j, 2] * ang2
+                + axis[j, 3] * lin0
+                + axis[j, 4] * lin1
+                + axis[j, 5] * lin2
+            )
+            h[6 + i, 6 + j] = value
+            h[6 + j, 6 + i] = value
+            if parent[j] == 0:
+                break
+            j = parent[j] - 1
+
+
+@_inline
+def _cholesky(h, free, nv, factor):  # pragma: no cover - compiled by Numba
+    """Lower Cholesky factor (rows and columns below ``nv`` of ``factor``) of ``h`` restricted
+    to the coordinates ``free[:nv]``."""
+    for c in range(nv):
+        for r in range(c, nv):
+            value = h[free[r], free[c]]
+            for k in range(c):
+                value -= factor[r, k] * factor[c, k]
+            if r == c:
+                value = np.sqrt(value)
+                factor[c, c] = value
+            else:
+                factor[r, c] = value / factor[c, c]
+
+
+@_inline
+def _cholesky_solve(factor, nv, y):  # pragma: no cover - compiled by Numba
+    """Solves ``L L^T x = y`` in place (``L = factor[:nv, :nv]``)."""
+    for r in range(nv):
+        value = y[r]
+        for k in range(r):
+            value -= factor[r, k] * y[k]
+        y[r] = value / factor[r, r]
+    for r in range(nv - 1, -1, -1):
+        value = y[r]
+        for k in range(r + 1, nv):
+            value -= factor[k, r] * y[k]
+        y[r] = value / factor[r, r]
 
 
 @_jit
@@ -109,7 +404,11 @@ def forward_dynamics_range(
     array: not stored). Inputs are indexed in place, never sliced into per-sample views (each
     view costs an atomic reference count), and the working arrays (:func:`scratch`) are
     allocated per call, not passed in: measured 7 % faster on a 13-DOF arm (the compiler then
-    knows they alias nothing), and 25 % faster than calling a per-sample function.
+    knows they alias nothing), and 25 % faster than calling a per-sample function. It is built
+    from the inlined helpers it shares with :func:`computed_torque_range`, except two pieces
+    written out here: the link frames and each body's inertia in the inertial frame. As the
+    helpers :func:`_link_frame` and :func:`_body_inertia` they ran this function 8 % and 12 %
+    slower (13-DOF arm, batch 1024, one thread; the other helpers cost nothing measurable).
     """
     rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(
         parent.shape[0], free.shape[0], q
@@ -143,34 +442,12 @@ def forward_dynamics_range(
         # Loads: a step axis of S or 1 after the batch axis.
         st, sf, sm = _pick_step(step, tau), _pick_step(step, base_force), _pick_step(step, base_torque)
         sef, set_ = _pick_step(step, end_point_force), _pick_step(step, end_point_torque)
-        # Base rotation from the (not necessarily unit) quaternion x, y, z, w.
-        x, yq, z, w = quaternion[bq, 0], quaternion[bq, 1], quaternion[bq, 2], quaternion[bq, 3]
-        s = 2.0 / (x * x + yq * yq + z * z + w * w)
-        rot[0, 0, 0] = 1 - s * (yq * yq + z * z)
-        rot[0, 0, 1] = s * (x * yq - z * w)
-        rot[0, 0, 2] = s * (x * z + yq * w)
-        rot[0, 1, 0] = s * (x * yq + z * w)
-        rot[0, 1, 1] = 1 - s * (x * x + z * z)
-        rot[0, 1, 2] = s * (yq * z - x * w)
-        rot[0, 2, 0] = s * (x * z - yq * w)
-        rot[0, 2, 1] = s * (yq * z + x * w)
-        rot[0, 2, 2] = 1 - s * (x * x + yq * yq)
-        w0 = angular_velocity[bw]
-        v0 = linear_velocity[bv]
-        for a in range(3):
-            pos[0, a] = 0.0
-            twist[0, a] = w0[a]
-            twist[0, 3 + a] = v0[a]
-            accel[0, a] = 0.0
-        # Base spatial acceleration (0, -w0 x v0) at zero base acceleration.
-        accel[0, 3] = -(w0[1] * v0[2] - w0[2] * v0[1])
-        accel[0, 4] = -(w0[2] * v0[0] - w0[0] * v0[2])
-        accel[0, 5] = -(w0[0] * v0[1] - w0[1] * v0[0])
+        _base_frame(quaternion, bq, rot, pos)
+        _base_motion(angular_velocity[bw], linear_velocity[bv], twist, accel)
         # Kinematics, root to leaves (eq 3.1; twists and accelerations eqs 3.8-3.15).
         for i in range(n):
             p = parent[i]
             qi = q[bj, i]
-            qdi = qd[bd, i]
             fixed = joint_frame[bf, i]
             if revolute[i]:
                 c, sn = np.cos(qi), np.sin(qi)
@@ -203,19 +480,7 @@ def forward_dynamics_range(
             else:
                 axis[i, 0], axis[i, 1], axis[i, 2] = 0.0, 0.0, 0.0
                 axis[i, 3], axis[i, 4], axis[i, 5] = k0, k1, k2
-            for a in range(6):
-                twist[i + 1, a] = twist[p, a] + axis[i, a] * qdi
-            # (twist_i x s_i) qd_i: (w x sw, w x sv + v x sw).
-            tw0, tw1, tw2 = twist[i + 1, 0], twist[i + 1, 1], twist[i + 1, 2]
-            tv0, tv1, tv2 = twist[i + 1, 3], twist[i + 1, 4], twist[i + 1, 5]
-            sw0, sw1, sw2 = axis[i, 0], axis[i, 1], axis[i, 2]
-            sv0, sv1, sv2 = axis[i, 3], axis[i, 4], axis[i, 5]
-            accel[i + 1, 0] = accel[p, 0] + qdi * (tw1 * sw2 - tw2 * sw1)
-            accel[i + 1, 1] = accel[p, 1] + qdi * (tw2 * sw0 - tw0 * sw2)
-            accel[i + 1, 2] = accel[p, 2] + qdi * (tw0 * sw1 - tw1 * sw0)
-            accel[i + 1, 3] = accel[p, 3] + qdi * (tw1 * sv2 - tw2 * sv1 + tv1 * sw2 - tv2 * sw1)
-            accel[i + 1, 4] = accel[p, 4] + qdi * (tw2 * sv0 - tw0 * sv2 + tv2 * sw0 - tv0 * sw2)
-            accel[i + 1, 5] = accel[p, 5] + qdi * (tw0 * sv1 - tw1 * sv0 + tv0 * sw1 - tv1 * sw0)
+            _link_motion(i, parent, qd, bd, axis, twist, accel)
         # Per body: Newton-Euler wrench about r0 (eqs 3.30-3.31) and mass moments about r0.
         g = gravity[bg]
         for body in range(n + 1):
@@ -238,34 +503,8 @@ def forward_dynamics_range(
                     value = tmp[r, 0] * rot[body, k, 0] + tmp[r, 1] * rot[body, k, 1] + tmp[r, 2] * rot[body, k, 2]
                     world[r, k] = value
                     world[k, r] = value
-            wx, wy, wz = twist[body, 0], twist[body, 1], twist[body, 2]
-            ax, ay, az = accel[body, 0], accel[body, 1], accel[body, 2]
-            hx = world[0, 0] * wx + world[0, 1] * wy + world[0, 2] * wz
-            hy = world[1, 0] * wx + world[1, 1] * wy + world[1, 2] * wz
-            hz = world[2, 0] * wx + world[2, 1] * wy + world[2, 2] * wz
-            nx = world[0, 0] * ax + world[0, 1] * ay + world[0, 2] * az + wy * hz - wz * hy
-            ny = world[1, 0] * ax + world[1, 1] * ay + world[1, 2] * az + wz * hx - wx * hz
-            nz = world[2, 0] * ax + world[2, 1] * ay + world[2, 2] * az + wx * hy - wy * hx
-            rx, ry, rz = pos[body, 0], pos[body, 1], pos[body, 2]
-            # Centroid velocity and classical acceleration from the spatial quantities.
-            vx = twist[body, 3] + wy * rz - wz * ry
-            vy = twist[body, 4] + wz * rx - wx * rz
-            vz = twist[body, 5] + wx * ry - wy * rx
-            lx = accel[body, 3] + ay * rz - az * ry + wy * vz - wz * vy
-            ly = accel[body, 4] + az * rx - ax * rz + wz * vx - wx * vz
-            lz = accel[body, 5] + ax * ry - ay * rx + wx * vy - wy * vx
-            fx, fy, fz = m * (lx - g[0]), m * (ly - g[1]), m * (lz - g[2])
-            wrench[body, 0], wrench[body, 1], wrench[body, 2] = fx, fy, fz
-            wrench[body, 3] = nx + ry * fz - rz * fy
-            wrench[body, 4] = ny + rz * fx - rx * fz
-            wrench[body, 5] = nz + rx * fy - ry * fx
-            mass[body] = m
-            first[body, 0], first[body, 1], first[body, 2] = m * rx, m * ry, m * rz
-            rr = m * (rx * rx + ry * ry + rz * rz)
-            for r in range(3):
-                for k in range(3):
-                    second[body, r, k] = world[r, k] - first[body, r] * pos[body, k]
-                second[body, r, r] += rr
+            _body_wrench(body, m, world, g, pos, twist, accel, wrench)
+            _body_moments(body, m, world, pos, mass, first, second)
         # End-point loads are applied, not required: subtract them.
         for e in range(ne):
             body = end_point_link[e]
@@ -283,92 +522,21 @@ def forward_dynamics_range(
             wrench[body, 5] -= te[2] + px * fe[1] - py * fe[0]
         # Subtree sums, leaves to root (eqs 3.32-3.35; parents have smaller numbers).
         for i in range(n - 1, -1, -1):
-            body, p = i + 1, parent[i]
-            mass[p] += mass[body]
-            for a in range(6):
-                wrench[p, a] += wrench[body, a]
-            for a in range(3):
-                first[p, a] += first[body, a]
-                for k in range(3):
-                    second[p, a, k] += second[body, a, k]
+            _moments_to_parent(i, parent, mass, first, second)
+            _wrench_to_parent(i, parent, wrench)
         # Right-hand side [F0; N0; tau + tau_passive] - c (eqs 3.36-3.39 give c).
         for a in range(3):
             rhs[a] = base_force[bbf, sf, a] - wrench[0, a]
             rhs[3 + a] = base_torque[bbt, sm, a] - wrench[0, 3 + a]
         for i in range(n):
-            bias = 0.0
-            for a in range(3):
-                bias += axis[i, a] * wrench[i + 1, 3 + a] + axis[i, 3 + a] * wrench[i + 1, a]
             passive = -stiffness[bk, i] * q[bj, i] - damping[bdd, i] * qd[bd, i]
-            rhs[6 + i] = tau[bt, st, i] + passive - bias
-        # Inertia matrix (eqs 3.18-3.28): H_b, and per joint its subtree momentum at unit rate.
-        m0 = mass[0]
-        s0x, s0y, s0z = first[0, 0], first[0, 1], first[0, 2]
-        for r in range(6):
-            for k in range(6):
-                h[r, k] = 0.0
-        for a in range(3):
-            h[a, a] = m0
-            for k in range(3):
-                h[3 + a, 3 + k] = second[0, a, k]
-        # Lower-left block skew(s0), upper-right -skew(s0).
-        h[3, 1], h[3, 2], h[4, 0], h[4, 2], h[5, 0], h[5, 1] = -s0z, s0y, s0z, -s0x, -s0y, s0x
-        h[1, 3], h[2, 3], h[0, 4], h[2, 4], h[0, 5], h[1, 5] = -s0z, s0y, s0z, -s0x, -s0y, s0x
-        for i in range(n):
-            body = i + 1
-            sw0, sw1, sw2 = axis[i, 0], axis[i, 1], axis[i, 2]
-            sv0, sv1, sv2 = axis[i, 3], axis[i, 4], axis[i, 5]
-            f0, f1, f2 = first[body, 0], first[body, 1], first[body, 2]
-            mi = mass[body]
-            lin0 = mi * sv0 + sw1 * f2 - sw2 * f1
-            lin1 = mi * sv1 + sw2 * f0 - sw0 * f2
-            lin2 = mi * sv2 + sw0 * f1 - sw1 * f0
-            ang0 = second[body, 0, 0] * sw0 + second[body, 0, 1] * sw1 + second[body, 0, 2] * sw2 + f1 * sv2 - f2 * sv1
-            ang1 = second[body, 1, 0] * sw0 + second[body, 1, 1] * sw1 + second[body, 1, 2] * sw2 + f2 * sv0 - f0 * sv2
-            ang2 = second[body, 2, 0] * sw0 + second[body, 2, 1] * sw1 + second[body, 2, 2] * sw2 + f0 * sv1 - f1 * sv0
-            h[0, 6 + i], h[1, 6 + i], h[2, 6 + i] = lin0, lin1, lin2
-            h[3, 6 + i], h[4, 6 + i], h[5, 6 + i] = ang0, ang1, ang2
-            for a in range(6):
-                h[6 + i, a] = h[a, 6 + i]
-            # H_m[j, i] = s_j . (L_i, h_i) for every joint j on the path to link i.
-            for k in range(n):
-                h[6 + i, 6 + k] = 0.0
-            j = i
-            while True:
-                value = (
-                    axis[j, 0] * ang0
-                    + axis[j, 1] * ang1
-                    + axis[j, 2] * ang2
-                    + axis[j, 3] * lin0
-                    + axis[j, 4] * lin1
-                    + axis[j, 5] * lin2
-                )
-                h[6 + i, 6 + j] = value
-                h[6 + j, 6 + i] = value
-                if parent[j] == 0:
-                    break
-                j = parent[j] - 1
+            rhs[6 + i] = tau[bt, st, i] + passive - _joint_bias(axis, wrench, i)
+        _inertia_matrix(parent, axis, mass, first, second, h)
         # Cholesky factor of the free coordinates' H and eq 3.29's solve.
-        for c in range(nv):
-            for r in range(c, nv):
-                value = h[free[r], free[c]]
-                for k in range(c):
-                    value -= factor[r, k] * factor[c, k]
-                if r == c:
-                    value = np.sqrt(value)
-                    factor[c, c] = value
-                else:
-                    factor[r, c] = value / factor[c, c]
+        _cholesky(h, free, nv, factor)
         for r in range(nv):
-            value = rhs[free[r]]
-            for k in range(r):
-                value -= factor[r, k] * y[k]
-            y[r] = value / factor[r, r]
-        for r in range(nv - 1, -1, -1):
-            value = y[r]
-            for k in range(r + 1, nv):
-                value -= factor[k, r] * y[k]
-            y[r] = value / factor[r, r]
+            y[r] = rhs[free[r]]
+        _cholesky_solve(factor, nv, y)
         for a in range(size):
             acceleration_out[b, a] = 0.0
         for r in range(nv):
@@ -468,11 +636,124 @@ _ROLLOUT_BLOCK = 32
 
 
 @_jit
+def computed_torque_range(
+    parent,
+    revolute,
+    quaternion,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    stiffness,
+    damping,
+    gravity,
+    command,
+    tau_out,
+    start,
+    stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
+    """Computed torque of a floating-base model at zero momentum (:func:`sdjax.computed_torque`
+    with ``base="floating"``, seed 003 eqs 44-50, 109, 115) for the samples ``start <= b <
+    stop``: ``tau_out[b] = H* u + C* - tau_passive`` for the commanded joint accelerations
+    ``u = command[b] (n,)``.
+
+    Inputs as :func:`forward_dynamics_range`'s (leading axis ``B`` or 1; the state's base
+    twist is not read: the controller's twist is eq 109's for zero momentum). Written as the
+    hybrid dynamics it is: positions give ``H``; the base twist solves ``H_b [v0; w0] = -H_bm
+    qd``; at that twist one Newton-Euler pass gives ``c``; the base acceleration that the
+    joint accelerations ``u`` cause, ``a_b = -H_b^-1 (H_bm u + c_b)``, gives ``tau = H_m u +
+    c_m + H_bm^T a_b`` (``= H* u + C*``, ``H* = H_m - H_bm^T H_b^-1 H_bm``, ``C* = c_m -
+    H_bm^T H_b^-1 c_b``).
+    """
+    n = parent.shape[0]
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(n, 6, q)
+    base = np.arange(6)
+    for b in range(start, stop):
+        bj, bd = _pick(b, q), _pick(b, qd)
+        bm, bbm = _pick(b, link_mass), _pick(b, base_mass)
+        bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
+        bbi, bli = _pick(b, base_inertia), _pick(b, link_inertia)
+        _base_frame(quaternion, _pick(b, quaternion), rot, pos)
+        for i in range(n):
+            _link_frame(
+                i,
+                parent,
+                revolute,
+                q,
+                bj,
+                joint_frame,
+                bf,
+                parent_to_joint,
+                bpj,
+                centroid_to_joint,
+                bcj,
+                rot,
+                pos,
+                axis,
+                tmp,
+                jp,
+            )
+        for body in range(n + 1):
+            m = _body_inertia(
+                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
+            )
+            _body_moments(body, m, world, pos, mass, first, second)
+        for i in range(n - 1, -1, -1):
+            _moments_to_parent(i, parent, mass, first, second)
+        _inertia_matrix(parent, axis, mass, first, second, h)
+        _cholesky(h, base, 6, factor)
+        # Base twist at zero momentum (eq 109): H_b [v0; w0] = -H_bm qd.
+        for a in range(6):
+            value = 0.0
+            for i in range(n):
+                value -= h[a, 6 + i] * qd[bd, i]
+            y[a] = value
+        _cholesky_solve(factor, 6, y)
+        _base_motion(y[3:6], y[0:3], twist, accel)
+        for i in range(n):
+            _link_motion(i, parent, qd, bd, axis, twist, accel)
+        g = gravity[_pick(b, gravity)]
+        for body in range(n + 1):
+            m = _body_inertia(
+                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
+            )
+            _body_wrench(body, m, world, g, pos, twist, accel, wrench)
+        for i in range(n - 1, -1, -1):
+            _wrench_to_parent(i, parent, wrench)
+        # a_b = -H_b^-1 (H_bm u + c_b); c_b is the base's subtree wrench.
+        for a in range(6):
+            value = wrench[0, a]
+            for i in range(n):
+                value += h[a, 6 + i] * command[b, i]
+            y[a] = -value
+        _cholesky_solve(factor, 6, y)
+        bk, bdd = _pick(b, stiffness), _pick(b, damping)
+        for i in range(n):
+            value = _joint_bias(axis, wrench, i)
+            for k in range(n):
+                value += h[6 + i, 6 + k] * command[b, k]
+            for a in range(6):
+                value += h[a, 6 + i] * y[a]
+            # minus tau_passive = -K q - D qd
+            tau_out[b, i] = value + stiffness[bk, i] * q[bj, i] + damping[bdd, i] * qd[bd, i]
+
+
+#: Joint laws of :func:`rk4_rollout`, evaluated at the start of each step and held over it.
+LAW_NONE, LAW_PD, LAW_COMPUTED_TORQUE = 0, 1, 2
+
+
+@_jit
 def rk4_rollout(
     parent,
     revolute,
     free,
     end_point_link,
+    law,
     position,
     quaternion,
     linear_velocity,
@@ -496,13 +777,30 @@ def rk4_rollout(
     end_point_force,
     end_point_torque,
     dt,
+    law_base_mass,
+    law_base_inertia,
+    law_link_mass,
+    law_link_inertia,
+    law_joint_frame,
+    law_parent_to_joint,
+    law_centroid_to_joint,
+    law_centroid_to_end_point,
+    law_stiffness,
+    law_damping,
+    law_gravity,
+    kp,
+    kd,
+    goal,
+    limit,
+    bias,
+    noise,
     states_out,
+    tau_out,
     start,
     stop,
 ):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
-    """Open-loop RK4 rollouts of the samples ``start <= b < stop``: ``states_out (B, N, 13 +
-    2 n)`` receives the state after each of the ``N`` steps, packed as ``[r0, quat, v0, w0, q,
-    qd]``.
+    """RK4 rollouts of the samples ``start <= b < stop``: ``states_out (B, N, 13 + 2 n)``
+    receives the state after each of the ``N`` steps, packed as ``[r0, quat, v0, w0, q, qd]``.
 
     Inputs as :func:`forward_dynamics`'s (leading axis ``B`` or 1), plus the initial
     ``position (.., 3)``; the loads have a step axis after the batch axis, of ``N`` (held over
@@ -510,6 +808,17 @@ def rk4_rollout(
     :func:`sdjax.integrate.rk4_step`: stage states ``y + c_k dt k_(k-1)`` with the quaternion
     un-normalised, ``y + dt sum_k b_k k_k``, then the quaternion normalised (a zero quaternion
     stays zero, as :func:`sdjax.rotation.quat_normalize` leaves it).
+
+    ``law``: :data:`LAW_NONE` (open loop: the joint torques are ``tau``), or a joint law
+    evaluated on the state at the start of each step and held over it, whose torques replace
+    ``tau`` and are written to ``tau_out (B, N, n)``: :data:`LAW_PD` (:class:`sdjax.JointPD`
+    to the set point ``goal`` at rest, ``kp (goal - q) + kd (0 - qd)``) or
+    :data:`LAW_COMPUTED_TORQUE` (:class:`sdjax.ComputedTorque`, floating base at zero
+    momentum, with the controller's model ``law_*`` (model arrays as the plant's): ``H* u + C*
+    - tau_passive`` for ``u = kd (0 - qd) + kp (goal - q)``; :func:`computed_torque_range`).
+    Either is saturated at ``+-limit``, then ``bias`` and the step's ``noise`` row are added
+    (the law of :class:`sdjax.montecarlo.ControlScenario`). ``kp, kd, goal, limit, bias (.., n)``,
+    ``noise (.., N or 1, n)``; unread for ``LAW_NONE``.
     """
     n, nv = parent.shape[0], free.shape[0]
     size = 13 + 2 * n
@@ -528,6 +837,11 @@ def rk4_rollout(
     stage_qd = np.zeros((count, n), dtype)
     acceleration = np.zeros((count, 6 + n), dtype)
     no_factor = np.zeros((0, nv, nv), dtype)
+    # The law's command and torques, and the torques held over a step (step axis of one).
+    command = np.zeros((count, n), dtype)
+    law_tau = np.zeros((count, n), dtype)
+    held = np.zeros((count, 1, n), dtype)
+    stage_tau = tau if law == LAW_NONE else held
     for b in range(start, stop):
         bp, bq, bv, bw, bj, bd = (
             _pick(b, position),
@@ -550,6 +864,53 @@ def rk4_rollout(
     for lo in range(start, stop, _ROLLOUT_BLOCK):
         hi = min(lo + _ROLLOUT_BLOCK, stop)
         for step in range(num_steps):
+            if law != LAW_NONE:
+                for b in range(lo, hi):
+                    bkp, bkd, bgoal = _pick(b, kp), _pick(b, kd), _pick(b, goal)
+                    for a in range(4):
+                        stage_quaternion[b, a] = y[b, 3 + a]
+                    for a in range(n):
+                        qa, qda = y[b, 13 + a], y[b, 13 + n + a]
+                        stage_q[b, a], stage_qd[b, a] = qa, qda
+                        if law == LAW_PD:
+                            law_tau[b, a] = kp[bkp, a] * (goal[bgoal, a] - qa) + kd[bkd, a] * (0.0 - qda)
+                        else:
+                            command[b, a] = kd[bkd, a] * (0.0 - qda) + kp[bkp, a] * (goal[bgoal, a] - qa)
+                if law == LAW_COMPUTED_TORQUE:
+                    computed_torque_range(
+                        parent,
+                        revolute,
+                        stage_quaternion,
+                        stage_q,
+                        stage_qd,
+                        law_base_mass,
+                        law_base_inertia,
+                        law_link_mass,
+                        law_link_inertia,
+                        law_joint_frame,
+                        law_parent_to_joint,
+                        law_centroid_to_joint,
+                        law_stiffness,
+                        law_damping,
+                        law_gravity,
+                        command,
+                        law_tau,
+                        lo,
+                        hi,
+                    )
+                for b in range(lo, hi):
+                    blim, bbias, bnoise = _pick(b, limit), _pick(b, bias), _pick(b, noise)
+                    snoise = _pick_step(step, noise)
+                    for a in range(n):
+                        value = law_tau[b, a]
+                        # Saturation as jnp.clip (max with the lower bound, then min with the upper).
+                        if value < -limit[blim, a]:
+                            value = -limit[blim, a]
+                        if value > limit[blim, a]:
+                            value = limit[blim, a]
+                        value = value + bias[bbias, a] + noise[bnoise, snoise, a]
+                        held[b, 0, a] = value
+                        tau_out[b, step, a] = value
             for b in range(lo, hi):
                 for a in range(size):
                     total[b, a] = 0.0
@@ -587,7 +948,7 @@ def rk4_rollout(
                     damping,
                     gravity,
                     step,
-                    tau,
+                    stage_tau,
                     base_force,
                     base_torque,
                     end_point_force,

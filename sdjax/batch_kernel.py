@@ -28,7 +28,7 @@ import concurrent.futures
 import functools
 import os
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -281,8 +281,101 @@ def rk4_rollout(axis_size: int, model: Any, state: Any, dt: Any, controls: Any, 
     Returns:
         ``(B, N, 13 + 2 n)`` states after each step, packed as ``[r0, quat, v0, w0, q, qd]``.
     """
-    dtype = jnp.result_type(model.joint_rpy, state.q, state.base_quaternion)
     flags = _flags((model, state, dt, controls), batched)
+    num_steps = controls.tau.shape[1 if flags[id(controls.tau)] else 0]
+    n = model.num_joints
+    # The law's inputs (not read): one row, one step of noise.
+    row, noise = jnp.zeros((n,), model.joint_rpy.dtype), jnp.zeros((1, n), model.joint_rpy.dtype)
+    flags[id(row)] = flags[id(noise)] = False
+    law = (model, row, row, row, row, row, noise)
+    return _rollout(axis_size, "none", model, state, dt, controls, law, num_steps, flags)[0]
+
+
+class JointLaw(NamedTuple):
+    """The joint law of :func:`controlled_rk4_rollout` (the law of
+    :class:`sdjax.montecarlo.ControlScenario` without constraints), evaluated at the start of
+    each step and held over it: ``clip(law(state), -limit, limit) + bias + noise[step]``.
+
+    Attributes:
+        kind: ``"pd"`` (``kp (goal - q) + kd (0 - qd)``, :class:`sdjax.JointPD`) or
+            ``"computed_torque"`` (:class:`sdjax.ComputedTorque` on ``model``, floating base,
+            zero momentum, ``u = kd (0 - qd) + kp (goal - q)``).
+        model: the controller's model (a floating base, the plant's topology; read for
+            ``"computed_torque"`` only).
+        kp, kd, goal, limit, bias: ``(n,)`` gains (1/s^2 and 1/s for computed torque, N m/rad
+            and N m s/rad for PD), set point, rad, saturation and bias, N m.
+        noise: ``(N, n)`` torque added at each step, N m.
+    """
+
+    kind: str
+    model: Any
+    kp: Any
+    kd: Any
+    goal: Any
+    limit: Any
+    bias: Any
+    noise: Any
+
+
+def controlled_rk4_rollout(
+    axis_size: int, model: Any, state: Any, dt: Any, law: JointLaw, controls: Any, num_steps: int, batched: Any
+) -> tuple[Array, Array]:
+    """Batched closed-loop RK4 rollout by the compiled kernel: ``law`` evaluated at the start of
+    each step and held over it, the base loads of ``controls`` throughout, all steps in one
+    call (the law of :class:`sdjax.montecarlo.ControlScenario` stepped by :func:`sdjax.rollout`).
+
+    Arguments:
+        axis_size: batch size ``B``.
+        model, state, dt: the plant, its initial :class:`~sdjax.state.State`, the step (s).
+        law: the :class:`JointLaw`.
+        controls: :class:`~sdjax.dynamics.Controls` of one step: its ``base_force`` and
+            ``base_torque`` are held throughout (``tau`` is not read: the law's torques
+            replace it), with its end-point loads.
+        num_steps: number of steps ``N``.
+        batched: booleans, the structure of ``(model, state, dt, law, controls)``.
+
+    Returns:
+        ``(states (B, N, 13 + 2 n), tau (B, N, n))``: the states after each step, packed as
+        ``[r0, quat, v0, w0, q, qd]``, and the law's joint torques held over each step.
+    """
+    flags = _flags((model, state, dt, law, controls), batched)
+    # The kernel's loads have a step axis after any batch axis: one step, held throughout.
+    held = _HeldLoads(*(jnp.expand_dims(x, 1 if flags[id(x)] else 0) for x in _controls_leaves(controls)))
+    for old, new in zip(_controls_leaves(controls), held):
+        flags[id(new)] = flags[id(old)]
+    fields = (law.model, law.kp, law.kd, law.goal, law.limit, law.bias, law.noise)
+    return _rollout(axis_size, law.kind, model, state, dt, held, fields, num_steps, flags)
+
+
+class _HeldLoads(NamedTuple):
+    """Loads in the kernel's layout (the fields of :class:`~sdjax.dynamics.Controls`)."""
+
+    tau: Any
+    base_force: Any
+    base_torque: Any
+    end_point_force: Any
+    end_point_torque: Any
+
+
+#: The kernel's codes of the joint laws.
+_LAWS = {"none": 0, "pd": 1, "computed_torque": 2}
+
+
+def _rollout(
+    axis_size: int,
+    kind: str,
+    model: Any,
+    state: Any,
+    dt: Any,
+    controls: Any,
+    law: tuple,
+    num_steps: int,
+    flags: dict[int, bool],
+) -> tuple[Array, Array]:
+    """The kernel :func:`sdjax._kernel_equations.rk4_rollout` on a batch: ``controls`` with a
+    step axis (``N`` or 1) after any batch axis, ``law = (model, kp, kd, goal, limit, bias,
+    noise)``, ``flags``: id of each leaf -> batched."""
+    dtype = jnp.result_type(model.joint_rpy, state.q, state.base_quaternion)
     state_leaves = [
         state.base_position,
         state.base_quaternion,
@@ -291,15 +384,28 @@ def rk4_rollout(axis_size: int, model: Any, state: Any, dt: Any, controls: Any, 
         state.q,
         state.qd,
     ]
-    leaves = [*state_leaves, *_model_leaves(model), *_controls_leaves(controls), dt]
+    law_model, *law_arrays = law
+    leaves = [
+        *state_leaves,
+        *_model_leaves(model),
+        *_controls_leaves(controls),
+        dt,
+        *_model_leaves(law_model),
+        *law_arrays,
+    ]
     is_batched = [bool(flags[id(x)]) for x in leaves]
-    leaves[10] = rpy_to_matrix(jnp.asarray(leaves[10], dtype))
-    num_steps = controls.tau.shape[1 if flags[id(controls.tau)] else 0]
-    results = [jax.ShapeDtypeStruct((axis_size, num_steps, 13 + 2 * model.num_joints), dtype)]
-    out = _call(
-        "rk4_rollout", axis_size, _topology(model), leaves, is_batched, dtype, results, lambda buffers: (buffers[0],)
-    )
-    return out[0]
+    # The fixed rotations of the joint frames replace their RPY angles (plant and controller).
+    for index in (10, 27):
+        leaves[index] = rpy_to_matrix(jnp.asarray(leaves[index], dtype))
+    # The noise has a step axis after any batch axis (as the loads).
+    n = model.num_joints
+    results = [
+        jax.ShapeDtypeStruct((axis_size, num_steps, 13 + 2 * n), dtype),
+        jax.ShapeDtypeStruct((axis_size if kind != "none" else 0, num_steps, n), dtype),
+    ]
+    topology = (*_topology(model), _LAWS[kind])
+    out = _call("rk4_rollout", axis_size, topology, leaves, is_batched, dtype, results, tuple)
+    return out[0], out[1]
 
 
 _lock = threading.Lock()

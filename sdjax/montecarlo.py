@@ -48,6 +48,7 @@ JAX's cross-process collectives use gloo (``jax_cpu_collectives_implementation``
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -62,9 +63,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.custom_batching import custom_vmap
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from sdjax import batch_kernel
 from sdjax._checks import float_array
 from sdjax.constraints import ConstrainedTrajectory, constrained_rollout
 from sdjax.control import ComputedTorque, JointPD
@@ -658,6 +661,11 @@ class ControlScenario(eqx.Module):
             projection onto the constraints); empty: :func:`sdjax.rollout`.
         active: with ``constraints``: ``None`` (all active throughout), ``(k,)`` flags or an
             ``(num_steps, k)`` schedule (a brake engaging at a given step).
+
+    Under ``vmap`` (as :func:`run_monte_carlo` calls it) on the CPU with Numba installed, a
+    scenario without constraints runs its whole batch in the compiled batch kernel, the law
+    included (:func:`sdjax.batch_kernel.controlled_rk4_rollout`); the same results as the XLA
+    path to round-off, and derivatives from the XLA path.
     """
 
     nominal_model: Model
@@ -753,27 +761,184 @@ class ControlScenario(eqx.Module):
             qd=get("qd0", s0.qd),
         )
         kp, kd, goal = get("kp", self.kp), get("kd", self.kd), get("q_goal", self.q_goal)
-        reference = (goal, jnp.zeros_like(goal))
-        controller: JointPD | ComputedTorque
-        if self.controller == "pd":
-            controller = JointPD(kp, kd, reference)
-        else:
-            controller = ComputedTorque(self.nominal_model, kp, kd, reference)
         n = model.num_joints
         zeros3 = jnp.zeros((3,), dtype)
-        law = _ScenarioLaw(
-            controller=controller,
+        law_inputs = _LawInputs(
+            kp=kp,
+            kd=kd,
+            goal=goal,
+            limit=self.torque_limit,
+            bias=get("tau_bias", jnp.zeros((n,), dtype)),
+            noise=get("tau_noise", None) if "tau_noise" in params else None,
             base_force=get("base_force", zeros3),
             base_torque=get("base_torque", zeros3),
-            tau_bias=get("tau_bias", jnp.zeros((n,), dtype)),
-            tau_noise=get("tau_noise", None) if "tau_noise" in params else None,
-            torque_limit=self.torque_limit,
-            dt=self.dt,
-            num_end_points=model.num_end_points,
         )
         if self.constraints:
+            law = _scenario_law(self.controller, model, self.nominal_model, self.dt, law_inputs)
             return constrained_rollout(model, state, self.dt, self.num_steps, law, self.constraints, active=self.active)
-        return rollout(model, state, self.dt, self.num_steps, law)
+        return _scenario_rollout(self.controller, self.num_steps)(model, self.nominal_model, state, self.dt, law_inputs)
+
+
+class _LawInputs(NamedTuple):
+    """The sampled inputs of a :class:`ControlScenario`'s law (``limit``, ``noise``: ``None``
+    when not given)."""
+
+    kp: Array
+    kd: Array
+    goal: Array
+    limit: Array | None
+    bias: Array
+    noise: Array | None
+    base_force: Array
+    base_torque: Array
+
+
+def _scenario_law(kind: str, model: Model, nominal_model: Model, dt: Array, inputs: _LawInputs) -> _ScenarioLaw:
+    """The :class:`ControlScenario` law of one sample (``model``, the plant, gives the number of
+    end points)."""
+    reference = (inputs.goal, jnp.zeros_like(inputs.goal))
+    controller: JointPD | ComputedTorque
+    if kind == "pd":
+        controller = JointPD(inputs.kp, inputs.kd, reference)
+    else:
+        controller = ComputedTorque(nominal_model, inputs.kp, inputs.kd, reference)
+    return _ScenarioLaw(
+        controller=controller,
+        base_force=inputs.base_force,
+        base_torque=inputs.base_torque,
+        tau_bias=inputs.bias,
+        tau_noise=inputs.noise,
+        torque_limit=inputs.limit,
+        dt=dt,
+        num_end_points=model.num_end_points,
+    )
+
+
+def _kernel_takes(kind: str, model: Model, nominal_model: Model) -> bool:
+    """Whether :func:`sdjax.batch_kernel.controlled_rk4_rollout` simulates this scenario: no
+    mimic joints, and for computed torque a floating-base controller model of the plant's
+    topology (otherwise the batch runs on the XLA path)."""
+    if model.has_mimic:
+        return False
+    if kind == "pd":
+        return True
+    return (
+        nominal_model.base == "floating"
+        and not nominal_model.has_mimic
+        and nominal_model.parent == model.parent
+        and nominal_model.joint_type == model.joint_type
+    )
+
+
+@functools.cache
+def _scenario_rollout(kind: str, num_steps: int) -> Callable[..., Trajectory]:
+    """``(model, nominal_model, state, dt, inputs) -> Trajectory``: one sample of a
+    :class:`ControlScenario` without constraints, :func:`sdjax.rollout` under its law.
+
+    Under ``vmap`` on the CPU with Numba installed the batch runs in the compiled kernel
+    (:func:`sdjax.batch_kernel.controlled_rk4_rollout`: the law and every RK4 step in one call,
+    instead of an XLA law and a kernel crossing per RK4 stage). The kernel sees primal values
+    only: derivatives are those of the rollout (the JVP rule below)."""
+
+    def simulate(model: Model, nominal_model: Model, state: State, dt: Array, inputs: _LawInputs) -> Trajectory:
+        return rollout(model, state, dt, num_steps, _scenario_law(kind, model, nominal_model, dt, inputs))
+
+    @custom_vmap
+    def batchable(model, nominal_model, state, dt, inputs):
+        return simulate(model, nominal_model, state, dt, inputs)
+
+    @batchable.def_vmap
+    def _batched(axis_size, in_batched, model, nominal_model, state, dt, inputs):
+        args = (model, nominal_model, state, dt, inputs)
+        leaves, treedef = jax.tree.flatten(args)
+        batched = jax.tree.leaves(in_batched)
+        if (
+            axis_size >= batch_kernel.MIN_ROLLOUT_BATCH
+            and batch_kernel.available()
+            and _kernel_takes(kind, model, nominal_model)
+        ):
+            trajectory = _kernel_rollout(axis_size, kind, num_steps, args, in_batched)
+            return trajectory, jax.tree.map(lambda _: True, trajectory)
+
+        def one(batched_leaves):
+            it = iter(batched_leaves)
+            return simulate(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)]))
+
+        trajectory = jax.vmap(one, axis_size=axis_size)([x for x, b in zip(leaves, batched) if b])
+        return trajectory, jax.tree.map(lambda _: True, trajectory)
+
+    @jax.custom_jvp
+    def scenario_rollout(model, nominal_model, state, dt, inputs):
+        return batchable(model, nominal_model, state, dt, inputs)
+
+    @scenario_rollout.defjvp
+    def _jvp(primals, tangents):
+        return jax.jvp(simulate, primals, tangents)
+
+    return scenario_rollout
+
+
+def _kernel_rollout(axis_size: int, kind: str, num_steps: int, args: tuple, in_batched: tuple) -> Trajectory:
+    """The batched rollout of :func:`_scenario_rollout` by the compiled kernel; ``args = (model,
+    nominal_model, state, dt, inputs)``, ``in_batched`` their batch flags (batch on axis 0)."""
+    model, nominal_model, state, dt, inputs = args
+    model_batched, nominal_batched, state_batched, dt_batched, inputs_batched = in_batched
+    dtype = state.q.dtype
+    n = model.num_joints
+
+    def per_joint(name: str, default: float) -> tuple[Array, bool]:
+        """The input ``name`` (``()`` or ``(n,)`` per sample, or ``None``) as ``(n,)`` or
+        ``(B, n)``, and whether it is batched."""
+        value, batched = getattr(inputs, name), bool(getattr(inputs_batched, name))
+        if value is None:
+            return jnp.full((n,), default, dtype), False
+        value = jnp.asarray(value, dtype)
+        core = value.shape[int(batched) :]
+        return jnp.broadcast_to(value if core else value[..., None], value.shape[: int(batched)] + (n,)), batched
+
+    (kp, kp_b), (kd, kd_b), (goal, goal_b), (limit, limit_b), (bias, bias_b) = (
+        per_joint(name, default)
+        for name, default in (("kp", 0), ("kd", 0), ("goal", 0), ("limit", np.inf), ("bias", 0))
+    )
+    noise, noise_b = (
+        (jnp.zeros((1, n), dtype), False) if inputs.noise is None else (inputs.noise, bool(inputs_batched.noise))
+    )
+    law = batch_kernel.JointLaw(kind, nominal_model, kp, kd, goal, limit, bias, noise)
+    law_batched = batch_kernel.JointLaw(kind, nominal_batched, kp_b, kd_b, goal_b, limit_b, bias_b, noise_b)
+    zeros = jnp.zeros((model.num_end_points, 3), dtype)
+    loads = Controls(jnp.zeros((n,), dtype), inputs.base_force, inputs.base_torque, zeros, zeros)
+    # (the batch flags of the loads, in their structure)
+    loads_batched = jax.tree.unflatten(
+        jax.tree.structure(loads),
+        [False, bool(inputs_batched.base_force), bool(inputs_batched.base_torque), False, False],
+    )
+    states, tau = batch_kernel.controlled_rk4_rollout(
+        axis_size,
+        model,
+        state,
+        dt,
+        law,
+        loads,
+        num_steps,
+        (model_batched, state_batched, dt_batched, law_batched, loads_batched),
+    )
+
+    def batch_of(x: Array, batched: bool) -> Array:
+        return x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+
+    # The trajectory as rollout returns it: N + 1 states, the controls held over each step.
+    after = jax.tree.unflatten(jax.tree.structure(state), jnp.split(states, [3, 7, 10, 13, 13 + n], axis=-1))
+    history = jax.tree.map(
+        lambda x0, b, xs: jnp.concatenate([batch_of(x0, b)[:, None], xs], axis=1), state, state_batched, after
+    )
+    steps, dt = jnp.arange(num_steps + 1, dtype=dtype), jnp.asarray(dt, dtype)
+    time = steps * (dt[:, None] if dt_batched else dt)
+    held = jax.tree.map(
+        lambda x, b: jnp.broadcast_to(batch_of(x, b)[:, None], (axis_size, num_steps) + jnp.shape(x)[int(b) :]),
+        loads,
+        loads_batched,
+    )
+    return Trajectory(time=batch_of(time, dt_batched), states=history, controls=eqx.tree_at(lambda c: c.tau, held, tau))
 
 
 # ------------------------------------------------------------------------------------------
