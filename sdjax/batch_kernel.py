@@ -157,44 +157,33 @@ def _call(
     is_batched = list(is_batched)
     if not any(is_batched):  # (only leaves the kernel does not read vary, e.g. base_position)
         values[0], is_batched[0] = jnp.broadcast_to(values[0], (axis_size,) + values[0].shape), True
-    core_shapes = [v.shape[1:] if b else v.shape for v, b in zip(values, is_batched)]
-    packed_batched = jnp.concatenate([v.reshape(axis_size, -1) for v, b in zip(values, is_batched) if b], axis=1)
+    # Leaf by leaf (each leaf's numbers contiguous, batch first), so that the kernel's arrays are
+    # views of one writable copy of each packed array: no copy per leaf on the host.
+    layout, batched_end, shared_end = [], 0, 0
+    for v, b in zip(values, is_batched):
+        if b:
+            layout.append((True, batched_end, batched_end + v.size, v.shape))
+            batched_end += v.size
+        else:
+            layout.append((False, shared_end, shared_end + v.size, (1,) + v.shape))
+            shared_end += v.size
+    packed_batched = jnp.concatenate([v.reshape(-1) for v, b in zip(values, is_batched) if b])
     shared = [v.reshape(-1) for v, b in zip(values, is_batched) if not b]
     packed_shared = jnp.concatenate(shared) if shared else jnp.zeros((0,), dtype)
 
     def host(batched_numbers: np.ndarray, shared_numbers: np.ndarray) -> list[np.ndarray]:
         # Under further vmaps (vmap_method="broadcast_all") both carry the same extra leading
-        # axes: each outer index is a separate batch of B.
-        batched_numbers, shared_numbers = (
-            np.asarray(batched_numbers),
-            np.asarray(shared_numbers),
-        )  # (zero-copy on the CPU)
-        outer = batched_numbers.shape[:-2]
-        batched_numbers = batched_numbers.reshape((-1,) + batched_numbers.shape[-2:])
-        shared_numbers = np.broadcast_to(shared_numbers, outer + shared_numbers.shape[-1:]).reshape(
-            -1, shared_numbers.shape[-1]
-        )
+        # axes: each outer index is a separate batch of B. One copy of each: contiguous and
+        # writable (Numba compiles one kernel per array type, and XLA's buffers are read-only).
+        outer = np.shape(batched_numbers)[:-1]
+        batched_numbers = np.array(batched_numbers).reshape(-1, batched_end)
+        shared_numbers = np.array(np.broadcast_to(shared_numbers, outer + (shared_end,))).reshape(-1, shared_end)
         outputs = [np.empty((len(batched_numbers),) + r.shape, r.dtype) for r in results]
         for k in range(len(batched_numbers)):
-            arrays, column, offset = [], 0, 0
-            for shape, b in zip(core_shapes, is_batched):
-                size = int(np.prod(shape, dtype=np.int64))
-                # Contiguous and writable, always: Numba compiles one kernel per array type, and
-                # views of XLA's buffers are read-only.
-                if b:
-                    arrays.append(
-                        np.require(batched_numbers[k, :, column : column + size], requirements=["C", "W"]).reshape(
-                            (axis_size,) + shape
-                        )
-                    )
-                    column += size
-                else:
-                    arrays.append(
-                        np.require(shared_numbers[k, offset : offset + size], requirements=["C", "W"]).reshape(
-                            (1,) + shape
-                        )
-                    )
-                    offset += size
+            arrays = [
+                (batched_numbers if b else shared_numbers)[k, start:stop].reshape(shape)
+                for b, start, stop, shape in layout
+            ]
             _run(
                 getattr(_equations(), kernel_name),
                 axis_size,
