@@ -35,6 +35,9 @@ MODELS = {
     "spacedyn_sample": spacedyn_sample,
     # A 30-link tree with branches and prismatic joints (36 DOF): how the engines scale.
     "random_tree_30": lambda: random_model(3, 30),
+    # The same size, bushier (links 9 deep at most, against 17; as a humanoid or a multi-arm servicer):
+    # the batch kernel solves it by the sparse factorisation that follows the tree.
+    "random_tree_30_bushy": lambda: random_model(3, 30, chain_probability=0.25),
 }
 #: Pinocchio's threaded batch functions (Pinocchio 4.1 has no crbaInParallel).
 PINOCCHIO_PARALLEL = {"forward_dynamics": "abaInParallel", "inverse_dynamics": "rneaInParallel"}

@@ -123,14 +123,31 @@ def _controls_leaves(controls: Any) -> list[Any]:
 
 
 def _topology(model: Any) -> tuple[np.ndarray, ...]:
-    """``parent``, ``revolute``, ``free`` (the base mode's free coordinates) and
-    ``end_point_link``: the static arguments of the kernels."""
+    """``parent``, ``revolute``, ``free`` (the base mode's free coordinates), ``end_point_link``
+    and ``dof_parent``: the static arguments of the kernels.
+
+    ``dof_parent[r]``: the free coordinate that coordinate ``r`` hangs from in the tree (-1 at
+    the root): the free base components form a chain, each joint hangs from its parent link's
+    joint or, on the base, from the last free base component (models with mimic joints never
+    reach the kernels). The kernels' sparse factorisation of ``H`` follows it; it is given only
+    where it needs at most half the multiplications of the dense Cholesky factorisation (a
+    branched tree), and is empty otherwise: on a chain both do the same work and the dense
+    loops ran 15 % faster (7-joint arm), on a 30-link tree 9 links deep the sparse one 1.5x."""
     n = model.num_joints
+    nb = model.num_base_velocities
+    dof_parent = [r - 1 for r in range(nb)] + [
+        (nb - 1 if model.parent[i] == 0 else nb + model.parent[i] - 1) for i in range(n)
+    ]
+    depth = [0] * (nb + n)
+    for r, p in enumerate(dof_parent):  # (parents come first)
+        depth[r] = 1 + (depth[p] if p >= 0 else 0)
+    sparse_work, dense_work = sum(d * d for d in depth) / 2, (nb + n) ** 3 / 6
     return (
         np.asarray(model.parent, np.int64).reshape(n),
         np.asarray([t == "R" for t in model.joint_type], np.bool_).reshape(n),
         np.asarray(model.velocity_indices, np.int64),
         np.asarray(model.end_point_link, np.int64).reshape(model.num_end_points),
+        np.asarray(dof_parent if sparse_work <= dense_work / 2 else [], np.int64),
     )
 
 

@@ -63,14 +63,14 @@ def _reference(model, states, controls, model_axis=None):
     return jax.jit(jax.vmap(dynamics._solve_forward_dynamics, in_axes=(model_axis, 0, 0)))(model, states, controls)
 
 
-def _kernel(model, states, controls, batched_model=False):
+def _kernel(model, states, controls, batched_model=False, with_factor=True):
     flags = (
         jax.tree.map(lambda _: batched_model, model),
         jax.tree.map(lambda _: True, states),
         jax.tree.map(lambda _: True, controls),
     )
     batch = states.q.shape[0]
-    return jax.jit(lambda m, s, c: batch_kernel.solve_forward_dynamics(batch, m, s, c, flags, with_factor=True))(
+    return jax.jit(lambda m, s, c: batch_kernel.solve_forward_dynamics(batch, m, s, c, flags, with_factor=with_factor))(
         model, states, controls
     )
 
@@ -79,7 +79,8 @@ def _kernel(model, states, controls, batched_model=False):
 @pytest.mark.parametrize("base", ["floating", "planar", "fixed"])
 def test_kernel_equals_reference(base, dtype):
     """Accelerations and Cholesky factors equal the reference on a branched tree with
-    prismatic joints, gravity, passive joints and loads on every input, in each base mode."""
+    prismatic joints, gravity, passive joints and loads on every input, in each base mode; so
+    do the accelerations solved without the factor (the sparse factorisation along the tree)."""
     model = sdjax.edit_model(random_model(11, 12, gravity=True, passive=True), base=base).astype(dtype)
     states, controls = _batch(model, 37, 3, dtype)
     # The base moves only along the components its mode leaves free.
@@ -94,6 +95,24 @@ def test_kernel_equals_reference(base, dtype):
     assert acceleration.dtype == dtype and factor.shape == expected_factor.shape
     assert_close(acceleration, expected_acceleration, RTOL[dtype], f"{base} accelerations")
     assert_close(factor, expected_factor, RTOL[dtype], f"{base} Cholesky factor")
+    by_tree, no_factor = _kernel(model, states, controls, with_factor=False)
+    assert no_factor is None
+    assert_close(by_tree, expected_acceleration, RTOL[dtype], f"{base} accelerations, tree factorisation")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_sparse_factorisation_on_branched_trees(dtype):
+    """Branched trees solve by the sparse factorisation that follows the tree (a chain keeps the
+    dense one): the accelerations equal the reference on shallow floating-base trees of 12 and
+    30 links with prismatic joints, gravity, passive joints and loads."""
+    assert len(batch_kernel._topology(free_flying_arm_7dof())[4]) == 0  # (a chain: dense)
+    for seed, links in ((5, 12), (3, 30)):
+        model = random_model(seed, links, chain_probability=0.25, gravity=True, passive=True).astype(dtype)
+        assert len(batch_kernel._topology(model)[4]) == model.num_velocities  # (the sparse path)
+        states, controls = _batch(model, 9, 5, dtype)
+        ours, _ = _kernel(model, states, controls, with_factor=False)
+        expected, _ = _reference(model, states, controls)
+        assert_close(ours, expected, RTOL[dtype], f"{links}-link tree, {jnp.dtype(dtype).name}")
 
 
 def test_batched_models_and_shared_states():
