@@ -727,7 +727,8 @@ def computed_torque_range(
     ``u = command[b] (n,)``.
 
     Inputs as :func:`forward_dynamics_range`'s (leading axis ``B`` or 1; the state's base
-    twist is not read: the controller's twist is eq 109's for zero momentum). Written as the
+    twist is not read: the controller's twist is eq 109's for zero momentum); ``command`` and
+    ``tau_out`` have the whole batch's rows ``(B, n)``. Written as the
     hybrid dynamics it is: positions give ``H``; the base twist solves ``H_b [v0; w0] = -H_bm
     qd``; at that twist one Newton-Euler pass gives ``c``; the base acceleration that the
     joint accelerations ``u`` cause, ``a_b = -H_b^-1 (H_bm u + c_b)``, gives ``tau = H_m u +

@@ -193,8 +193,9 @@ def _call(
         # axes: each outer index is a separate batch of B. One copy of each: contiguous and
         # writable (Numba compiles one kernel per array type, and XLA's buffers are read-only).
         outer = np.shape(batched_numbers)[:-1]
-        batched_numbers = np.array(batched_numbers).reshape(-1, batched_end)
-        shared_numbers = np.array(np.broadcast_to(shared_numbers, outer + (shared_end,))).reshape(-1, shared_end)
+        count = int(np.prod(outer, dtype=np.int64))
+        batched_numbers = np.array(batched_numbers).reshape(count, batched_end)
+        shared_numbers = np.array(np.broadcast_to(shared_numbers, outer + (shared_end,))).reshape(count, shared_end)
         outputs = [np.empty((len(batched_numbers),) + r.shape, r.dtype) for r in results]
         for k in range(len(batched_numbers)):
             arrays = [
@@ -290,10 +291,13 @@ def rk4_rollout(axis_size: int, model: Any, state: Any, dt: Any, controls: Any, 
     flags = _flags((model, state, dt, controls), batched)
     num_steps = controls.tau.shape[1 if flags[id(controls.tau)] else 0]
     n = model.num_joints
-    # The law's inputs (not read): one row, one step of noise.
+    # The law's inputs (not read): one row, one step of noise, the plant's model leaves (shared
+    # stand-ins of the batched ones, so that a batch of models is not passed twice).
     row, noise = jnp.zeros((n,), model.joint_rpy.dtype), jnp.zeros((1, n), model.joint_rpy.dtype)
-    flags[id(row)] = flags[id(noise)] = False
-    law = (model, row, row, row, row, row, noise)
+    law_model = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype) if flags[id(x)] else x, model)
+    for x in (row, noise, *jax.tree.leaves(law_model)):
+        flags.setdefault(id(x), False)
+    law = (law_model, row, row, row, row, row, noise)
     return _rollout(axis_size, "none", model, state, dt, controls, law, num_steps, flags)[0]
 
 
@@ -403,7 +407,6 @@ def _rollout(
     # The fixed rotations of the joint frames replace their RPY angles (plant and controller).
     for index in (10, 27):
         leaves[index] = rpy_to_matrix(jnp.asarray(leaves[index], dtype))
-    # The noise has a step axis after any batch axis (as the loads).
     n = model.num_joints
     results = [
         jax.ShapeDtypeStruct((axis_size, num_steps, 13 + 2 * n), dtype),

@@ -76,7 +76,7 @@ from sdjax.editing import merge_payload
 from sdjax.integrate import Trajectory, rollout
 from sdjax.model import Model
 from sdjax.rotation import quat_conjugate, quat_multiply, rotation_vector_to_matrix
-from sdjax.state import State, make_state
+from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
 #: Percentiles reported by :meth:`MonteCarloResults.summary` by default.
 DEFAULT_PERCENTILES = (5.0, 50.0, 95.0)
@@ -663,9 +663,11 @@ class ControlScenario(eqx.Module):
             ``(num_steps, k)`` schedule (a brake engaging at a given step).
 
     Under ``vmap`` (as :func:`run_monte_carlo` calls it) on the CPU with Numba installed, a
-    scenario without constraints runs its whole batch in the compiled batch kernel, the law
-    included (:func:`sdjax.batch_kernel.controlled_rk4_rollout`); the same results as the XLA
-    path to round-off, and derivatives from the XLA path.
+    scenario without constraints and without mimic joints (for computed torque: with a
+    floating-base nominal model of the plant's topology) runs its whole batch in the compiled
+    batch kernel, the law included (:func:`sdjax.batch_kernel.controlled_rk4_rollout`); the
+    same results as the XLA path to round-off, and derivatives from the XLA path. Other
+    scenarios run on the XLA path.
     """
 
     nominal_model: Model
@@ -776,6 +778,9 @@ class ControlScenario(eqx.Module):
         if self.constraints:
             law = _scenario_law(self.controller, model, self.nominal_model, self.dt, law_inputs)
             return constrained_rollout(model, state, self.dt, self.num_steps, law, self.constraints, active=self.active)
+        # The initial state's checks of sdjax.rollout, here for both paths (the kernel's too).
+        check_state(model, state)
+        state = with_base_motion_checked(model, state, "ControlScenario: initial state")
         return _scenario_rollout(self.controller, self.num_steps)(model, self.nominal_model, state, self.dt, law_inputs)
 
 

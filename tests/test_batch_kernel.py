@@ -95,9 +95,11 @@ def test_kernel_equals_reference(base, dtype):
     assert acceleration.dtype == dtype and factor.shape == expected_factor.shape
     assert_close(acceleration, expected_acceleration, RTOL[dtype], f"{base} accelerations")
     assert_close(factor, expected_factor, RTOL[dtype], f"{base} Cholesky factor")
-    by_tree, no_factor = _kernel(model, states, controls, with_factor=False)
+    # Without the factor: the sparse factorisation along the tree where the tree is bushy
+    # enough (here the planar and fixed bases), else the dense one.
+    unfactored, no_factor = _kernel(model, states, controls, with_factor=False)
     assert no_factor is None
-    assert_close(by_tree, expected_acceleration, RTOL[dtype], f"{base} accelerations, tree factorisation")
+    assert_close(unfactored, expected_acceleration, RTOL[dtype], f"{base} accelerations without the factor")
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
@@ -129,6 +131,13 @@ def test_batched_models_and_shared_states():
     for k, m in enumerate(models):
         expected = dynamics._solve_forward_dynamics(m, state, dynamics.make_controls(m, tau))[0]
         assert_close(jnp.concatenate([ours[0][k], ours[1][k]]), expected, RTOL[jnp.float64], f"model {k}")
+    # Every input batched (nothing shared to pack).
+    states, controls = _batch(models[0], len(models), 6, jnp.float64)
+    ours = jax.jit(jax.vmap(dynamics.floating_acceleration))(stacked, states, controls)
+    for k, m in enumerate(models):
+        pick = lambda x: x[k]  # noqa: E731
+        expected = dynamics._solve_forward_dynamics(m, jax.tree.map(pick, states), jax.tree.map(pick, controls))[0]
+        assert_close(ours[k], expected, RTOL[jnp.float64], f"all inputs batched, model {k}")
 
 
 def test_public_path_uses_kernel_and_matches(monkeypatch):
@@ -445,26 +454,41 @@ SCENARIO_RTOL = {jnp.float64: 1e-10, jnp.float32: 2e-3}
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
-@pytest.mark.parametrize("controller", ["pd", "computed_torque"])
-def test_scenario_kernel_equals_per_sample(controller, dtype, monkeypatch):
+@pytest.mark.parametrize(
+    "controller, base, seed",
+    [
+        ("pd", "floating", 23),
+        ("computed_torque", "floating", 23),
+        ("computed_torque", "floating", 5),
+        ("pd", "planar", 11),
+    ],
+)
+def test_scenario_kernel_equals_per_sample(controller, base, seed, dtype, monkeypatch):
     """A batch of ControlScenario samples (PD or computed torque with the nominal model, torque
-    saturation, bias and noise torques, base loads, on sampled plants: a branched tree with
-    prismatic joints, gravity and passive joints) runs in one kernel call and equals each
-    sample's rollout on the XLA path, states and the torques the law applied."""
+    saturation, bias and noise torques, base loads, on sampled plants: branched trees with
+    prismatic joints, gravity and passive joints; a chain-like and a bushy one (its forward
+    dynamics by the sparse factorisation), a planar base) runs in one kernel call and equals
+    each sample's rollout on the XLA path, states and the torques the law applied."""
     from sdjax.montecarlo import ControlScenario
 
-    model = random_model(23, 9, gravity=True, passive=True).astype(dtype)
+    links = 12 if seed != 23 else 9
+    model = random_model(seed, links, chain_probability=0.25 if seed == 5 else 0.7, gravity=True, passive=True)
+    model = sdjax.edit_model(model, base=base).astype(dtype)
+    sparse = len(batch_kernel._topology(model)[4]) > 0
+    assert sparse == (seed != 23)  # (both factorisations are exercised)
     plants, params = _scenario_batch(model, 6, 3, dtype)
     scenario = ControlScenario(
-        model, q_goal=jnp.zeros(9), kp=5.0, kd=3.0, dt=0.01, num_steps=SCENARIO_STEPS, controller=controller,
+        model, q_goal=jnp.zeros(links), kp=5.0, kd=3.0, dt=0.01, num_steps=SCENARIO_STEPS, controller=controller,
         torque_limit=2.0,
     )  # fmt: skip
     names = _counting_kernels(monkeypatch)
     ours = jax.jit(jax.vmap(lambda plant, sample: scenario(plant, sample)))(plants, params)
     assert names == ["rk4_rollout"], names
     expected = _per_sample_scenarios(scenario, plants, params)
-    assert float(jnp.mean(jnp.abs(expected.controls.tau) >= 2.0)) > 0.05  # (the saturation is exercised)
-    what = f"{controller} {jnp.dtype(dtype).name}"
+    # The saturation is exercised: the law's torque (before bias and noise) at the limit.
+    law = expected.controls.tau - params["tau_bias"][:, None] - params["tau_noise"]
+    assert float(jnp.mean(jnp.isclose(jnp.abs(law), 2.0, rtol=1e-4))) > 0.05
+    what = f"{controller} {base} seed {seed} {jnp.dtype(dtype).name}"
     for name in ("base_position", "base_quaternion", "base_linear_velocity", "base_angular_velocity", "q", "qd"):
         assert_close(
             getattr(ours.states, name), getattr(expected.states, name), SCENARIO_RTOL[dtype], f"{what}: {name}"
