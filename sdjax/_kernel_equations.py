@@ -808,8 +808,11 @@ def computed_torque_range(
             tau_out[b, i] = value + stiffness[bk, i] * q[bj, i] + damping[bdd, i] * qd[bd, i]
 
 
-#: Joint laws of :func:`rk4_rollout`, evaluated at the start of each step and held over it.
-LAW_NONE, LAW_PD, LAW_COMPUTED_TORQUE = 0, 1, 2
+#: Joint laws of :func:`rk4_rollout`, evaluated at the start of each step and held over it
+#: (the codes of ``sdjax.batch_kernel._LAWS``): none (open loop), PD, computed torque.
+LAW_NONE = 0
+LAW_PD = 1
+LAW_COMPUTED_TORQUE = 2
 
 
 @_jit

@@ -367,7 +367,8 @@ class _HeldLoads(NamedTuple):
     end_point_torque: Any
 
 
-#: The kernel's codes of the joint laws.
+#: The kernel's codes of the joint laws (``sdjax._kernel_equations.LAW_*``; that module is
+#: imported only when a kernel runs).
 _LAWS = {"none": 0, "pd": 1, "computed_torque": 2}
 
 

@@ -514,7 +514,8 @@ def test_scenario_kernel_shared_inputs_fallbacks_and_gradients(monkeypatch):
     names = _counting_kernels(monkeypatch)
     ours = jax.jit(jax.vmap(lambda q: scenario(model, {"q0": q})))(q0)
     assert names == ["rk4_rollout"], names
-    expected = jax.tree.map(lambda *xs: jnp.stack(xs), *[jax.jit(lambda q: scenario(model, {"q0": q}))(q) for q in q0])
+    one = jax.jit(lambda q: scenario(model, {"q0": q}))  # (one program for every sample)
+    expected = jax.tree.map(lambda *xs: jnp.stack(xs), *[one(q) for q in q0])
     assert_close(ours.states.q, expected.states.q, SCENARIO_RTOL[jnp.float64], "shared plant, batched start")
     assert_close(ours.controls.tau, expected.controls.tau, SCENARIO_RTOL[jnp.float64], "shared plant: torques")
 
@@ -526,17 +527,21 @@ def test_scenario_kernel_shared_inputs_fallbacks_and_gradients(monkeypatch):
     jax.clear_caches()
     fallback = jax.jit(jax.vmap(lambda q: planar(model, {"q0": q})))(q0)
     assert "rk4_rollout" not in names, names
+    alone = jax.jit(lambda q: planar(model, {"q0": q}))
     for k in range(q0.shape[0]):
-        alone = jax.jit(lambda q: planar(model, {"q0": q}))(q0[k])
-        assert_close(fallback.states.q[k], alone.states.q, SCENARIO_RTOL[jnp.float64], f"planar controller {k}")
+        assert_close(fallback.states.q[k], alone(q0[k]).states.q, SCENARIO_RTOL[jnp.float64], f"planar controller {k}")
+
+    # (PD: the cheapest law to differentiate; the derivative's route is the same for both laws)
+    pd = ControlScenario(model, q_goal=jnp.ones(5), kp=4.0, kd=2.0, dt=0.02, num_steps=10, controller="pd")
 
     def loss(kp, q):
-        return jnp.sum(scenario(model, {"q0": q, "kp": kp}).states.q[-1] ** 2)
+        return jnp.sum(pd(model, {"q0": q, "kp": kp}).states.q[-1] ** 2)
 
     kp = jnp.full((4, 5), 4.0)
     gradient = jax.jit(jax.vmap(jax.grad(loss)))(kp, q0)
+    per_sample = jax.jit(jax.grad(loss))
     for k in range(q0.shape[0]):
-        assert_close(gradient[k], jax.jit(jax.grad(loss))(kp[k], q0[k]), 1e-9, f"gradient {k}")  # (10 steps' round-off)
+        assert_close(gradient[k], per_sample(kp[k], q0[k]), 1e-9, f"gradient {k}")  # (10 steps' round-off)
 
 
 def test_a_diverging_sample_gives_nan_not_an_error(monkeypatch):
