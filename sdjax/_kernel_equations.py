@@ -42,10 +42,14 @@ __all__ = [
 
 # IEEE arithmetic as XLA's (error_model="numpy"): a state that blows up gives inf and NaN, as on
 # the JAX path, instead of Numba's default ZeroDivisionError, which aborted a whole batch for
-# one diverging sample.
-_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+# one diverging sample. LLVM may reassociate sums, fuse multiply-adds and divide by
+# reciprocals (round-off only; inf and NaN keep their meaning: no "nnan"/"ninf" flags), which
+# lets it vectorise the Cholesky factorisation's row products: forward dynamics of a 36-DOF
+# tree 20-25 % faster, of the 13-DOF arm 5 % (batch 1024, one thread).
+_FAST_MATH = {"reassoc", "contract", "arcp"}
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST_MATH)
 # Inlined into its callers at Numba's IR level: called as a separate function it ran 1.5x slower.
-_inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
+_inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath=_FAST_MATH)
 
 
 @_inline
@@ -324,17 +328,20 @@ def _inertia_matrix(parent, axis, mass, first, second, h):  # pragma: no cover -
 @_inline
 def _cholesky(h, free, nv, factor):  # pragma: no cover - compiled by Numba
     """Lower Cholesky factor (rows and columns below ``nv`` of ``factor``) of ``h`` restricted
-    to the coordinates ``free[:nv]``."""
+    to the coordinates ``free[:nv]``: column by column, each divided by its pivot through one
+    reciprocal (a division per entry cost a 36-DOF tree 4 % of its forward dynamics)."""
     for c in range(nv):
-        for r in range(c, nv):
+        value = h[free[c], free[c]]
+        for k in range(c):
+            value -= factor[c, k] * factor[c, k]
+        pivot = np.sqrt(value)
+        factor[c, c] = pivot
+        inverse = 1.0 / pivot
+        for r in range(c + 1, nv):
             value = h[free[r], free[c]]
             for k in range(c):
                 value -= factor[r, k] * factor[c, k]
-            if r == c:
-                value = np.sqrt(value)
-                factor[c, c] = value
-            else:
-                factor[r, c] = value / factor[c, c]
+            factor[r, c] = value * inverse
 
 
 @_inline

@@ -132,7 +132,7 @@ def _topology(model: Any) -> tuple[np.ndarray, ...]:
     reach the kernels). The kernels' sparse factorisation of ``H`` follows it; it is given only
     where it needs at most half the multiplications of the dense Cholesky factorisation (a
     branched tree), and is empty otherwise: on a chain both do the same work and the dense
-    loops ran 15 % faster (7-joint arm), on a 30-link tree 9 links deep the sparse one 1.5x."""
+    loops ran 15 % faster (7-joint arm), on a 30-link tree 9 links deep the sparse one 1.25x."""
     n = model.num_joints
     nb = model.num_base_velocities
     dof_parent = [r - 1 for r in range(nb)] + [
