@@ -817,7 +817,8 @@ def computed_torque_range(
 
 
 #: Joint laws of :func:`rk4_rollout`, evaluated at the start of each step and held over it
-#: (the codes of ``sdjax.batch_kernel._LAWS``): none (open loop), PD, computed torque.
+#: (``sdjax.batch_kernel`` names them "none", "pd", "computed_torque"): open loop, PD,
+#: computed torque.
 LAW_NONE = 0
 LAW_PD = 1
 LAW_COMPUTED_TORQUE = 2

@@ -660,9 +660,7 @@ def _batched_solve(axis_size: int, in_batched: Any, model: Model, state: State, 
     accelerator the whole batch is one vectorised program: chunks there run one after another,
     each a few dozen kernel launches (measured on an H200 with chunks: a flat 10 M evaluations/s
     from batch 1024 to 10^6 for the 7-joint arm, against 180 M/s for the inverse dynamics)."""
-    leaves, treedef = jax.tree.flatten((model, state, controls))
-    batched = jax.tree.leaves(in_batched)
-    mapped = [x for x, b in zip(leaves, batched) if b]
+    mapped, rebuild = batch_kernel.split_batched((model, state, controls), in_batched)
     if mapped and axis_size >= batch_kernel.MIN_BATCH and batch_kernel.available() and not model.has_mimic:
         acceleration, factor = batch_kernel.solve_forward_dynamics(
             axis_size, model, state, controls, in_batched, with_factor=with_factor
@@ -670,10 +668,7 @@ def _batched_solve(axis_size: int, in_batched: Any, model: Model, state: State, 
         return ((acceleration, factor), (True, True)) if with_factor else (acceleration, True)
 
     def one(batched_leaves):
-        it = iter(batched_leaves)
-        solved = _solve_forward_dynamics(
-            *jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)])
-        )
+        solved = _solve_forward_dynamics(*rebuild(batched_leaves))
         return solved if with_factor else solved[0]
 
     chunk = batch_chunk_size(model.num_velocities)

@@ -916,25 +916,15 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
 
     @batchable.def_vmap
     def _batched(axis_size: int, in_batched: Any, model: Model, state: State, dt: Array, controls: Controls):
-        leaves, treedef = jax.tree.flatten((model, state, dt, controls))
-        batched = jax.tree.leaves(in_batched)
+        mapped, rebuild = batch_kernel.split_batched((model, state, dt, controls), in_batched)
         out_batched = jax.tree.map(lambda _: True, state)
-        if (
-            any(batched)
-            and axis_size >= batch_kernel.MIN_ROLLOUT_BATCH
-            and batch_kernel.available()
-            and not model.has_mimic
-        ):
+        if mapped and axis_size >= batch_kernel.MIN_ROLLOUT_BATCH and batch_kernel.available() and not model.has_mimic:
             packed = batch_kernel.rk4_rollout(axis_size, model, state, dt, controls, in_batched)
             n = model.num_joints
             fields = jnp.split(packed, [3, 7, 10, 13, 13 + n], axis=-1)
             return jax.tree.unflatten(jax.tree.structure(state), fields), out_batched  # (State checks unbatched shapes)
 
-        def one(batched_leaves):
-            it = iter(batched_leaves)
-            return scan(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)]))
-
-        return jax.vmap(one, axis_size=axis_size)([x for x, b in zip(leaves, batched) if b]), out_batched
+        return jax.vmap(lambda m: scan(*rebuild(m)), axis_size=axis_size)(mapped), out_batched
 
     @jax.custom_jvp
     def rollout_states(model: Model, state: State, dt: Array, controls: Controls) -> State:

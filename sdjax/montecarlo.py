@@ -855,8 +855,6 @@ def _scenario_rollout(kind: str, num_steps: int) -> Callable[..., Trajectory]:
     @batchable.def_vmap
     def _batched(axis_size, in_batched, model, nominal_model, state, dt, inputs):
         args = (model, nominal_model, state, dt, inputs)
-        leaves, treedef = jax.tree.flatten(args)
-        batched = jax.tree.leaves(in_batched)
         if (
             axis_size >= batch_kernel.MIN_ROLLOUT_BATCH
             and batch_kernel.available()
@@ -865,11 +863,8 @@ def _scenario_rollout(kind: str, num_steps: int) -> Callable[..., Trajectory]:
             trajectory = _kernel_rollout(axis_size, kind, num_steps, args, in_batched)
             return trajectory, jax.tree.map(lambda _: True, trajectory)
 
-        def one(batched_leaves):
-            it = iter(batched_leaves)
-            return simulate(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)]))
-
-        trajectory = jax.vmap(one, axis_size=axis_size)([x for x, b in zip(leaves, batched) if b])
+        mapped, rebuild = batch_kernel.split_batched(args, in_batched)
+        trajectory = jax.vmap(lambda m: simulate(*rebuild(m)), axis_size=axis_size)(mapped)
         return trajectory, jax.tree.map(lambda _: True, trajectory)
 
     @jax.custom_jvp
