@@ -40,6 +40,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
 from jax.custom_batching import custom_vmap
+from jax.custom_derivatives import SymbolicZero
 
 from sdjax import batch_kernel
 from sdjax.kinematics import (
@@ -309,7 +310,7 @@ def _newton_euler_inverse(
 
 def _checked_motion(what, model, state, base_acceleration, qdd, end_point_force, end_point_torque):
     """Checked inputs of inverse dynamics and joint loads, and the motion they describe:
-    ``(kinematic pass, body spatial accelerations, external_wrench)``."""
+    ``(kinematic pass, body spatial accelerations, external wrenches)``."""
     inputs = _checked_motion_inputs(what, model, state, base_acceleration, qdd, end_point_force, end_point_torque)
     return _motion_and_loads(model, state, *inputs)
 
@@ -661,9 +662,12 @@ def _map_in_chunks(one: Any, mapped: list[Any], axis_size: int, chunk: int) -> A
 
 def _chunked_under_vmap(fun: Any, chunk_size: Any) -> Any:
     """``fun`` (array outputs), evaluated in chunks of ``chunk_size(*args)`` samples under
-    ``vmap`` (:func:`_map_in_chunks`, through a ``custom_vmap`` rule). The rule only ever sees
-    primal values: derivatives of every order are those of ``fun`` itself (its JVP, which
-    every transformation, reverse mode included, handles)."""
+    ``vmap`` (:func:`_map_in_chunks`, through a ``custom_vmap`` rule). Only evaluation is
+    chunked: under any derivative the whole batch is one vectorised program, and derivatives
+    of every order are those of ``fun`` itself (its JVP, which every transformation, reverse
+    mode included, handles), taken along the arguments that carry a tangent only (JAX's
+    symbolic zeros: a derivative with respect to one argument costs what it cost without the
+    wrapper)."""
 
     @custom_vmap
     def batchable(*args: Any) -> Any:
@@ -679,27 +683,43 @@ def _chunked_under_vmap(fun: Any, chunk_size: Any) -> Any:
     def chunked(*args: Any) -> Any:
         return batchable(*args)
 
-    chunked.defjvp(lambda primals, tangents: jax.jvp(fun, primals, tangents))
+    def jvp(primals: Any, tangents: Any) -> Any:
+        leaves, treedef = jax.tree.flatten(primals)
+        tangent_leaves = jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
+        live = [not isinstance(t, SymbolicZero) for t in tangent_leaves]
+
+        def of_live(*values: Any) -> Any:
+            it = iter(values)
+            return fun(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, live)]))
+
+        return jax.jvp(
+            of_live,
+            [x for x, b in zip(leaves, live) if b],
+            [t for t, b in zip(tangent_leaves, live) if b],
+        )
+
+    chunked.defjvp(jvp, symbolic_zeros=True)
     return chunked
 
 
-#: Working-set budget of one chunk of a batched inverse dynamics, in units of ``n + 1`` bodies
-#: per sample (its frames, twists, accelerations and wrenches grow as the number of bodies):
-#: ``2^13`` gives 1024 samples for the 7-joint arm, 256 for a 30-link tree (measured at batch
-#: 8192, float64, 2-core AMD EPYC: 1.8x and 3.3x the unchunked program, within 0.86x and 0.98x of
-#: batch 1024 per sample). The inertia matrix alone is not chunked: chunks of 128 to 2048 samples
-#: timed the same as the whole batch within this machine's noise.
+#: Working-set budget of one chunk of a batched inverse dynamics, in units of bodies
+#: (``n + 1``) per sample (its frames, twists, accelerations and wrenches grow as the number of
+#: bodies): ``2^13`` gives 1024 samples for the 7-joint arm, 256 for a 30-link tree (measured at
+#: batch 8192, float64, 2-core AMD EPYC: 1.8x and 3.3x the unchunked program, within 0.86x and
+#: 0.98x of batch 1024 per sample). :func:`inertia_matrix` under ``vmap`` is not chunked: chunks
+#: of 128 to 2048 samples timed the same as the whole batch within this machine's noise.
 INVERSE_DYNAMICS_CHUNK_BUDGET = 1 << 13
 
 
 def _power_of_two_chunk(budget: int, per_sample: int) -> int:
+    """The largest power of two at most ``budget / per_sample``, and at least 32."""
     size = max(budget // per_sample, 32)
     return 1 << (size.bit_length() - 1)
 
 
 _inverse_dynamics = _chunked_under_vmap(
     _newton_euler_inverse,
-    lambda model, *_: _power_of_two_chunk(INVERSE_DYNAMICS_CHUNK_BUDGET, model.num_joints + 1),
+    lambda model, *_: _power_of_two_chunk(INVERSE_DYNAMICS_CHUNK_BUDGET, model.num_bodies),
 )
 
 

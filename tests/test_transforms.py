@@ -251,16 +251,19 @@ def test_chunked_batches_equal_per_sample(monkeypatch, dtype, rtol):
 @pytest.mark.parametrize("dtype, rtol", [(jnp.float64, 1e-12), (jnp.float32, 1e-4)])
 def test_chunked_inverse_dynamics_equals_per_sample(monkeypatch, dtype, rtol):
     """Under vmap, inverse dynamics runs in chunks (lax.map) when the batch exceeds a chunk:
-    values and first derivatives (reverse mode per sample and through the whole batch, forward
-    mode through the whole batch) must equal the per-sample path, at the chunk boundaries and in
-    the remainder, with a shared model and with a batch of models (link masses), on a tree with
-    branches, prismatic joints, springs and end-point loads. Tolerances (relative to the largest
-    entry): round-off of a 14-link Newton-Euler pass and its derivative evaluated in another
-    order, measured at most 5.7e-14 in float64 and 3.1e-5 in float32 (the gradient with
-    respect to the model's parameters, ~250 epsilon), with 17x and 3x headroom."""
+    its values must equal the per-sample path at the chunk boundaries and in the remainder,
+    with a shared model and with a batch of models (link masses), on a tree with branches,
+    prismatic joints, springs and end-point loads. Derivatives are not chunked (the wrapper's
+    JVP rule differentiates the plain pass along the arguments that carry a tangent): reverse
+    mode per sample and through the whole batch and forward mode through it must equal the
+    per-sample derivatives. Tolerances (relative to the largest entry): round-off of a
+    14-link Newton-Euler pass and its derivative evaluated in another order, measured at most
+    5.7e-14 in float64 and 3.1e-5 in float32 (the gradient with respect to the model's
+    parameters, ~250 epsilon), with 17x and 3x headroom."""
     from sdjax import dynamics
 
     monkeypatch.setattr(dynamics, "INVERSE_DYNAMICS_CHUNK_BUDGET", 32 * 15)  # 32 samples of 15 bodies
+    jax.clear_caches()  # (the chunk is chosen when a batch is traced: no trace made before the patch)
     model = random_model(7, 14, gravity=True, passive=True).astype(dtype)
     batch = 75  # two chunks of 32 and a remainder of 11
     rng = np.random.default_rng(7)
@@ -281,6 +284,8 @@ def test_chunked_inverse_dynamics_equals_per_sample(monkeypatch, dtype, rtol):
     weights = jnp.asarray(rng.normal(size=6 + model.num_joints), dtype)  # a linear loss: its gradient is J^T w
     loss = lambda m, s, a, qdd, f: jnp.sum(weights * inverse(m, s, a, qdd, f))
     batched = (states, base_acc, qdd, forces)
+    # The chunked path is taken: the batch of 75 runs as a loop over chunks (a scan).
+    assert "scan[" in str(jax.make_jaxpr(jax.vmap(inverse, in_axes=(None, 0, 0, 0, 0)))(model, *batched))
     values = jax.jit(jax.vmap(inverse, in_axes=(None, 0, 0, 0, 0)))(model, *batched)
     values_of_masses = jax.jit(jax.vmap(with_mass))(masses, *batched)
     grads = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2, 3, 4)), in_axes=(None, 0, 0, 0, 0)))(model, *batched)
