@@ -40,9 +40,9 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
 from jax.custom_batching import custom_vmap
-from jax.custom_derivatives import SymbolicZero
 
 from sdjax import batch_kernel
+from sdjax._derivatives import jvp_along_nonzero
 from sdjax.kinematics import (
     Frames,
     KinematicPass,
@@ -683,22 +683,7 @@ def _chunked_under_vmap(fun: Any, chunk_size: Any) -> Any:
     def chunked(*args: Any) -> Any:
         return batchable(*args)
 
-    def jvp(primals: Any, tangents: Any) -> Any:
-        leaves, treedef = jax.tree.flatten(primals)
-        tangent_leaves = jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
-        live = [not isinstance(t, SymbolicZero) for t in tangent_leaves]
-
-        def of_live(*values: Any) -> Any:
-            it = iter(values)
-            return fun(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, live)]))
-
-        return jax.jvp(
-            of_live,
-            [x for x, b in zip(leaves, live) if b],
-            [t for t, b in zip(tangent_leaves, live) if b],
-        )
-
-    chunked.defjvp(jvp, symbolic_zeros=True)
+    chunked.defjvp(lambda primals, tangents: jvp_along_nonzero(fun, primals, tangents), symbolic_zeros=True)
     return chunked
 
 
@@ -733,9 +718,9 @@ def _batchable_solve(model: Model, state: State, controls: Controls) -> tuple[Ar
     return _chunked_solve(model, state, controls)
 
 
-@_batchable_solve.defjvp
-def _batchable_solve_jvp(primals, tangents):
-    return jax.jvp(_solve_forward_dynamics, primals, tangents)
+_batchable_solve.defjvp(
+    lambda primals, tangents: jvp_along_nonzero(_solve_forward_dynamics, primals, tangents), symbolic_zeros=True
+)
 
 
 @custom_vmap
@@ -794,21 +779,27 @@ def _forward_dynamics(model: Model, state: State, controls: Controls) -> Array:
     return _chunked_acceleration(model, state, controls)
 
 
-@_forward_dynamics.defjvp
 def _forward_dynamics_jvp(primals, tangents):
+    # (Tangents are JAX's symbolic zeros where an argument is not differentiated: the residual's
+    # JVP then follows the others only, e.g. not the model's masses when only torques vary.)
     model, state, controls = primals
     acceleration, factor = _batchable_solve(model, state, controls)
     if not model.has_mimic:
-        _, residual_tangent = jax.jvp(lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals, tangents)
+        _, residual_tangent = jvp_along_nonzero(
+            lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals, tangents
+        )
         return acceleration, floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent))
     # Mimic joints: the residual vanishes at fixed *coordinate* accelerations ``a_c``; the joint
     # accelerations ``G a_c`` move with the mimic multipliers too (d(G a_c) = G da_c + dG a_c).
     coordinates = free_motion(model, acceleration)
-    _, residual_tangent = jax.jvp(
+    _, residual_tangent = jvp_along_nonzero(
         lambda m, s, c: _dynamics_residual(m, s, c, floating_coordinates(m, coordinates)), primals, tangents
     )
-    _, map_tangent = jax.jvp(lambda m: floating_coordinates(m, coordinates), (model,), (tangents[0],))
+    _, map_tangent = jvp_along_nonzero(lambda m: floating_coordinates(m, coordinates), (model,), (tangents[0],))
     return acceleration, floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent)) + map_tangent
+
+
+_forward_dynamics.defjvp(_forward_dynamics_jvp, symbolic_zeros=True)
 
 
 __all__ = [

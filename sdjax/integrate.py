@@ -41,6 +41,7 @@ from sdjax.dynamics import (
 from sdjax.model import Model, floating_coordinates, free_coordinates, free_motion, joint_coordinate_map
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
 from sdjax._checks import check_choice, is_traced
+from sdjax._derivatives import jvp_along_nonzero
 from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
 __all__ = [
@@ -930,9 +931,7 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
     def rollout_states(model: Model, state: State, dt: Array, controls: Controls) -> State:
         return batchable(model, state, dt, controls)
 
-    @rollout_states.defjvp
-    def _jvp(primals, tangents):
-        return jax.jvp(scan, primals, tangents)
+    rollout_states.defjvp(lambda primals, tangents: jvp_along_nonzero(scan, primals, tangents), symbolic_zeros=True)
 
     return rollout_states
 

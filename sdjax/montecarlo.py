@@ -69,6 +69,7 @@ from jax.sharding import PartitionSpec as P
 
 from sdjax import batch_kernel
 from sdjax._checks import float_array
+from sdjax._derivatives import jvp_along_nonzero
 from sdjax.constraints import ConstrainedTrajectory, constrained_rollout
 from sdjax.control import ComputedTorque, JointPD
 from sdjax.dynamics import Controls
@@ -871,9 +872,9 @@ def _scenario_rollout(kind: str, num_steps: int) -> Callable[..., Trajectory]:
     def scenario_rollout(model, nominal_model, state, dt, inputs):
         return batchable(model, nominal_model, state, dt, inputs)
 
-    @scenario_rollout.defjvp
-    def _jvp(primals, tangents):
-        return jax.jvp(simulate, primals, tangents)
+    scenario_rollout.defjvp(
+        lambda primals, tangents: jvp_along_nonzero(simulate, primals, tangents), symbolic_zeros=True
+    )
 
     return scenario_rollout
 

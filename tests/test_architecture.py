@@ -19,7 +19,18 @@ PACKAGE = ROOT / "sdjax"
 #: Layer of every top-level module or subpackage, bottom (0) to top; a subpackage's modules
 #: share its layer. Kept in step with the picture in ARCHITECTURE.md (checked below).
 LAYERS: dict[str, tuple[str, ...]] = {
-    "data": ("_checks", "_compile", "algebra", "tree", "rotation", "model", "state", "editing", "solvers"),
+    "data": (
+        "_checks",
+        "_compile",
+        "_derivatives",
+        "algebra",
+        "tree",
+        "rotation",
+        "model",
+        "state",
+        "editing",
+        "solvers",
+    ),
     "core": ("kinematics", "jacobians", "dynamics", "momentum", "batch_kernel", "_kernel_equations"),
     "time": ("integrate",),
     "features": (
