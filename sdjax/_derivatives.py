@@ -1,9 +1,10 @@
-"""The JVP of a plain function inside a ``jax.custom_jvp`` rule, along the arguments that carry
-a tangent only.
+"""Computations whose batched evaluation takes another route while their derivatives stay those
+of the plain JAX code, and the JVP of a plain function along the arguments that carry a tangent.
 
-sdjax wraps several computations in ``jax.custom_jvp`` so that their batching or their primal
-evaluation can take another route (chunks under ``vmap``, the compiled batch kernel) while
-their derivatives stay those of the plain JAX code. By default JAX hands such a rule a zero
+sdjax evaluates several computations another way under ``vmap`` (chunks of the batch, the
+compiled batch kernel): :func:`batched_route` builds them, one ``custom_vmap`` rule for the
+evaluation under a ``custom_jvp`` whose derivatives are the plain function's. By default JAX hands
+such a derivative rule a zero
 array for every argument that is not being differentiated (a model's masses when only the
 joint torques are), and the rule's ``jax.jvp`` then computes that zero tangent's whole
 propagation. A rule defined with ``symbolic_zeros=True`` sees those tangents as
@@ -17,9 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero
 
-__all__ = ["jvp_along_nonzero"]
+__all__ = ["batched_route", "jvp_along_nonzero", "split_batched"]
 
 
 def jvp_along_nonzero(fun: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
@@ -44,3 +46,62 @@ def jvp_along_nonzero(fun: Callable[..., Any], primals: Any, tangents: Any) -> t
         return fun(*jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, live)]))
 
     return jax.jvp(of_live, [x for x, b in zip(leaves, live) if b], [t for t, b in zip(tangent_leaves, live) if b])
+
+
+def split_batched(args: Any, in_batched: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """The batched leaves of ``args`` (a pytree; ``in_batched``: its ``custom_vmap`` batch
+    flags) and ``rebuild(leaves) -> args``, which puts such leaves (or one sample of them)
+    back beside the shared ones: a batching rule's fallback is
+    ``jax.vmap(lambda m: f(*rebuild(m)), axis_size=B)(mapped)`` (or ``lax.map`` over it)."""
+    leaves, treedef = jax.tree.flatten(args)
+    batched = jax.tree.leaves(in_batched)
+    mapped = [x for x, b in zip(leaves, batched) if b]
+
+    def rebuild(batched_leaves: list[Any]) -> Any:
+        it = iter(batched_leaves)
+        return jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)])
+
+    return mapped, rebuild
+
+
+#: ``batched(axis_size, args, in_batched, mapped, rebuild) -> outputs``: the rule of
+#: :func:`batched_route` (``args`` the arguments as ``custom_vmap`` hands them, batch on axis 0
+#: where ``in_batched`` says; ``mapped, rebuild`` from :func:`split_batched`). Every output is
+#: batched.
+BatchedEvaluation = Callable[[int, tuple[Any, ...], Any, list[Any], Callable[[list[Any]], Any]], Any]
+
+
+def batched_route(fun: Callable[..., Any], batched: BatchedEvaluation) -> Callable[..., Any]:
+    """``fun`` (array outputs), evaluated by ``batched`` under ``vmap``.
+
+    A ``custom_vmap`` rule routes the batched evaluation (chunks of the batch, the compiled
+    kernel, or any other program computing the same values); the rule only ever sees primal
+    values. A ``custom_jvp`` above it makes every derivative that of ``fun`` itself (its JVP,
+    which every transformation, reverse mode included, handles; under a derivative the whole
+    batch is then ``fun``'s vectorised program), taken along the arguments that carry a tangent
+    only (:func:`jvp_along_nonzero`).
+
+    Arguments:
+        fun: ``fun(*args)``, the per-sample computation (pytrees in and out).
+        batched: :data:`BatchedEvaluation`.
+
+    Returns:
+        ``routed(*args)``, equal to ``fun(*args)`` (positional arguments only).
+    """
+
+    @custom_vmap
+    def batchable(*args: Any) -> Any:
+        return fun(*args)
+
+    @batchable.def_vmap
+    def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
+        mapped, rebuild = split_batched(args, in_batched)
+        out = batched(axis_size, args, in_batched, mapped, rebuild)
+        return out, jax.tree.map(lambda _: True, out)
+
+    @jax.custom_jvp
+    def routed(*args: Any) -> Any:
+        return batchable(*args)
+
+    routed.defjvp(lambda primals, tangents: jvp_along_nonzero(fun, primals, tangents), symbolic_zeros=True)
+    return routed

@@ -218,22 +218,6 @@ def _flags(tree: Any, batched: Any) -> dict[int, bool]:
     return dict(zip(map(id, jax.tree.leaves(tree)), jax.tree.leaves(batched)))
 
 
-def split_batched(args: Any, in_batched: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
-    """The batched leaves of ``args`` (a pytree; ``in_batched``: its ``custom_vmap`` batch
-    flags) and ``rebuild(leaves) -> args``, which puts such leaves (or one sample of them)
-    back beside the shared ones: the fallback of every batching rule here is
-    ``jax.vmap(lambda m: f(*rebuild(m)), axis_size=B)(mapped)`` (or ``lax.map`` over it)."""
-    leaves, treedef = jax.tree.flatten(args)
-    batched = jax.tree.leaves(in_batched)
-    mapped = [x for x, b in zip(leaves, batched) if b]
-
-    def rebuild(batched_leaves: list[Any]) -> Any:
-        it = iter(batched_leaves)
-        return jax.tree.unflatten(treedef, [next(it) if b else x for x, b in zip(leaves, batched)])
-
-    return mapped, rebuild
-
-
 def solve_forward_dynamics(
     axis_size: int, model: Any, state: Any, controls: Any, batched: Any, *, with_factor: bool
 ) -> tuple[Array, Array | None]:

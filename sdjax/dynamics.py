@@ -39,10 +39,9 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
-from jax.custom_batching import custom_vmap
 
 from sdjax import batch_kernel
-from sdjax._derivatives import jvp_along_nonzero
+from sdjax._derivatives import batched_route, jvp_along_nonzero
 from sdjax.kinematics import (
     Frames,
     KinematicPass,
@@ -662,29 +661,13 @@ def _map_in_chunks(one: Any, mapped: list[Any], axis_size: int, chunk: int) -> A
 
 def _chunked_under_vmap(fun: Any, chunk_size: Any) -> Any:
     """``fun`` (array outputs), evaluated in chunks of ``chunk_size(*args)`` samples under
-    ``vmap`` (:func:`_map_in_chunks`, through a ``custom_vmap`` rule). Only evaluation is
-    chunked: under any derivative the whole batch is one vectorised program, and derivatives
-    of every order are those of ``fun`` itself (its JVP, which every transformation, reverse
-    mode included, handles), taken along the arguments that carry a tangent only (JAX's
-    symbolic zeros: a derivative with respect to one argument costs what it cost without the
-    wrapper)."""
+    ``vmap`` (:func:`_map_in_chunks`). Only evaluation is chunked: derivatives of every order
+    are those of ``fun`` itself (:func:`sdjax._derivatives.batched_route`)."""
 
-    @custom_vmap
-    def batchable(*args: Any) -> Any:
-        return fun(*args)
+    def in_chunks(axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Any) -> Any:
+        return _map_in_chunks(lambda leaves: fun(*rebuild(leaves)), mapped, axis_size, chunk_size(*args))
 
-    @batchable.def_vmap
-    def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
-        mapped, rebuild = batch_kernel.split_batched(args, in_batched)
-        out = _map_in_chunks(lambda leaves: fun(*rebuild(leaves)), mapped, axis_size, chunk_size(*args))
-        return out, jax.tree.map(lambda _: True, out)
-
-    @jax.custom_jvp
-    def chunked(*args: Any) -> Any:
-        return batchable(*args)
-
-    chunked.defjvp(lambda primals, tangents: jvp_along_nonzero(fun, primals, tangents), symbolic_zeros=True)
-    return chunked
+    return batched_route(fun, in_chunks)
 
 
 #: Working-set budget of one chunk of a batched inverse dynamics, in units of bodies
@@ -708,34 +691,16 @@ _inverse_dynamics = _chunked_under_vmap(
 )
 
 
-@jax.custom_jvp
-def _batchable_solve(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
-    """:func:`_solve_forward_dynamics`, evaluated in chunks under ``vmap``.
-
-    The chunking rule (``custom_vmap``) only ever sees primal values: should the solve itself
-    be differentiated (derivatives of order two and up), its JVP is that of the plain solve,
-    which every transformation, reverse mode included, handles."""
-    return _chunked_solve(model, state, controls)
-
-
-_batchable_solve.defjvp(
-    lambda primals, tangents: jvp_along_nonzero(_solve_forward_dynamics, primals, tangents), symbolic_zeros=True
-)
-
-
-@custom_vmap
-def _chunked_solve(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
-    return _solve_forward_dynamics(model, state, controls)
-
-
-@custom_vmap
-def _chunked_acceleration(model: Model, state: State, controls: Controls) -> Array:
-    return _solve_forward_dynamics(model, state, controls)[0]
-
-
-def _batched_solve(axis_size: int, in_batched: Any, model: Model, state: State, controls: Controls, with_factor: bool):
-    """Batching rule of the forward-dynamics solve (only primal values pass through here:
-    derivatives come from :func:`_forward_dynamics`'s own rule).
+def _batched_solve(
+    axis_size: int,
+    args: tuple[Model, State, Controls],
+    in_batched: Any,
+    mapped: list[Any],
+    rebuild: Any,
+    with_factor: bool,
+) -> Any:
+    """Batched evaluation of the forward-dynamics solve (only primal values pass through here:
+    derivatives come from :func:`_forward_dynamics`'s own rule, or the plain solve's).
 
     On the CPU with Numba installed, the compiled kernel of :mod:`sdjax.batch_kernel` solves
     batches of :data:`sdjax.batch_kernel.MIN_BATCH` samples and more (measured 2.6x faster than
@@ -746,23 +711,30 @@ def _batched_solve(axis_size: int, in_batched: Any, model: Model, state: State, 
     accelerator the whole batch is one vectorised program: chunks there run one after another,
     each a few dozen kernel launches (measured on an H200 with chunks: a flat 10 M evaluations/s
     from batch 1024 to 10^6 for the 7-joint arm, against 180 M/s for the inverse dynamics)."""
-    mapped, rebuild = batch_kernel.split_batched((model, state, controls), in_batched)
+    model, state, controls = args
     if mapped and axis_size >= batch_kernel.MIN_BATCH and batch_kernel.available() and not model.has_mimic:
         acceleration, factor = batch_kernel.solve_forward_dynamics(
             axis_size, model, state, controls, in_batched, with_factor=with_factor
         )
-        return ((acceleration, factor), (True, True)) if with_factor else (acceleration, True)
+        return (acceleration, factor) if with_factor else acceleration
 
     def one(batched_leaves):
         solved = _solve_forward_dynamics(*rebuild(batched_leaves))
         return solved if with_factor else solved[0]
 
-    out = _map_in_chunks(one, mapped, axis_size, batch_chunk_size(model.num_velocities))
-    return out, ((True, True) if with_factor else True)
+    return _map_in_chunks(one, mapped, axis_size, batch_chunk_size(model.num_velocities))
 
 
-_chunked_solve.def_vmap(functools.partial(_batched_solve, with_factor=True))
-_chunked_acceleration.def_vmap(functools.partial(_batched_solve, with_factor=False))
+#: :func:`_solve_forward_dynamics` (acceleration and factor), evaluated by :func:`_batched_solve`
+#: under ``vmap``; its derivatives (order two and up, where the solve itself is differentiated)
+#: are those of the plain solve.
+_batchable_solve = batched_route(_solve_forward_dynamics, functools.partial(_batched_solve, with_factor=True))
+#: The acceleration alone (the batched solve then returns no factor): the primal of
+#: :func:`_forward_dynamics`, whose own rule gives its derivatives.
+_batchable_acceleration = batched_route(
+    lambda model, state, controls: _solve_forward_dynamics(model, state, controls)[0],
+    functools.partial(_batched_solve, with_factor=False),
+)
 
 
 def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
@@ -776,7 +748,7 @@ def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) 
 def _forward_dynamics(model: Model, state: State, controls: Controls) -> Array:
     # Never differentiated itself (the rule below replaces it), so the batched solve may run
     # without its factor.
-    return _chunked_acceleration(model, state, controls)
+    return _batchable_acceleration(model, state, controls)
 
 
 def _forward_dynamics_jvp(primals, tangents):

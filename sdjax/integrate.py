@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
-from jax.custom_batching import custom_vmap
 
 from sdjax import batch_kernel
 from sdjax.dynamics import (
@@ -41,7 +40,7 @@ from sdjax.dynamics import (
 from sdjax.model import Model, floating_coordinates, free_coordinates, free_motion, joint_coordinate_map
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
 from sdjax._checks import check_choice, is_traced
-from sdjax._derivatives import jvp_along_nonzero
+from sdjax._derivatives import batched_route
 from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
 __all__ = [
@@ -893,7 +892,7 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
     installed, where batches of :data:`sdjax.batch_kernel.MIN_ROLLOUT_BATCH` samples and more
     run every step in the compiled kernel (:func:`sdjax.batch_kernel.rk4_rollout`: one crossing
     from XLA per rollout instead of four per step). The kernel sees primal values only:
-    derivatives are those of the scan (the JVP rule below), so gradients, ``checkpoint`` and
+    derivatives are those of the scan (:func:`sdjax._derivatives.batched_route`), so gradients, ``checkpoint`` and
     higher derivatives are unchanged."""
 
     def scan(model: Model, state: State, dt: Array, controls: Controls) -> State:
@@ -911,29 +910,16 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
             False,
         )[0]
 
-    @custom_vmap
-    def batchable(model: Model, state: State, dt: Array, controls: Controls) -> State:
-        return scan(model, state, dt, controls)
-
-    @batchable.def_vmap
-    def _batched(axis_size: int, in_batched: Any, model: Model, state: State, dt: Array, controls: Controls):
-        mapped, rebuild = batch_kernel.split_batched((model, state, dt, controls), in_batched)
-        out_batched = jax.tree.map(lambda _: True, state)
+    def batched(axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Any) -> State:
+        model, state, dt, controls = args
         if mapped and axis_size >= batch_kernel.MIN_ROLLOUT_BATCH and batch_kernel.available() and not model.has_mimic:
             packed = batch_kernel.rk4_rollout(axis_size, model, state, dt, controls, in_batched)
             n = model.num_joints
             fields = jnp.split(packed, [3, 7, 10, 13, 13 + n], axis=-1)
-            return jax.tree.unflatten(jax.tree.structure(state), fields), out_batched  # (State checks unbatched shapes)
+            return jax.tree.unflatten(jax.tree.structure(state), fields)  # (State checks unbatched shapes)
+        return jax.vmap(lambda m: scan(*rebuild(m)), axis_size=axis_size)(mapped)
 
-        return jax.vmap(lambda m: scan(*rebuild(m)), axis_size=axis_size)(mapped), out_batched
-
-    @jax.custom_jvp
-    def rollout_states(model: Model, state: State, dt: Array, controls: Controls) -> State:
-        return batchable(model, state, dt, controls)
-
-    rollout_states.defjvp(lambda primals, tangents: jvp_along_nonzero(scan, primals, tangents), symbolic_zeros=True)
-
-    return rollout_states
+    return batched_route(scan, batched)
 
 
 @eqx.filter_jit

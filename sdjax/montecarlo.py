@@ -63,13 +63,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
-from jax.custom_batching import custom_vmap
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sdjax import batch_kernel
 from sdjax._checks import float_array
-from sdjax._derivatives import jvp_along_nonzero
+from sdjax._derivatives import batched_route
 from sdjax.constraints import ConstrainedTrajectory, constrained_rollout
 from sdjax.control import ComputedTorque, JointPD
 from sdjax.dynamics import Controls
@@ -844,39 +843,22 @@ def _scenario_rollout(kind: str, num_steps: int) -> Callable[..., Trajectory]:
     Under ``vmap`` on the CPU with Numba installed the batch runs in the compiled kernel
     (:func:`sdjax.batch_kernel.controlled_rk4_rollout`: the law and every RK4 step in one call,
     instead of an XLA law and a kernel crossing per RK4 stage). The kernel sees primal values
-    only: derivatives are those of the rollout (the JVP rule below)."""
+    only: derivatives are those of the rollout (:func:`sdjax._derivatives.batched_route`)."""
 
     def simulate(model: Model, nominal_model: Model, state: State, dt: Array, inputs: _LawInputs) -> Trajectory:
         return rollout(model, state, dt, num_steps, _scenario_law(kind, model, nominal_model, dt, inputs))
 
-    @custom_vmap
-    def batchable(model, nominal_model, state, dt, inputs):
-        return simulate(model, nominal_model, state, dt, inputs)
-
-    @batchable.def_vmap
-    def _batched(axis_size, in_batched, model, nominal_model, state, dt, inputs):
-        args = (model, nominal_model, state, dt, inputs)
+    def batched(axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Any) -> Trajectory:
+        model, nominal_model = args[:2]
         if (
             axis_size >= batch_kernel.MIN_ROLLOUT_BATCH
             and batch_kernel.available()
             and _kernel_takes(kind, model, nominal_model)
         ):
-            trajectory = _kernel_rollout(axis_size, kind, num_steps, args, in_batched)
-            return trajectory, jax.tree.map(lambda _: True, trajectory)
+            return _kernel_rollout(axis_size, kind, num_steps, args, in_batched)
+        return jax.vmap(lambda m: simulate(*rebuild(m)), axis_size=axis_size)(mapped)
 
-        mapped, rebuild = batch_kernel.split_batched(args, in_batched)
-        trajectory = jax.vmap(lambda m: simulate(*rebuild(m)), axis_size=axis_size)(mapped)
-        return trajectory, jax.tree.map(lambda _: True, trajectory)
-
-    @jax.custom_jvp
-    def scenario_rollout(model, nominal_model, state, dt, inputs):
-        return batchable(model, nominal_model, state, dt, inputs)
-
-    scenario_rollout.defjvp(
-        lambda primals, tangents: jvp_along_nonzero(simulate, primals, tangents), symbolic_zeros=True
-    )
-
-    return scenario_rollout
+    return batched_route(simulate, batched)
 
 
 def _kernel_rollout(axis_size: int, kind: str, num_steps: int, args: tuple, in_batched: tuple) -> Trajectory:
