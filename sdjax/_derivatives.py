@@ -3,25 +3,25 @@ of the plain JAX code, and the JVP of a plain function along the arguments that 
 
 sdjax evaluates several computations another way under ``vmap`` (chunks of the batch, the
 compiled batch kernel): :func:`batched_route` builds them, one ``custom_vmap`` rule for the
-evaluation under a ``custom_jvp`` whose derivatives are the plain function's. By default JAX hands
-such a derivative rule a zero
-array for every argument that is not being differentiated (a model's masses when only the
-joint torques are), and the rule's ``jax.jvp`` then computes that zero tangent's whole
-propagation. A rule defined with ``symbolic_zeros=True`` sees those tangents as
+evaluation under a ``custom_jvp`` whose derivatives are the plain function's. By default JAX
+hands such a derivative rule a zero array for every argument that is not being differentiated
+(a model's masses when only the joint torques are), and the rule's ``jax.jvp`` then computes
+that zero tangent's whole propagation. A rule defined with ``symbolic_zeros=True`` sees those tangents as
 ``SymbolicZero`` instead, and :func:`jvp_along_nonzero` differentiates along the others only:
 the program is then the one JAX builds for the plain function.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero
 
-__all__ = ["batched_route", "jvp_along_nonzero", "split_batched"]
+__all__ = ["BatchEvaluator", "batched_route", "jvp_along_nonzero", "split_batched"]
 
 
 def jvp_along_nonzero(fun: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
@@ -64,15 +64,32 @@ def split_batched(args: Any, in_batched: Any) -> tuple[list[Any], Callable[[list
     return mapped, rebuild
 
 
-#: ``batched(axis_size, args, in_batched, mapped, rebuild) -> outputs``: the rule of
-#: :func:`batched_route` (``args`` the arguments as ``custom_vmap`` hands them, batch on axis 0
-#: where ``in_batched`` says; ``mapped, rebuild`` from :func:`split_batched`). Every output is
-#: batched.
-BatchedEvaluation = Callable[[int, tuple[Any, ...], Any, list[Any], Callable[[list[Any]], Any]], Any]
+class BatchEvaluator(Protocol):
+    """The batched evaluation of a :func:`batched_route` computation (primal values only)."""
+
+    def __call__(
+        self,
+        axis_size: int,
+        args: tuple[Any, ...],
+        in_batched: Any,
+        mapped: list[Any],
+        rebuild: Callable[[list[Any]], Any],
+    ) -> Any:
+        """The outputs of ``fun`` for ``axis_size`` samples, every output leaf batched on axis 0.
+
+        Arguments:
+            axis_size: the batch size ``B``.
+            args: ``fun``'s arguments as ``custom_vmap`` hands them: a leaf is batched (batch on
+                axis 0) or shared by the batch, as ``in_batched`` says.
+            in_batched: the batch flags of ``args`` (the same structure, booleans).
+            mapped, rebuild: the batched leaves and the function that puts them (or one sample
+                of them) back beside the shared ones (:func:`split_batched`).
+        """
+        ...
 
 
-def batched_route(fun: Callable[..., Any], batched: BatchedEvaluation) -> Callable[..., Any]:
-    """``fun`` (array outputs), evaluated by ``batched`` under ``vmap``.
+def batched_route(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Callable[..., Any]:
+    """``fun`` (pytrees of arrays in and out), evaluated by ``evaluate_batch`` under ``vmap``.
 
     A ``custom_vmap`` rule routes the batched evaluation (chunks of the batch, the compiled
     kernel, or any other program computing the same values); the rule only ever sees primal
@@ -82,24 +99,26 @@ def batched_route(fun: Callable[..., Any], batched: BatchedEvaluation) -> Callab
     only (:func:`jvp_along_nonzero`).
 
     Arguments:
-        fun: ``fun(*args)``, the per-sample computation (pytrees in and out).
-        batched: :data:`BatchedEvaluation`.
+        fun: ``fun(*args)``, the per-sample computation.
+        evaluate_batch: :class:`BatchEvaluator`.
 
     Returns:
-        ``routed(*args)``, equal to ``fun(*args)`` (positional arguments only).
+        ``routed(*args)``, equal to ``fun(*args)``, with ``fun``'s name and signature.
     """
 
     @custom_vmap
+    @functools.wraps(fun)
     def batchable(*args: Any) -> Any:
         return fun(*args)
 
     @batchable.def_vmap
     def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
         mapped, rebuild = split_batched(args, in_batched)
-        out = batched(axis_size, args, in_batched, mapped, rebuild)
+        out = evaluate_batch(axis_size, args, in_batched, mapped, rebuild)
         return out, jax.tree.map(lambda _: True, out)
 
     @jax.custom_jvp
+    @functools.wraps(fun)
     def routed(*args: Any) -> Any:
         return batchable(*args)
 

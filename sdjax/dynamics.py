@@ -30,7 +30,7 @@ ones (Pinocchio's ``rnea`` on its mimic models).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -664,7 +664,9 @@ def _chunked_under_vmap(fun: Any, chunk_size: Any) -> Any:
     ``vmap`` (:func:`_map_in_chunks`). Only evaluation is chunked: derivatives of every order
     are those of ``fun`` itself (:func:`sdjax._derivatives.batched_route`)."""
 
-    def in_chunks(axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Any) -> Any:
+    def in_chunks(
+        axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
+    ) -> Any:
         return _map_in_chunks(lambda leaves: fun(*rebuild(leaves)), mapped, axis_size, chunk_size(*args))
 
     return batched_route(fun, in_chunks)
@@ -696,7 +698,7 @@ def _batched_solve(
     args: tuple[Model, State, Controls],
     in_batched: Any,
     mapped: list[Any],
-    rebuild: Any,
+    rebuild: Callable[[list[Any]], Any],
     with_factor: bool,
 ) -> Any:
     """Batched evaluation of the forward-dynamics solve (only primal values pass through here:
@@ -725,16 +727,18 @@ def _batched_solve(
     return _map_in_chunks(one, mapped, axis_size, batch_chunk_size(model.num_velocities))
 
 
+def _solve_acceleration(model: Model, state: State, controls: Controls) -> Array:
+    return _solve_forward_dynamics(model, state, controls)[0]
+
+
 #: :func:`_solve_forward_dynamics` (acceleration and factor), evaluated by :func:`_batched_solve`
 #: under ``vmap``; its derivatives (order two and up, where the solve itself is differentiated)
 #: are those of the plain solve.
 _batchable_solve = batched_route(_solve_forward_dynamics, functools.partial(_batched_solve, with_factor=True))
 #: The acceleration alone (the batched solve then returns no factor): the primal of
-#: :func:`_forward_dynamics`, whose own rule gives its derivatives.
-_batchable_acceleration = batched_route(
-    lambda model, state, controls: _solve_forward_dynamics(model, state, controls)[0],
-    functools.partial(_batched_solve, with_factor=False),
-)
+#: :func:`_forward_dynamics`, whose own rule gives every derivative (this one's derivative rule
+#: is never reached: a ``custom_jvp`` differentiates its rule, not its primal function).
+_batchable_acceleration = batched_route(_solve_acceleration, functools.partial(_batched_solve, with_factor=False))
 
 
 def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:

@@ -892,8 +892,8 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
     installed, where batches of :data:`sdjax.batch_kernel.MIN_ROLLOUT_BATCH` samples and more
     run every step in the compiled kernel (:func:`sdjax.batch_kernel.rk4_rollout`: one crossing
     from XLA per rollout instead of four per step). The kernel sees primal values only:
-    derivatives are those of the scan (:func:`sdjax._derivatives.batched_route`), so gradients, ``checkpoint`` and
-    higher derivatives are unchanged."""
+    derivatives are those of the scan (:func:`sdjax._derivatives.batched_route`), so gradients,
+    ``checkpoint`` and higher derivatives are unchanged."""
 
     def scan(model: Model, state: State, dt: Array, controls: Controls) -> State:
         return _scan_steps(
@@ -910,7 +910,9 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
             False,
         )[0]
 
-    def batched(axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Any) -> State:
+    def batched(
+        axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
+    ) -> State:
         model, state, dt, controls = args
         if mapped and axis_size >= batch_kernel.MIN_ROLLOUT_BATCH and batch_kernel.available() and not model.has_mimic:
             packed = batch_kernel.rk4_rollout(axis_size, model, state, dt, controls, in_batched)

@@ -848,7 +848,9 @@ def _scenario_rollout(kind: str, num_steps: int) -> Callable[..., Trajectory]:
     def simulate(model: Model, nominal_model: Model, state: State, dt: Array, inputs: _LawInputs) -> Trajectory:
         return rollout(model, state, dt, num_steps, _scenario_law(kind, model, nominal_model, dt, inputs))
 
-    def batched(axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Any) -> Trajectory:
+    def batched(
+        axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
+    ) -> Trajectory:
         model, nominal_model = args[:2]
         if (
             axis_size >= batch_kernel.MIN_ROLLOUT_BATCH

@@ -248,6 +248,48 @@ def test_chunked_batches_equal_per_sample(monkeypatch, dtype, rtol):
         assert_close(a, b, rtol, "gradient of a chunked batch wrt the shared model")
 
 
+def test_batched_route_takes_its_batch_evaluation_and_the_plain_derivatives():
+    """``sdjax._derivatives.batched_route(fun, evaluate_batch)``: under ``vmap`` the batch
+    evaluation runs, told which leaves are batched and which shared; its values are the ones
+    returned (here deliberately off by 1 on a leaf, to see which path ran); derivatives of
+    every order are the plain function's, and the routed function keeps ``fun``'s name."""
+    from sdjax._derivatives import batched_route
+
+    def fun(x, pair):
+        return {"s": jnp.sin(x) * pair[0], "c": jnp.cos(pair[1]) + x}
+
+    calls = []
+
+    def evaluate_batch(axis_size, args, in_batched, mapped, rebuild):
+        calls.append((axis_size, jax.tree.leaves(in_batched)))
+        out = jax.vmap(lambda m: fun(*rebuild(m)), axis_size=axis_size)(mapped)
+        return {"s": out["s"], "c": out["c"] + 1.0}
+
+    routed = batched_route(fun, evaluate_batch)
+    assert routed.__name__ == "fun"
+    x, pair = jnp.linspace(0.1, 1.0, 5), (jnp.asarray(2.0), jnp.asarray(0.3))
+    out = jax.vmap(routed, in_axes=(0, None))(x, pair)
+    assert calls == [(5, [True, False, False])]
+    # (the same operations on the same values: round-off at most, hence 1e-15 relative)
+    assert_close(out["s"], 2.0 * jnp.sin(x), 1e-15, "batched values")
+    assert_close(out["c"], jnp.cos(0.3) + x + 1.0, 1e-15, "the batch evaluation's own values")
+    assert_close(routed(x[1], pair)["c"], jnp.cos(0.3) + x[1], 1e-15, "one sample: the plain function")
+
+    def total(x, pair):
+        return jnp.sum(routed(x, pair)["s"]) + jnp.sum(routed(x, pair)["c"])
+
+    # d/dx [2 sin x + cos b + x] = 2 cos x + 1; d/da = sin x; d/db = -sin b; second derivative
+    # in x: -2 sin x (closed forms; round-off only, hence 1e-15 relative)
+    assert_close(jax.vmap(jax.grad(total), in_axes=(0, None))(x, pair), 2.0 * jnp.cos(x) + 1.0, 1e-15, "vmap(grad)")
+    grad_pair = jax.grad(lambda p: jnp.sum(jax.vmap(total, in_axes=(0, None))(x, p)))(pair)
+    assert_close(grad_pair[0], jnp.sum(jnp.sin(x)), 1e-15, "grad(vmap) in a shared argument")
+    assert_close(grad_pair[1], -5.0 * jnp.sin(0.3), 1e-15, "grad(vmap) in a shared argument")
+    second = jax.vmap(jax.grad(jax.grad(total)), in_axes=(0, None))(x, pair)
+    assert_close(second, -2.0 * jnp.sin(x), 1e-15, "second derivative")
+    jac = jax.jacfwd(lambda x: jax.vmap(routed, in_axes=(0, None))(x, pair)["s"])(x)
+    assert_close(jac, jnp.diag(2.0 * jnp.cos(x)), 1e-15, "jacfwd of the batch")
+
+
 @pytest.mark.parametrize("dtype, rtol", [(jnp.float64, 1e-12), (jnp.float32, 1e-4)])
 def test_chunked_inverse_dynamics_equals_per_sample(monkeypatch, dtype, rtol):
     """Under vmap, inverse dynamics runs in chunks (lax.map) when the batch exceeds a chunk:
