@@ -6,9 +6,9 @@ compiled batch kernel): :func:`batched_route` builds them, one ``custom_vmap`` r
 evaluation under a ``custom_jvp`` whose derivatives are the plain function's. By default JAX
 hands such a derivative rule a zero array for every argument that is not being differentiated
 (a model's masses when only the joint torques are), and the rule's ``jax.jvp`` then computes
-that zero tangent's whole propagation. A rule defined with ``symbolic_zeros=True`` sees those tangents as
-``SymbolicZero`` instead, and :func:`jvp_along_nonzero` differentiates along the others only:
-the program is then the one JAX builds for the plain function.
+that zero tangent's whole propagation. A rule defined with ``symbolic_zeros=True`` sees those
+tangents as ``SymbolicZero`` instead, and :func:`jvp_along_nonzero` differentiates along the
+others only: the program is then the one JAX builds for the plain function.
 """
 
 from __future__ import annotations
