@@ -21,7 +21,7 @@ import jax
 from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero
 
-__all__ = ["BatchEvaluator", "batched_route", "jvp_along_nonzero", "split_batched"]
+__all__ = ["BatchEvaluator", "batched_evaluation", "batched_route", "jvp_along_nonzero", "split_batched"]
 
 
 def jvp_along_nonzero(fun: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
@@ -106,6 +106,27 @@ def batched_route(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Ca
         ``routed(*args)``, equal to ``fun(*args)``, with ``fun``'s name and signature.
     """
 
+    batchable = batched_evaluation(fun, evaluate_batch)
+
+    @jax.custom_jvp
+    @functools.wraps(fun)
+    def routed(*args: Any) -> Any:
+        return batchable(*args)
+
+    routed.defjvp(lambda primals, tangents: jvp_along_nonzero(fun, primals, tangents), symbolic_zeros=True)
+    return routed
+
+
+def batched_evaluation(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Callable[..., Any]:
+    """``fun`` evaluated by ``evaluate_batch`` under ``vmap`` (a ``custom_vmap`` rule), without
+    a derivative rule of its own: for the primal function of a ``jax.custom_jvp`` whose rule
+    gives every derivative (``custom_vmap`` functions are not differentiable by themselves);
+    elsewhere use :func:`batched_route`.
+
+    Returns:
+        ``batchable(*args)``, equal to ``fun(*args)``, with ``fun``'s name and signature.
+    """
+
     @custom_vmap
     @functools.wraps(fun)
     def batchable(*args: Any) -> Any:
@@ -117,10 +138,4 @@ def batched_route(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Ca
         out = evaluate_batch(axis_size, args, in_batched, mapped, rebuild)
         return out, jax.tree.map(lambda _: True, out)
 
-    @jax.custom_jvp
-    @functools.wraps(fun)
-    def routed(*args: Any) -> Any:
-        return batchable(*args)
-
-    routed.defjvp(lambda primals, tangents: jvp_along_nonzero(fun, primals, tangents), symbolic_zeros=True)
-    return routed
+    return batchable

@@ -41,7 +41,7 @@ import numpy as np
 from jax import Array, lax
 
 from sdjax import batch_kernel
-from sdjax._derivatives import batched_route, jvp_along_nonzero
+from sdjax._derivatives import batched_evaluation, batched_route, jvp_along_nonzero
 from sdjax.kinematics import (
     Frames,
     KinematicPass,
@@ -736,9 +736,8 @@ def _solve_acceleration(model: Model, state: State, controls: Controls) -> Array
 #: are those of the plain solve.
 _batchable_solve = batched_route(_solve_forward_dynamics, functools.partial(_batched_solve, with_factor=True))
 #: The acceleration alone (the batched solve then returns no factor): the primal of
-#: :func:`_forward_dynamics`, whose own rule gives every derivative (this one's derivative rule
-#: is never reached: a ``custom_jvp`` differentiates its rule, not its primal function).
-_batchable_acceleration = batched_route(_solve_acceleration, functools.partial(_batched_solve, with_factor=False))
+#: :func:`_forward_dynamics`, whose own rule gives every derivative (so no rule of its own).
+_batchable_acceleration = batched_evaluation(_solve_acceleration, functools.partial(_batched_solve, with_factor=False))
 
 
 def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
