@@ -7,14 +7,12 @@
 The workflows, each exactly the problem its notebook solves (the problem definitions come from
 sdjax; the few lines of set-up are copied from the notebook, which cells is said where):
 
-- ``planning`` (``notebooks/motion_planning.py``): the straight-line baseline, the multi-start
-  optimisation (3 starts x 300 Adam iterations through a 40-step RK4 rollout) and the accuracy
-  pass, end to end; target of the performance issue: under 20 s, compile included.
-- ``planning-fast-compile``: the same with the test suite's cheaper XLA settings
-  (``FAST_COMPILE_FLAGS``: legacy loop emitters, LLVM -O0, XLA's fast-compile preset), to show
-  what compiler settings alone remove; users compile with the defaults.
-- ``reactionless``: ``sdjax.reactionless_plan`` (the library's zero-disturbance planner) on the
-  same arm and target, end to end; its end-point error and base rotation.
+- ``planning`` (``notebooks/motion_planning.py``): the straight-line baseline, the
+  zero-disturbance plan (``sdjax.reactionless_plan``) and its re-timing to the torque limits, end
+  to end through a 40-step RK4 rollout; target of the performance issue: under 20 s, compile
+  included.
+- ``planning-adam``: the notebook's soft-objective section after the same baseline: multi-start
+  optimisation (3 starts x 300 Adam iterations) and the accuracy pass.
 - ``identification`` (``notebooks/inertia_identification.py``): one ``sdjax.identify`` call, the
   notebook's noise-free call on the 20 s record (1001 samples); target: under 2 s after
   compilation.
@@ -65,14 +63,7 @@ import sdjax  # noqa: E402
 from sdjax.models import free_flying_arm_7dof  # noqa: E402
 from sdjax.models.builtin import free_flying_arm_initial_q  # noqa: E402
 
-WORKFLOWS = ("planning", "planning-fast-compile", "reactionless", "identification", "montecarlo")
-
-#: XLA's cheaper compilation (the test suite's flags, tests/conftest.py): the planning workflow is
-#: run again with them to show how much of its compile time compiler settings alone remove.
-FAST_COMPILE_FLAGS = (
-    "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0 "
-    "--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_COMPILE"
-)
+WORKFLOWS = ("planning", "planning-adam", "identification", "montecarlo")
 
 #: Targets of the performance issue.
 PLANNING_TARGET_S = 20.0
@@ -86,16 +77,24 @@ NOTEBOOK = {
     "planning": {
         "baseline_position_error_mm": "0.000",
         "baseline_attitude_deg": "6.672",
-        "baseline_peak_tau": "3.87",
-        "baseline_effort": "28.0",
-        "final_loss": ["8.7488", "13.2404", "8.3878"],
-        "position_error_mm": ["4.939", "9.259", "2.495"],
-        "base_attitude_deg": ["5.0647", "6.2738", "4.9973"],
+        "baseline_peak_tau": "8.70",
+        "baseline_effort": "40.7",
+        "reactionless_iterations": "9",
+        "reactionless_peak_tau": "65.95",
+        "torque_ratio": "3.30",
+        "retimed_duration": "7.271",
+        "retimed_peak_tau": "19.95",
+    },
+    "planning-adam": {
+        "baseline_attitude_deg": "6.672",
+        "final_loss": ["8.1959", "13.1695", "8.0332"],
+        "position_error_mm": ["5.289", "8.006", "4.716"],
+        "base_attitude_deg": ["4.8348", "6.3107", "4.7565"],
         "best": "2",
-        "optimised_position_error_mm": "0.000000",
-        "optimised_attitude_deg": "5.023",
-        "optimised_peak_tau": "16.89",
-        "improvement_factor": "1.33",
+        "optimised_position_error_mm": "0.000001",
+        "optimised_attitude_deg": "4.935",
+        "optimised_peak_tau": "19.45",
+        "improvement_factor": "1.35",
     },
     "identification": {
         "lm_steps": "1",
@@ -234,16 +233,54 @@ def planning_problem(quick: bool) -> tuple[sdjax.PlanningProblem, int, int]:
     return problem, num_starts, iterations
 
 
-def planning_pass(rec: Recorder, quick: bool, suffix: str) -> dict[str, Any]:
-    """The notebook's cells "The problem", "Baseline", "Multi-start optimisation", "Accuracy
-    pass" and the comparison's improvement factor, as phases."""
+def _baseline(rec: Recorder, quick: bool, suffix: str) -> tuple[sdjax.PlanningProblem, int, int, Any]:
+    """The notebook's cells "The problem" and "Baseline", as phases."""
     with rec.phase("setup" + suffix):
         problem, num_starts, iterations = planning_problem(quick)
         _block(problem.target_position)
     with rec.phase("baseline" + suffix):
         baseline = sdjax.straight_line_plan(problem, refine_iterations=10)
-        base_ev = baseline.evaluation
-        _block(base_ev.loss)
+        _block(baseline.evaluation.loss)
+    return problem, num_starts, iterations, baseline
+
+
+def _baseline_answers(baseline: Any) -> dict[str, Any]:
+    ev = baseline.evaluation
+    return {
+        "baseline_position_error_mm": 1e3 * float(ev.position_error),
+        "baseline_attitude_deg": float(np.degrees(float(ev.base_attitude_change))),
+        "baseline_peak_tau": float(jnp.max(jnp.abs(ev.tau))),
+        "baseline_effort": float(ev.effort),
+    }
+
+
+def planning_pass(rec: Recorder, quick: bool, suffix: str) -> dict[str, Any]:
+    """The notebook's cells "The problem", "Baseline" and the zero-disturbance plan with its
+    re-timing, as phases."""
+    problem, _, _, baseline = _baseline(rec, quick, suffix)
+    with rec.phase("reactionless" + suffix):
+        plan = sdjax.reactionless_plan(problem)
+        _block(plan.evaluation.loss)
+    with rec.phase("retiming" + suffix):
+        timed = sdjax.reactionless_plan(problem, plan.coefficients, meet_torque_limits=True)
+        _block(timed.evaluation.loss)
+    return {
+        **_baseline_answers(baseline),
+        "reactionless_iterations": int(plan.iterations),
+        "reactionless_position_error_mm": 1e3 * float(plan.evaluation.position_error),
+        "reactionless_attitude_deg": float(np.degrees(float(plan.evaluation.base_attitude_change))),
+        "reactionless_peak_tau": float(jnp.max(jnp.abs(plan.evaluation.tau))),
+        "torque_ratio": float(plan.torque_ratio),
+        "retimed_duration": float(timed.trajectory.duration),
+        "retimed_peak_tau": float(jnp.max(jnp.abs(timed.evaluation.tau))),
+        "sizes": {"num_steps": problem.num_steps},
+    }
+
+
+def adam_pass(rec: Recorder, quick: bool, suffix: str) -> dict[str, Any]:
+    """The notebook's cells "The problem", "Baseline", "Soft objectives" (multi-start Adam),
+    "Accuracy pass" and the comparison's improvement factor, as phases."""
+    problem, num_starts, iterations, baseline = _baseline(rec, quick, suffix)
     with rec.phase("optimisation" + suffix):
         starts = sdjax.initial_coefficients(problem, baseline.goal, num_starts, spread=0.05, seed=0)
         result = sdjax.optimize_plan(problem, starts, iterations=iterations, learning_rate=0.003)
@@ -252,12 +289,9 @@ def planning_pass(rec: Recorder, quick: bool, suffix: str) -> dict[str, Any]:
         refined, opt_ev = sdjax.refine_plan(problem, result.trajectory.coefficients, iterations=3 if quick else 6)
         _block(opt_ev.loss)
     with rec.phase("compare" + suffix):
-        factor = float(sdjax.improvement_factor(base_ev, opt_ev))
+        factor = float(sdjax.improvement_factor(baseline.evaluation, opt_ev))
     return {
-        "baseline_position_error_mm": 1e3 * float(base_ev.position_error),
-        "baseline_attitude_deg": float(np.degrees(float(base_ev.base_attitude_change))),
-        "baseline_peak_tau": float(jnp.max(jnp.abs(base_ev.tau))),
-        "baseline_effort": float(base_ev.effort),
+        **_baseline_answers(baseline),
         "final_loss": np.asarray(result.final_loss).tolist(),
         "position_error_mm": (1e3 * np.asarray(result.position_error)).tolist(),
         "base_attitude_deg": np.degrees(np.asarray(result.base_attitude_change)).tolist(),
@@ -270,51 +304,27 @@ def planning_pass(rec: Recorder, quick: bool, suffix: str) -> dict[str, Any]:
     }
 
 
-PLANNING_PHASES = ("setup", "baseline", "optimisation", "accuracy", "compare")
+#: The phases of each planning workflow, and the notebook pass that runs them.
+PLANNING = {
+    "planning": (("setup", "baseline", "reactionless", "retiming"), planning_pass),
+    "planning-adam": (("setup", "baseline", "optimisation", "accuracy", "compare"), adam_pass),
+}
 
 
-def run_planning(quick: bool) -> dict[str, Any]:
+def run_planning(name: str, quick: bool) -> dict[str, Any]:
+    phases, run_pass = PLANNING[name]
     rec = Recorder()
-    answers = planning_pass(rec, quick, "")
-    print(f"planning, first pass: {sum(rec.seconds.values()):.1f} s", flush=True)
-    again = planning_pass(rec, quick, "/2")
-    print(f"planning, second pass: {sum(rec.seconds[p + '/2'] for p in PLANNING_PHASES):.1f} s", flush=True)
+    answers = run_pass(rec, quick, "")
+    print(f"{name}, first pass: {sum(rec.seconds.values()):.1f} s", flush=True)
+    again = run_pass(rec, quick, "/2")
+    print(f"{name}, second pass: {sum(rec.seconds[p + '/2'] for p in phases):.1f} s", flush=True)
     same = all(np.allclose(answers[k], again[k], rtol=1e-9, atol=1e-12) for k in answers if k != "sizes")
     return {
         "answers": answers,
         "second_pass_same_answers": same,
-        "first": {p: rec.summary(p) for p in PLANNING_PHASES},
-        "second": {p: rec.summary(p + "/2") for p in PLANNING_PHASES},
-        "checks": [] if quick else [check(k, answers[k], v) for k, v in NOTEBOOK["planning"].items()],
-    }
-
-
-def run_reactionless(quick: bool) -> dict[str, Any]:
-    """``sdjax.reactionless_plan`` on the planning notebook's arm and target (its defaults: the
-    straight joint-space line to the fixed-base IK goal as the start, tolerance 4e-10)."""
-    rec = Recorder()
-    out: dict[str, Any] = {}
-    for suffix in ("", "/2"):
-        with rec.phase("reactionless" + suffix):
-            problem, _, _ = planning_problem(quick)
-            plan = sdjax.reactionless_plan(problem)
-            _block(plan.evaluation.loss)
-        out["answers" + suffix] = {
-            "converged": bool(plan.converged),
-            "iterations": int(plan.iterations),
-            "position_error_mm": 1e3 * float(plan.evaluation.position_error),
-            "base_attitude_deg": float(np.degrees(float(plan.evaluation.base_attitude_change))),
-            "torque_ratio": float(plan.torque_ratio),
-            "peak_tau": float(jnp.max(jnp.abs(plan.evaluation.tau))),
-        }
-        print(f"reactionless_plan{suffix}: {rec.seconds['reactionless' + suffix]:.1f} s", flush=True)
-    answers = out.pop("answers")
-    return {
-        "answers": answers,
-        "second_pass_same_answers": out.pop("answers/2") == answers,
-        "first": {"reactionless": rec.summary("reactionless")},
-        "second": {"reactionless": rec.summary("reactionless/2")},
-        "checks": [],
+        "first": {p: rec.summary(p) for p in phases},
+        "second": {p: rec.summary(p + "/2") for p in phases},
+        "checks": [] if quick else [check(k, answers[k], v) for k, v in NOTEBOOK[name].items()],
     }
 
 
@@ -505,10 +515,8 @@ def worker(name: str, quick: bool) -> dict[str, Any]:
     # No compiled program from an earlier run: every first call compiles, as for a new user.
     jax.config.update("jax_enable_compilation_cache", False)
     start = time.perf_counter()
-    if name in ("planning", "planning-fast-compile"):
-        out = run_planning(quick)
-    elif name == "reactionless":
-        out = run_reactionless(quick)
+    if name in PLANNING:
+        out = run_planning(name, quick)
     elif name == "identification":
         out = run_identification(quick, repeats=2 if quick else 3)
     else:
@@ -521,8 +529,6 @@ def worker(name: str, quick: bool) -> dict[str, Any]:
 def spawn(name: str, quick: bool) -> dict[str, Any]:
     """Run one workflow in a fresh process; its progress lines are echoed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
-    if name == "planning-fast-compile":
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + FAST_COMPILE_FLAGS).strip()
     command = [sys.executable, __file__, "--worker", name] + (["--quick"] if quick else [])
     start = time.perf_counter()
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
@@ -549,38 +555,51 @@ def rows_of(workflows: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
     events in the first call, a figure of merit, target and verdict (none for the Monte-Carlo
     study at quick size: its samples are 10x shorter)."""
     rows = []
-    for key in ("planning", "planning-fast-compile"):
+    labels = {
+        "baseline": "straight_line_plan (IK + Gauss-Newton steps through the rollout)",
+        "reactionless": "reactionless_plan (zero net base rotation)",
+        "retiming": "reactionless_plan(..., meet_torque_limits=True) from that plan",
+        "optimisation": "optimize_plan ({num_starts} starts x {iterations} Adam iterations)",
+        "accuracy": "refine_plan (accuracy pass)",
+    }
+    titles = {
+        "planning": "planning notebook end to end (set-up, baseline, zero-disturbance plan, re-timing)",
+        "planning-adam": "the notebook's soft objectives (set-up, baseline, multi-start Adam, accuracy pass)",
+    }
+    for key, (phases, _) in PLANNING.items():
         if key not in workflows:
             continue
         w = workflows[key]
-        sizes = w["answers"]["sizes"]
-        names = ("baseline", "optimisation", "accuracy")
-        first = _total(w["first"], PLANNING_PHASES, "seconds")
-        second = _total(w["second"], PLANNING_PHASES, "seconds")
+        a = w["answers"]
+        first = _total(w["first"], phases, "seconds")
+        second = _total(w["second"], phases, "seconds")
         imports = w["process_s"] - w["worker_s"]
+        if key == "planning":
+            figure = (
+                f"base {a['baseline_attitude_deg']:.3f} -> {a['reactionless_attitude_deg']:.1e} deg, "
+                f"end point {a['reactionless_position_error_mm']:.1e} mm"
+            )
+        else:
+            figure = f"x{a['improvement_factor']:.2f} less base rotation"
         rows.append(
             dict(
-                workflow="planning notebook end to end (set-up, baseline, optimisation, accuracy pass)"
-                + (", the tests' fast-compile XLA flags" if key != "planning" else ""),
+                workflow=titles[key],
                 first_s=first,
                 run_s=second,
                 compile_s=first - second,
-                jax_compile_s=_total(w["first"], PLANNING_PHASES, "jax_compile_s"),
-                figure=f"x{w['answers']['improvement_factor']:.2f} less base rotation; + {imports:.1f} s imports",
-                target=f"< {PLANNING_TARGET_S:g} s (compile included)",
-                met=first < PLANNING_TARGET_S,
+                jax_compile_s=_total(w["first"], phases, "jax_compile_s"),
+                figure=f"{figure}; + {imports:.1f} s imports",
+                target=f"< {PLANNING_TARGET_S:g} s (compile included)" if key == "planning" else "",
+                met=first < PLANNING_TARGET_S if key == "planning" else None,
                 ratio=first / PLANNING_TARGET_S,
             )
         )
-        labels = {
-            "baseline": "straight_line_plan (IK + 10 Gauss-Newton steps)",
-            "optimisation": f"optimize_plan ({sizes['num_starts']} starts x {sizes['iterations']} Adam iterations)",
-            "accuracy": "refine_plan (accuracy pass)",
-        }
-        for p in names:
+        for p in phases:
+            if p not in labels:
+                continue
             rows.append(
                 dict(
-                    workflow=f"  {labels[p]}",
+                    workflow=f"  {labels[p].format(**a['sizes'])}",
                     first_s=w["first"][p]["seconds"],
                     run_s=w["second"][p]["seconds"],
                     compile_s=w["first"][p]["seconds"] - w["second"][p]["seconds"],
@@ -590,26 +609,6 @@ def rows_of(workflows: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
                     met=None,
                 )
             )
-    if "reactionless" in workflows:
-        w = workflows["reactionless"]
-        a = w["answers"]
-        first, second = w["first"]["reactionless"], w["second"]["reactionless"]
-        rows.append(
-            dict(
-                workflow="reactionless_plan, same arm and target",
-                first_s=first["seconds"],
-                run_s=second["seconds"],
-                compile_s=first["seconds"] - second["seconds"],
-                jax_compile_s=first["jax_compile_s"],
-                figure=(
-                    f"{a['iterations']} steps, end point {a['position_error_mm']:.1e} mm, "
-                    f"base {a['base_attitude_deg']:.1e} deg"
-                ),
-                target=f"(planning: < {PLANNING_TARGET_S:g} s)",
-                met=first["seconds"] < PLANNING_TARGET_S,
-                ratio=first["seconds"] / PLANNING_TARGET_S,
-            )
-        )
     if "identification" in workflows:
         w = workflows["identification"]
         first, second = w["first"]["identify"], w["second"]["identify"]
@@ -665,7 +664,8 @@ def main(argv: list[str] | None = None) -> None:
     if set(args.workflows) != set(WORKFLOWS) and previous.exists():
         old = json.loads(previous.read_text())
         if old.get("quick") == args.quick:
-            workflows = old.get("workflows", {})  # keep the others' last results
+            # keep the others' last results (of the workflows this script still runs)
+            workflows = {k: v for k, v in old.get("workflows", {}).items() if k in WORKFLOWS}
     for w in WORKFLOWS:
         if w in args.workflows:
             print(f"{w} (fresh process)", flush=True)

@@ -410,7 +410,7 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
         line = sdjax.straight_line_plan(problem, refine_iterations=refine)
         evaluation = jax.block_until_ready(line.evaluation)
         timings["straight_line_s"] = time.perf_counter() - t0
-        summary["iterations"] = refine
+        summary["iterations"] = int(np.sum(np.isfinite(np.asarray(line.residual_history)))) - 1  # steps taken
         bar.update()
         if method == "optimize":
             baseline = evaluation

@@ -32,10 +32,14 @@ the whole reference inside it.
   plan on its target.
 - :func:`reactionless_plan`: reach the target with zero base attitude change (Gauss-Newton on
   the end-point and attitude residuals, :class:`ReactionlessPlan`).
-- :func:`straight_line_plan`: the naive baseline, a rest-to-rest quintic straight line in
-  joint space to a goal that reaches the target (inverse kinematics, fixed-base by default,
-  refined by Gauss-Newton through the same free-floating rollout, so the baseline ends on
-  the target; compare plans at equal end-point accuracy, see :func:`improvement_factor`).
+- :func:`straight_line_plan`: the naive baseline, a rest-to-rest straight line in joint space
+  to a goal that reaches the target (inverse kinematics, fixed-base by default, refined by
+  Gauss-Newton through the same free-floating rollout, so the baseline ends on the target;
+  compare plans at equal end-point accuracy, see :func:`improvement_factor`).
+
+Every plan is executed with the tracking law evaluated at every RK4 stage (continuous-time
+tracking, :func:`simulate_plan`). The three Gauss-Newton planners (straight line, accuracy pass,
+reactionless) run one compiled program, their settings as data.
 
 Frames inertial, units SI, angles rad.
 """
@@ -51,12 +55,19 @@ import numpy as np
 import optax
 from jax import Array, lax
 
-from sdjax.control import ComputedTorque, QuinticJointReference, inverse_kinematics
-from sdjax.dynamics import make_controls
-from sdjax.integrate import Trajectory, rollout
+from sdjax.control import ComputedTorque, inverse_kinematics
+from sdjax.dynamics import floating_inverse_dynamics, make_controls
+from sdjax.integrate import Trajectory, rollout, runge_kutta4
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model, check_no_mimic
-from sdjax.rotation import matrix_to_rotation_vector, quat_conjugate, quat_multiply, quat_to_rotation_vector
+from sdjax.rotation import (
+    matrix_to_rotation_vector,
+    quat_conjugate,
+    quat_multiply,
+    quat_normalize,
+    quat_rate,
+    quat_to_rotation_vector,
+)
 from sdjax._checks import float_array, is_traced
 from sdjax._compile import solver_jit
 from sdjax.solvers import levenberg_marquardt
@@ -69,6 +80,7 @@ __all__ = [
     "PlanResult",
     "PlanningProblem",
     "RETIMING_ROUNDS",
+    "SOLVER_STEPS",
     "ReactionlessPlan",
     "SplineTrajectory",
     "StraightLinePlan",
@@ -523,29 +535,78 @@ def _executor(problem: PlanningProblem, reference: Any) -> ComputedTorque:
     return ComputedTorque(problem.model, problem.kp, problem.kd, reference, base="floating")
 
 
+def _tracking_rates(executor: ComputedTorque, t: Array, state: State) -> tuple[State, Array]:
+    """Rates of the closed loop under the exact computed-torque law, and its torques.
+
+    With the law's model the plant's, ``tau = H* u + C*`` (seed 003 eqs 112-115) makes the
+    joint accelerations the commanded ``u`` and leaves the base wrench zero, so the base
+    acceleration and the torques are :func:`sdjax.floating_inverse_dynamics` of ``u``
+    (SPART's ``Floating_ID``): one inverse-dynamics pass and the ``6 x 6`` base block, instead of
+    the law's ``H*``, ``C*`` followed by forward dynamics of the whole system. The same closed
+    loop up to round-off (the law's base twist is the one zero momentum implies, which the
+    rollout keeps to its truncation error); ``tests/test_planning.py`` compares the two.
+    """
+    u = executor.acceleration_command(t, state)
+    base_acceleration, tau = floating_inverse_dynamics(executor.estimated_model, state, u)
+    rates = State(
+        base_position=state.base_linear_velocity,
+        base_quaternion=quat_rate(state.base_quaternion, state.base_angular_velocity),
+        base_linear_velocity=base_acceleration[:3],
+        base_angular_velocity=base_acceleration[3:],
+        q=state.qd,
+        qd=u,
+    )
+    return rates, tau
+
+
+def _execute(problem: PlanningProblem, reference: Any, continuous: bool, checkpoint: bool) -> Trajectory:
+    """The rollout of ``reference`` under the computed-torque executor with the exact model.
+
+    ``continuous``: the law evaluated at every RK4 stage (a fourth-order discretisation of
+    continuous-time tracking, :func:`_tracking_rates`; ``trajectory.controls.tau`` is left zero
+    and filled by :func:`_score`); else its torque held over each step (:func:`sdjax.rollout`
+    with the law as controller). ``checkpoint``: rematerialise the steps in reverse mode.
+    """
+    dtype = problem.initial_state.q.dtype
+    executor = _executor(problem, reference)
+    if not continuous:
+        return rollout(
+            problem.model, problem.initial_state, problem.dt, problem.num_steps, executor, checkpoint=checkpoint
+        )
+    dt = problem.dt.astype(dtype)
+
+    def step(state: State, t: Array) -> tuple[State, State]:
+        new = runge_kutta4(lambda stage, offset: _tracking_rates(executor, t + offset, stage)[0], state, dt)
+        new = eqx.tree_at(lambda s: s.base_quaternion, new, quat_normalize(new.base_quaternion))
+        return new, new
+
+    if checkpoint:
+        step = jax.checkpoint(step)
+    time = jnp.arange(problem.num_steps + 1, dtype=dtype) * dt
+    _, states = lax.scan(step, problem.initial_state, time[:-1])
+    history = jax.tree.map(lambda x0, xs: jnp.concatenate([x0[None], xs]), problem.initial_state, states)
+    no_loads = make_controls(problem.model, dtype=dtype)
+    controls = jax.tree.map(lambda x: jnp.broadcast_to(x, (problem.num_steps, *x.shape)), no_loads)
+    return Trajectory(time=time, states=history, controls=controls)
+
+
 @solver_jit
-def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = False) -> PlanEvaluation:
+def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = True) -> PlanEvaluation:
+    """The :class:`PlanEvaluation` of ``reference`` (:func:`simulate_plan`)."""
+    trajectory = _execute(problem, reference, continuous, problem.checkpoint)
+    return _score(problem, reference, trajectory, continuous)
+
+
+def _score(problem: PlanningProblem, reference: Any, trajectory: Trajectory, continuous: bool) -> PlanEvaluation:
+    """The :class:`PlanEvaluation` of an executed plan (:func:`_execute`; ``continuous``: its
+    torques are evaluated here, at the step times)."""
     dtype = problem.initial_state.q.dtype
     dt = problem.dt
-    executor = _executor(problem, reference)
     if continuous:
-        # The tracking law as a load evaluated at every RK4 stage: a fourth-order discretisation
-        # of continuous-time tracking; its torques are reported at the step times.
-        trajectory = rollout(
-            problem.model,
-            problem.initial_state,
-            dt,
-            problem.num_steps,
-            environment=lambda t, state: make_controls(problem.model, tau=executor(t, state), dtype=dtype),
-            checkpoint=problem.checkpoint,
-        )
         steps = jax.tree.map(lambda x: x[:-1], trajectory.states)
-        tau = jax.vmap(executor)(trajectory.time[:-1], steps)
+        executor = _executor(problem, reference)
+        tau = jax.vmap(lambda t, state: _tracking_rates(executor, t, state)[1])(trajectory.time[:-1], steps)
         trajectory = eqx.tree_at(lambda tr: tr.controls.tau, trajectory, tau)
-    else:
-        trajectory = rollout(
-            problem.model, problem.initial_state, dt, problem.num_steps, executor, checkpoint=problem.checkpoint
-        )
     final = jax.tree.map(lambda x: x[-1], trajectory.states)
     kin = forward_kinematics(problem.model, final)
     position = kin.end_point_position[problem.end_point]
@@ -649,17 +710,18 @@ def obstacle_penetration(problem: PlanningProblem, states: State) -> Array:
     return jax.vmap(one)(states)
 
 
-def simulate_plan(problem: PlanningProblem, plan: Any, *, continuous: bool = False) -> PlanEvaluation:
+def simulate_plan(problem: PlanningProblem, plan: Any, *, continuous: bool = True) -> PlanEvaluation:
     """Execute a plan on the free-floating system and evaluate its loss terms.
 
     Arguments:
         problem: the :class:`PlanningProblem`.
         plan: ``(m, n)`` spline coefficients, a :class:`SplineTrajectory`, or any joint
             reference ``t -> (q_d, qd_d, qdd_d)`` (e.g. :class:`sdjax.QuinticJointReference`).
-        continuous: evaluate the computed-torque law at every RK4 stage (continuous-time
-            tracking, fourth order in the step) instead of holding its torque over each step
-            (a controller sampled at ``problem.dt``, first order). ``trajectory.controls.tau``
-            then holds the torques at the step times.
+        continuous: evaluate the computed-torque law at every RK4 stage (default:
+            continuous-time tracking, fourth order in the step, as every planner of this module
+            executes its plans; ``trajectory.controls.tau`` holds the torques at the step
+            times), or hold its torque over each step (``False``: a controller sampled at
+            ``problem.dt``, first order in the step).
 
     Returns:
         :class:`PlanEvaluation`.
@@ -714,17 +776,27 @@ class StraightLinePlan(eqx.Module):
 
     Attributes:
         goal: ``(n,)`` final joint positions.
-        reference: the :class:`sdjax.QuinticJointReference` from ``q0`` to ``goal``.
+        reference: its :class:`SplineTrajectory` from ``q0`` to ``goal`` (control points
+            evenly spaced on the joint-space segment).
         evaluation: its :class:`PlanEvaluation`.
+        residual_history: ``(I + 1,)`` largest end-point residual entry (m or rad) before each
+            Gauss-Newton step on the goal and after the last; NaN past the stop.
     """
 
     goal: Array
-    reference: QuinticJointReference
+    reference: SplineTrajectory
     evaluation: PlanEvaluation
+    residual_history: Array
+
+    @property
+    def coefficients(self) -> Array:
+        """``(m, n)`` spline coefficients of the line (a start for the other planners)."""
+        return self.reference.coefficients
 
 
-def _task_residual(problem: PlanningProblem, evaluation: PlanEvaluation) -> Array:
-    final = jax.tree.map(lambda x: x[-1], evaluation.trajectory.states)
+def _task_residual(problem: PlanningProblem, final: State) -> Array:
+    """End-point error of the final state: position (m), then rotation vector (rad) when the
+    problem has a target rotation."""
     kin = forward_kinematics(problem.model, final)
     parts = [problem.target_position - kin.end_point_position[problem.end_point]]
     if problem.target_rotation is not None:
@@ -732,33 +804,77 @@ def _task_residual(problem: PlanningProblem, evaluation: PlanEvaluation) -> Arra
     return jnp.concatenate(parts)
 
 
-def _damped_gauss_newton(
+def _line_coefficients(problem: PlanningProblem, goal: Array) -> Array:
+    """``(m, n)`` control points evenly spaced on the joint-space segment from ``q0`` to
+    ``goal``: the spline's straight line (the path stays on the segment, rest to rest)."""
+    m = problem.num_coefficients
+    q0 = problem.initial_state.q
+    fractions = jnp.asarray(np.arange(1, m + 1) / m, goal.dtype)
+    return q0 + fractions[:, None] * (goal - q0)
+
+
+#: Static step capacity of the planners' Gauss-Newton program (:func:`_solve_plan`): the step
+#: counts of :func:`straight_line_plan`, :func:`refine_plan` and :func:`reactionless_plan` up to
+#: this many are data, so the three share one compiled program (a larger request compiles a
+#: program of its own capacity).
+SOLVER_STEPS = 30
+
+
+@solver_jit
+def _solve_plan(
     problem: PlanningProblem,
-    residual: Any,
     x: Array,
-    max_iterations: int,
+    line: Array,
+    zero_attitude: Array,
+    capacity: int,
+    steps: Array,
     tolerance: Array,
     damping: Array,
     max_step: Array,
 ) -> tuple[Array, PlanEvaluation, Array, Array]:
-    """Damped Gauss-Newton steps on ``residual(x) -> (r, evaluation)`` (a plan's residual
-    through the rollout, and the rollout) until ``max |r| <= tolerance`` or ``max_iterations``
-    steps (``tolerance = 0``: exactly ``max_iterations``).
+    """The planners' one Gauss-Newton program: at most ``steps`` damped minimum-norm steps on
+    the residual of a spline plan executed through the rollout (the tracking law at every RK4
+    stage), until every residual entry is within ``tolerance``.
 
-    Each step is the minimum-norm damped least-squares step ``dx = -J^T (J J^T + d^2 I)^-1 r``
-    (``J = dr/dx``), scaled so no entry moves more than ``max_step`` rad, and projected into
-    the joint limits: the residual goes to zero while the plan changes as little as possible.
+    The unknowns ``x`` are ``(m, n)`` control points, and two data flags choose the problem,
+    so the straight line, the accuracy pass and the reactionless plan run one compiled program
+    (each phase its own program costs the rollout's forward-mode Jacobian to compile three
+    times over: 9-10 s each on the planning notebook's problem):
 
-    The iteration is :func:`sdjax.solvers.levenberg_marquardt` with a fixed damping ``d^2``
-    (every step taken; forward-mode Jacobians, which compile far faster than a reverse pass
-    through the checkpointed rollout, the plans having tens of unknowns). Its one evaluation
-    site also yields the final plan's evaluation, so the rollout is compiled once per program.
+    - ``line``: the plan is the straight line to ``x[-1]`` (:func:`_line_coefficients`); the
+      other rows of ``x`` do not enter, their Jacobian columns are zero, and the minimum-norm
+      step leaves them: the steps are those of Gauss-Newton on the goal alone.
+    - ``zero_attitude``: the residual also holds the base attitude change and one row per
+      keep-out sphere (:func:`reactionless_plan`); otherwise those rows are zero and the
+      residual is the end-point task alone.
+
+    Each step is ``dx = -J^T (J J^T + d^2 I)^-1 r`` (``J = dr/dx``, the smallest change of the
+    plan that removes the linearised residual), scaled so no entry moves more than
+    ``max_step`` rad, and projected into the joint limits (:func:`sdjax.solvers.levenberg_marquardt`
+    with a fixed damping; its one evaluation site also yields the final plan's evaluation).
 
     Returns:
-        ``(x, evaluation, history, iterations)``: the final ``x`` and its evaluation,
-        ``(max_iterations + 1,)`` ``max |r|`` before each step and after the last (NaN past the
-        stop), and the steps taken.
+        ``(coefficients, evaluation, history, iterations)``: the final ``(m, n)`` control points
+        and their :class:`PlanEvaluation`, ``(capacity + 1,)`` ``max |r|`` before each step and
+        after the last (NaN past the stop), and the steps taken.
     """
+
+    def coefficients_of(value: Array) -> Array:
+        return jnp.where(line, _line_coefficients(problem, value[-1]), value)
+
+    def residual(value: Array) -> Any:  # (r, trajectory): levenberg_marquardt(has_aux=True)
+        # Forward mode only: no rematerialisation of the rollout's steps. The scores of the plan
+        # (torques at the step times, effort, violations) are not differentiated: they are
+        # evaluated once, at the solution, below.
+        trajectory = _execute(problem, problem.trajectory(coefficients_of(value)), True, False)
+        final = jax.tree.map(lambda x: x[-1], trajectory.states)
+        extra = [_base_rotation(problem, final.base_quaternion)]
+        if problem.obstacles is not None:
+            # One row per sphere: its deepest penetration over the rollout (zero, with a zero
+            # Jacobian row, while every capsule keeps clear).
+            extra.append(jnp.max(obstacle_penetration(problem, trajectory.states), axis=(0, 2)))
+        rows = jnp.where(zero_attitude, jnp.concatenate(extra), 0.0)
+        return jnp.concatenate([_task_residual(problem, final), rows]), trajectory
 
     def project(value: Array) -> Array:
         return jnp.clip(value, problem.joint_lower, problem.joint_upper)
@@ -766,7 +882,8 @@ def _damped_gauss_newton(
     result = levenberg_marquardt(
         residual,
         x,
-        max_iterations=max_iterations,
+        max_iterations=capacity,
+        iteration_limit=steps,
         damping=damping**2,
         adaptive=False,
         # The small m x m system: a plan has a few residuals (3 to 9, plus one per keep-out sphere)
@@ -777,31 +894,44 @@ def _damped_gauss_newton(
         tolerance=tolerance,
         has_aux=True,
     )
-    return result.x, result.aux, result.residual_history, result.iterations
+    coefficients = coefficients_of(result.x)
+    evaluation = _score(problem, problem.trajectory(coefficients), result.aux, True)
+    return coefficients, evaluation, result.residual_history, result.iterations
 
 
-def _gauss_newton_on_task(
-    problem: PlanningProblem, reference_of: Any, x: Array, iterations: int, damping: Array, max_step: Array
-) -> tuple[Array, PlanEvaluation]:
-    """``iterations`` damped Gauss-Newton steps (:func:`_damped_gauss_newton`) on the end-point
-    task residual of the plan ``reference_of(x)`` executed through the rollout; the final ``x``
-    and its evaluation."""
-
-    def residual(value):
-        evaluation = _evaluate(problem, reference_of(value))
-        return _task_residual(problem, evaluation), evaluation
-
-    return _damped_gauss_newton(problem, residual, x, iterations, jnp.zeros((), x.dtype), damping, max_step)[:2]
+def _residual_tolerance(tolerance: Any, dtype: Any) -> Any:
+    """``tolerance``, or by default ``eps^0.6`` of the dtype (4e-10 in float64, 7e-5 in float32):
+    the Gauss-Newton planners' largest residual entry accepted, m and rad."""
+    return float(jnp.finfo(dtype).eps) ** 0.6 if tolerance is None else tolerance
 
 
-@solver_jit
-def _refine_goal(
-    problem: PlanningProblem, goal: Array, iterations: int, damping: Array, max_step: Array
-) -> tuple[Array, PlanEvaluation]:
-    q0 = problem.initial_state.q
-    return _gauss_newton_on_task(
-        problem, lambda g: QuinticJointReference(q0, g, problem.duration), goal, iterations, damping, max_step
+def _gauss_newton(
+    problem: PlanningProblem,
+    x: Array,
+    *,
+    line: bool,
+    zero_attitude: bool,
+    steps: int,
+    tolerance: Any,
+    damping: Any,
+    max_step: Any,
+) -> tuple[Array, PlanEvaluation, Array, Array]:
+    """:func:`_solve_plan` with its settings as data (the default capacity serves every
+    request up to :data:`SOLVER_STEPS` steps); the history is cut to ``(steps + 1,)``."""
+    dtype = x.dtype
+    tolerance = _residual_tolerance(tolerance, dtype)
+    coefficients, evaluation, history, iterations = _solve_plan(
+        problem,
+        x,
+        jnp.asarray(line),
+        jnp.asarray(zero_attitude),
+        max(int(steps), SOLVER_STEPS),
+        jnp.asarray(steps, jnp.int32),
+        jnp.asarray(tolerance, dtype),
+        jnp.asarray(damping, dtype),
+        jnp.asarray(max_step, dtype),
     )
+    return coefficients, evaluation, history[: int(steps) + 1], iterations
 
 
 def _inverse_kinematics_goal(problem: PlanningProblem, base: str, iterations: int) -> Array:
@@ -827,20 +957,25 @@ def straight_line_plan(
     refine_iterations: int = 6,
     damping: Any = 1e-3,
     max_step: Any = 0.2,
+    tolerance: Any = None,
     ik_base: str = "fixed",
     ik_iterations: int = IK_ITERATIONS,
 ) -> StraightLinePlan:
-    """Naive baseline: a rest-to-rest quintic straight line in joint space from ``q0`` to a
-    goal, executed like the optimised plans (same executor, horizon and loss).
+    """Naive baseline: a rest-to-rest straight line in joint space from ``q0`` to a goal
+    (the spline with its control points evenly spaced on the segment, the first of
+    :func:`initial_coefficients`), executed like the other plans (same executor, horizon and
+    loss).
 
     The goal is ``goal`` if given, else an inverse kinematics solution
     (:func:`sdjax.inverse_kinematics` with ``base=ik_base``, within the joint limits). Neither
     a fixed-base nor a floating-base IK solution is exact for the straight line (the
-    zero-momentum base attitude depends on the joint path), so the goal is refined by
+    zero-momentum base attitude depends on the joint path), so the goal is refined by at most
     ``refine_iterations`` damped Gauss-Newton steps (each at most ``max_step`` rad per joint)
     on the end-point error of the executed straight line (forward-mode Jacobian through the
-    rollout): the baseline then reaches the target as accurately as the optimised plan, and
-    the comparison is fair. Check ``evaluation.position_error``.
+    rollout), until every residual entry is within ``tolerance`` (m, rad; default ``eps^0.6`` of
+    the dtype): the baseline then reaches the target as accurately as the optimised plan, and
+    the comparison is fair. Check ``evaluation.position_error``. The steps run in the compiled
+    program of :func:`refine_plan` and :func:`reactionless_plan`.
 
     Returns:
         :class:`StraightLinePlan`.
@@ -852,20 +987,31 @@ def straight_line_plan(
         or refine_iterations < 0
     ):
         raise ValueError(f"straight_line_plan: refine_iterations must be an int >= 0, got {refine_iterations!r}")
+    _check_positive_settings("straight_line_plan", tolerance=tolerance, damping=damping, max_step=max_step)
     if goal is None:
         goal = _inverse_kinematics_goal(problem, ik_base, ik_iterations)
     goal = jnp.asarray(goal)
     if goal.shape != (n,):
         raise ValueError(f"straight_line_plan: goal expected shape ({n},), got {goal.shape}")
-    goal = goal.astype(problem.initial_state.q.dtype)
-    if refine_iterations:
-        goal, evaluation = _refine_goal(
-            problem, goal, int(refine_iterations), jnp.asarray(damping, goal.dtype), jnp.asarray(max_step, goal.dtype)
-        )
-    reference = QuinticJointReference(problem.initial_state.q, goal, problem.duration)
-    if not refine_iterations:
-        evaluation = _evaluate(problem, reference)
-    return StraightLinePlan(goal=goal, reference=reference, evaluation=evaluation)
+    line = _line_coefficients(problem, goal.astype(problem.initial_state.q.dtype))
+    coefficients, evaluation, history, _ = _gauss_newton(
+        problem,
+        line,
+        line=True,
+        zero_attitude=False,
+        steps=int(refine_iterations),
+        tolerance=tolerance,
+        damping=damping,
+        max_step=max_step,
+    )
+    return StraightLinePlan(coefficients[-1], problem.trajectory(coefficients), evaluation, history)
+
+
+def _check_positive_settings(where: str, **settings: Any) -> None:
+    """``ValueError`` naming the first setting that is given, not traced and not positive."""
+    for name, value in settings.items():
+        if value is not None and not is_traced(value) and not float(np.asarray(value)) > 0:
+            raise ValueError(f"{where}: {name} must be positive, got {value!r}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -1018,24 +1164,24 @@ def optimize_plan(
     )
 
 
-@solver_jit
-def _refine_coefficients(
-    problem: PlanningProblem, coefficients: Array, iterations: int, damping: Array, max_step: Array
-):
-    return _gauss_newton_on_task(problem, problem.trajectory, coefficients, iterations, damping, max_step)
-
-
 def refine_plan(
-    problem: PlanningProblem, coefficients: Any, *, iterations: int = 5, damping: Any = 1e-4, max_step: Any = 0.05
+    problem: PlanningProblem,
+    coefficients: Any,
+    *,
+    iterations: int = 5,
+    damping: Any = 1e-4,
+    max_step: Any = 0.05,
+    tolerance: Any = None,
 ) -> tuple[Array, PlanEvaluation]:
     """Put a plan on its target: the accuracy pass after :func:`optimize_plan`.
 
     A penalty on the end-point error leaves a small error whose size trades against the other
-    loss terms. ``iterations`` damped Gauss-Newton steps on the end-point task residual alone
-    (forward-mode Jacobian through the rollout), each the minimum-norm change of the
-    coefficients, remove it while changing the plan as little as possible (so it keeps its low
-    base disturbance); the same refinement puts :func:`straight_line_plan` on the target, so
-    both plans then reach it equally well, as :func:`improvement_factor` requires.
+    loss terms. At most ``iterations`` damped Gauss-Newton steps on the end-point task residual
+    alone (forward-mode Jacobian through the rollout, stopping once every entry is within
+    ``tolerance``), each the minimum-norm change of the coefficients, remove it while changing
+    the plan as little as possible (so it keeps its low base disturbance); the same refinement
+    puts :func:`straight_line_plan` on the target, so both plans then reach it equally well,
+    as :func:`improvement_factor` requires.
 
     Arguments:
         problem: the :class:`PlanningProblem`.
@@ -1044,6 +1190,8 @@ def refine_plan(
         damping: damping ``d`` of the steps, m; > 0 keeps them bounded near singular arm
             configurations.
         max_step: largest change of one control point per step, rad.
+        tolerance: largest residual entry accepted, m and rad (default ``eps^0.6`` of the
+            dtype).
 
     Returns:
         ``(coefficients, evaluation)``: the refined ``(m, n)`` coefficients and their
@@ -1052,13 +1200,18 @@ def refine_plan(
     coefficients = _check_coefficients(problem, coefficients, batched=False)
     if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
         raise ValueError(f"refine_plan: iterations must be an int >= 1, got {iterations!r}")
-    for name, value in (("damping", damping), ("max_step", max_step)):
-        if not is_traced(value) and not float(np.asarray(value)) > 0:
-            raise ValueError(f"refine_plan: {name} must be positive, got {value!r}")
-    dtype = coefficients.dtype
-    return _refine_coefficients(
-        problem, coefficients, int(iterations), jnp.asarray(damping, dtype), jnp.asarray(max_step, dtype)
+    _check_positive_settings("refine_plan", tolerance=tolerance, damping=damping, max_step=max_step)
+    refined, evaluation, _, _ = _gauss_newton(
+        problem,
+        coefficients,
+        line=False,
+        zero_attitude=False,
+        steps=int(iterations),
+        tolerance=tolerance,
+        damping=damping,
+        max_step=max_step,
     )
+    return refined, evaluation
 
 
 # ------------------------------------------------------------------------------------------
@@ -1093,36 +1246,6 @@ class ReactionlessPlan(eqx.Module):
     def coefficients(self) -> Array:
         """``(m, n)`` spline coefficients of the plan."""
         return self.trajectory.coefficients
-
-
-@solver_jit
-def _reactionless(
-    problem: PlanningProblem,
-    coefficients: Array,
-    max_iterations: int,
-    tolerance: Array,
-    damping: Array,
-    max_step: Array,
-):
-    def residual(value):
-        evaluation = _evaluate(problem, problem.trajectory(value), True)
-        base_rotation = _base_rotation(problem, evaluation.trajectory.states.base_quaternion[-1])
-        parts = [_task_residual(problem, evaluation), base_rotation]
-        if problem.obstacles is not None:
-            # One row per sphere: its deepest penetration over the rollout (zero, with a zero
-            # Jacobian row, while every capsule keeps clear).
-            parts.append(evaluation.obstacle_depths)
-        return jnp.concatenate(parts), evaluation
-
-    solved, evaluation, history, iterations = _damped_gauss_newton(
-        problem, residual, coefficients, max_iterations, tolerance, damping, max_step
-    )
-    if problem.torque_limit is None:
-        torque_ratio = jnp.full((), jnp.nan, solved.dtype)
-    else:
-        torque_ratio = jnp.max(jnp.abs(evaluation.tau) / problem.torque_limit)
-    converged = history[iterations] <= tolerance
-    return ReactionlessPlan(problem.trajectory(solved), evaluation, history, iterations, converged, torque_ratio)
 
 
 def reactionless_plan(
@@ -1196,14 +1319,9 @@ def reactionless_plan(
     if coefficients is None:
         coefficients = initial_coefficients(problem, _inverse_kinematics_goal(problem, "fixed", IK_ITERATIONS), 1)[0]
     coefficients = _check_coefficients(problem, coefficients, batched=False)
-    dtype = coefficients.dtype
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
         raise ValueError(f"reactionless_plan: max_iterations must be an int >= 1, got {max_iterations!r}")
-    if tolerance is None:
-        tolerance = float(jnp.finfo(dtype).eps) ** 0.6
-    for name, value in (("tolerance", tolerance), ("damping", damping), ("max_step", max_step)):
-        if not is_traced(value) and not float(np.asarray(value)) > 0:
-            raise ValueError(f"reactionless_plan: {name} must be positive, got {value!r}")
+    _check_positive_settings("reactionless_plan", tolerance=tolerance, damping=damping, max_step=max_step)
     residuals = 6 + (3 if problem.target_rotation is not None else 0)
     residuals += 0 if problem.obstacles is None else problem.obstacles.shape[0]  # one row per sphere
     if problem.num_coefficients * problem.model.num_joints < residuals:
@@ -1211,13 +1329,7 @@ def reactionless_plan(
             f"reactionless_plan: {residuals} residuals need at least as many unknowns; the problem has "
             f"{problem.num_coefficients} x {problem.model.num_joints} spline coefficients (raise num_coefficients)"
         )
-    settings = (
-        int(max_iterations),
-        jnp.asarray(tolerance, dtype),
-        jnp.asarray(damping, dtype),
-        jnp.asarray(max_step, dtype),
-    )
-    plan = _reactionless(problem, coefficients, *settings)
+    plan = _reactionless(problem, coefficients, int(max_iterations), tolerance, damping, max_step)
     for _ in range(RETIMING_ROUNDS if meet_torque_limits else 0):
         ratio = float(plan.torque_ratio)
         if not ratio > 1.0 or not bool(plan.converged):
@@ -1227,8 +1339,29 @@ def reactionless_plan(
         # another round.
         duration = problem.duration * np.sqrt(ratio) * (1.0 + _RETIMING_MARGIN)
         problem = eqx.tree_at(lambda p: p.duration, problem, duration)
-        plan = _reactionless(problem, plan.coefficients, *settings)
+        plan = _reactionless(problem, plan.coefficients, int(max_iterations), tolerance, damping, max_step)
     return plan
+
+
+def _reactionless(
+    problem: PlanningProblem, coefficients: Array, max_iterations: int, tolerance: Any, damping: Any, max_step: Any
+) -> ReactionlessPlan:
+    solved, evaluation, history, iterations = _gauss_newton(
+        problem,
+        coefficients,
+        line=False,
+        zero_attitude=True,
+        steps=max_iterations,
+        tolerance=tolerance,
+        damping=damping,
+        max_step=max_step,
+    )
+    if problem.torque_limit is None:
+        torque_ratio = jnp.full((), jnp.nan, solved.dtype)
+    else:
+        torque_ratio = jnp.max(jnp.abs(evaluation.tau) / problem.torque_limit)
+    converged = history[iterations] <= _residual_tolerance(tolerance, solved.dtype)
+    return ReactionlessPlan(problem.trajectory(solved), evaluation, history, iterations, converged, torque_ratio)
 
 
 #: Most re-timing rounds of ``reactionless_plan(..., meet_torque_limits=True)``.

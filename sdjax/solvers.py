@@ -349,6 +349,7 @@ def levenberg_marquardt(
     min_damping: float = 1e-12,
     max_tries: int = 30,
     has_aux: bool = False,
+    iteration_limit: Any = None,
 ) -> LeastSquaresResult:
     """Minimise ``1/2 |r(x)|^2`` by damped Gauss-Newton / Levenberg-Marquardt steps.
 
@@ -393,6 +394,9 @@ def levenberg_marquardt(
         damping_factor, min_damping, max_tries: static constants of the adaptive rule.
         has_aux: static; ``residual`` returns ``(r, aux)`` (any pytree ``aux``, e.g. the
             rollout behind the residual), reported at the final iterate as ``result.aux``.
+        iteration_limit: optional ``()`` int, most accepted steps as data (may be traced):
+            one compiled program then serves every limit up to ``max_iterations``, which
+            stays the static length of the histories.
 
     Returns:
         :class:`LeastSquaresResult`.
@@ -430,6 +434,7 @@ def levenberg_marquardt(
     r_shape, aux_shape = jax.eval_shape(evaluate, x0)
     nan = jnp.full((max_iterations + 1,), jnp.nan, r_shape.dtype)
     mu0 = jnp.asarray(damping, dtype)
+    limit = max_iterations if iteration_limit is None else jnp.minimum(iteration_limit, max_iterations)
 
     def damped_gauss_newton() -> LeastSquaresResult:
         """The fixed-damping iteration of :func:`levenberg_marquardt`, with one evaluation site.
@@ -457,7 +462,7 @@ def levenberg_marquardt(
             cost, biggest = measures(r)
             cost_history = cost_history.at[k].set(cost)
             residual_history = residual_history.at[k].set(biggest)
-            stop = (k >= max_iterations) | small
+            stop = (k >= limit) | small
             if tolerance is not None:
                 stop = stop | (biggest <= tolerance)
             diagonal = marquardt_scaling(jac) if scaling == "marquardt" else None
@@ -487,7 +492,7 @@ def levenberg_marquardt(
 
     def keep_going(carry):
         _, r, _, _, _, k, small, failed, _, _ = carry
-        going = (k < max_iterations) & ~small & ~failed
+        going = (k < limit) & ~small & ~failed
         if tolerance is not None:
             going = going & (jnp.max(jnp.abs(r)) > tolerance)
         return going

@@ -126,6 +126,11 @@ QUOTED = {
             r"meet the torque limits in [0-9.]+ s: duration ([0-9.]+) s, peak \|tau\| ([0-9.]+) N m",
             "the plan then takes {1} s with a peak torque of {2} N m",
         ),
+        (r"PLANNING_SECONDS = ([0-9.]+)", "its re-timing took {1} s together, compilation included"),
+        (
+            r"baseline computed in [0-9.]+ s\n.*\n  base attitude change ([0-9.]+) deg",
+            "the straight joint-space line turns the base by {1} deg",
+        ),
     ],
     "inertia_identification.ipynb": [
         (r"base parameters from 3 random records: ([0-9]+) of 70", "reach the same rank, {1} of 70"),

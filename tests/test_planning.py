@@ -99,12 +99,18 @@ def test_evaluation_is_consistent(arm7_model):
     )
     assert_close(ev.effort, jnp.sum(ev.tau**2) * problem.dt, 1e-14, "effort")
     # zero momentum is kept by the free-floating rollout up to RK4 truncation (momentum is not
-    # a linear invariant of the state, so RK4 drifts O(dt^4): 5e-7 measured at dt = 0.1 s)
+    # a linear invariant of the state, so RK4 drifts O(dt^4): 3.5e-5 measured at dt = 0.1 s with
+    # the law evaluated at every stage, the same as the law followed by forward dynamics; 4.8e-7
+    # with its torque held over each step)
     momentum = jax.vmap(lambda s: sdjax.system_momentum(arm7_model, s))(ev.trajectory.states)
-    assert float(jnp.max(jnp.abs(momentum))) < 1e-5
-    # the exact-model computed-torque executor tracks the spline closely: the zero-order hold
-    # error, corrected by the default (soft, dt-scaled) PD loop, measured 1.7e-3 rad at dt = 0.1 s
+    assert float(jnp.max(jnp.abs(momentum))) < 1e-4
+    held = sdjax.simulate_plan(problem, coefficients, continuous=False).trajectory.states
+    assert float(jnp.max(jnp.abs(jax.vmap(lambda s: sdjax.system_momentum(arm7_model, s))(held)))) < 2e-6
+    # the exact-model computed-torque executor tracks the spline closely: the truncation error,
+    # corrected by the default (soft, dt-scaled) PD loop (1.7e-3 rad measured at dt = 0.1 s with
+    # the torque held over each step)
     assert float(jnp.max(jnp.abs(ev.trajectory.states.q - ev.reference_q))) < 5e-3
+    assert float(jnp.max(jnp.abs(held.q - ev.reference_q))) < 5e-3
     # loss = sum of weighted terms (no limit is violated here: small motion, loose limits)
     assert float(ev.joint_violation) == 0.0 and float(ev.torque_violation) == 0.0
     expected = (
@@ -117,6 +123,41 @@ def test_evaluation_is_consistent(arm7_model):
     # the same loss from plan_loss and from a SplineTrajectory
     assert_close(sdjax.plan_loss(problem, coefficients), ev.loss, 1e-14, "plan_loss")
     assert_close(sdjax.simulate_plan(problem, problem.trajectory(coefficients)).loss, ev.loss, 1e-14, "spline plan")
+
+
+def test_continuous_execution_is_the_computed_torque_closed_loop(arm7_model):
+    """``simulate_plan`` integrates the exact-law closed loop as ``qdd = u`` with the base
+    acceleration of ``floating_inverse_dynamics``; the same closed loop run the long way, the
+    law's torques (``H* u + C*`` with the zero-momentum base twist) into forward dynamics of the
+    whole system by ``sdjax.rollout``, is another RK4 discretisation of the same continuous-time
+    system: the two agree to the truncation error, which falls as dt^4."""
+    q_gaps, tau_gaps = [], []
+    for steps in (20, 80):
+        problem = make_problem(arm7_model, num_steps=steps)
+        coefficients = sdjax.initial_coefficients(
+            problem, Q0 + 0.3 * jnp.array([1, -0.5, 0.3, 0.8, -0.2, 0.4, 0.1]), 2, spread=0.2
+        )[1]
+        ev = sdjax.simulate_plan(problem, coefficients)
+        law = sdjax.ComputedTorque(
+            arm7_model, problem.kp, problem.kd, problem.trajectory(coefficients), base="floating"
+        )
+        long_way = sdjax.rollout(
+            arm7_model,
+            problem.initial_state,
+            problem.dt,
+            steps,
+            environment=lambda t, s: sdjax.make_controls(arm7_model, tau=law(t, s)),
+        )
+        tau = jax.vmap(law)(long_way.time[:-1], jax.tree.map(lambda x: x[:-1], long_way.states))
+        q_gaps.append(float(jnp.max(jnp.abs(ev.trajectory.states.q - long_way.states.q))))
+        tau_gaps.append(float(jnp.max(jnp.abs(ev.tau - tau))))
+        base_gap = jnp.max(jnp.abs(ev.trajectory.states.base_quaternion - long_way.states.base_quaternion))
+        # measured 3.0e-8 (20 steps) and 1.2e-10 (80): truncation, beside a 1 rad move
+        assert float(base_gap) < 1e-6
+    # measured 7.5e-7 and 2.7e-9 rad, 6.1e-5 and 5.0e-7 N m (of ~60 N m)
+    assert q_gaps[1] < 1e-7 and tau_gaps[1] < 1e-5
+    # four times finer steps: 4^4 = 256 times smaller if both are fourth order (measured 275, 122)
+    assert q_gaps[0] / q_gaps[1] > 100 and tau_gaps[0] / tau_gaps[1] > 50
 
 
 def test_loss_gradient_matches_finite_differences(arm7_model):

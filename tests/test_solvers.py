@@ -382,3 +382,29 @@ def test_auxiliary_output_belongs_to_the_final_iterate(adaptive):
     np.testing.assert_allclose(result.cost, 0.5 * np.sum(np.asarray(result.residual) ** 2), rtol=1e-14)
     assert int(result.iterations) == 4
     np.testing.assert_allclose(result.residual_history[4], np.max(np.abs(result.residual)), rtol=1e-14)
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_iteration_limit_as_data_stops_where_the_static_count_would(adaptive):
+    """``iteration_limit`` (traced under jit) stops after that many steps, the same iterates as a
+    program compiled for that many (``max_iterations`` stays the histories' length), and one
+    compiled program serves every limit."""
+    x0 = jnp.array([-1.2, 1.0])
+    options = dict(damping=1e-3, adaptive=adaptive, form="normal")
+    traces = []
+
+    @jax.jit
+    def limited(limit):
+        traces.append(limit)
+        return solvers.levenberg_marquardt(rosenbrock, x0, max_iterations=12, iteration_limit=limit, **options)
+
+    for k in (0, 3, 7, 12, 20):
+        result = limited(jnp.asarray(k))
+        reference = solvers.levenberg_marquardt(rosenbrock, x0, max_iterations=min(k, 12), **options)
+        assert int(result.iterations) == min(k, 12)
+        # The same steps: the loop is the same program but for the stopping count.
+        np.testing.assert_allclose(result.x, reference.x, rtol=0, atol=1e-14)
+        history = np.asarray(result.cost_history)
+        np.testing.assert_allclose(history[: min(k, 12) + 1], reference.cost_history, rtol=1e-14, atol=0)
+        assert np.all(np.isnan(history[min(k, 12) + 1 :]))
+    assert len(traces) == 1  # traced (and compiled) once for all five limits
