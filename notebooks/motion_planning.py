@@ -5,6 +5,7 @@
 #
 # - The baseline (`sdjax.straight_line_plan`) is the naive motion: a straight line in joint space to a goal from inverse kinematics, refined by Gauss-Newton through the rollout so that it reaches the target exactly.
 # - `sdjax.reactionless_plan` solves for the spline that reaches the target with *zero* net base rotation (damped minimum-norm Gauss-Newton on the end-point and attitude residuals, forward-mode Jacobians through the rollout), and re-times it to meet the torque limits. It runs the same compiled program as the baseline's refinement.
+# - `sdjax.minimum_time_plan` searches the shortest duration at which a zero-disturbance path (not only the same path, re-timed) meets the torque limits.
 # - It is compared with the published reaction null-space (RNS) resolved-rate control.
 # - The last section trades the base attitude against effort and limits with a weighted loss (`sdjax.optimize_plan`: multi-start Adam with reverse-mode gradients through the rollout), the soft-objective variant.
 #
@@ -110,6 +111,25 @@ print(f"re-timed to meet the torque limits in {time.perf_counter() - t0:.1f} s: 
       f"{np.degrees(float(timed.evaluation.base_attitude_change)):.2e} deg")
 print(f"PLANNING_SECONDS = {time.perf_counter() - t_start:.1f}  (baseline, reactionless_plan and its re-timing, compile included)")
 
+# %% [markdown]
+# ### Minimum time within the torque limits
+#
+# Re-timing keeps the path and stretches time. `sdjax.minimum_time_plan` changes the path as well: it searches the duration (shrinking while a solve succeeds, then bisection), solving at each for a zero-disturbance path whose torques stay within the limits (`reactionless_plan(..., enforce_torque_limits=True)`: one more residual per joint, its torque's excess over the limit integrated over the plan). It is a local search from the plan above, so its answer is an upper bound on the minimum over all paths. The torques are held to the limits at the rollout's step times; the plan is checked again at four times finer steps.
+
+# %%
+t0 = time.perf_counter()
+fastest = sdjax.minimum_time_plan(problem, reactionless.coefficients, relative_tolerance=0.25 if QUICK else 0.02)
+jax.block_until_ready(fastest.plan.evaluation.loss)
+fast_ev = fastest.plan.evaluation
+fine = sdjax.PlanningProblem(model, state0, target, duration=fastest.duration, num_steps=4 * num_steps,
+                             num_coefficients=problem.num_coefficients)
+fine_ev = sdjax.simulate_plan(fine, fastest.plan.coefficients)
+print(f"minimum_time_plan in {time.perf_counter() - t0:.1f} s (compile included): {len(fastest.durations)} durations tried, "
+      f"shortest feasible {float(fastest.duration):.3f} s (re-timing the unconstrained path: {float(timed.trajectory.duration):.3f} s)")
+print(f"  peak |tau| {float(jnp.max(jnp.abs(fast_ev.tau))):.2f} N m at the step times, {float(jnp.max(jnp.abs(fine_ev.tau))):.2f} N m "
+      f"at 4x finer steps; there: end-point error {1e3 * float(fine_ev.position_error):.2e} mm, "
+      f"base attitude change {np.degrees(float(fine_ev.base_attitude_change)):.2e} deg")
+
 # %%
 rns_gain, rns_damping, rns_dt = 3.0, 0.05, 0.01  # 1/s, m, s
 rns_steps = int(round(duration / rns_dt))
@@ -164,6 +184,7 @@ rows = [
     ("reactionless_plan", rl_ev.position_error, rl_ev.base_attitude_change, jnp.max(jnp.abs(rl_ev.tau))),
     ("reactionless_plan, re-timed", timed.evaluation.position_error, timed.evaluation.base_attitude_change,
      jnp.max(jnp.abs(timed.evaluation.tau))),
+    ("minimum_time_plan", fast_ev.position_error, fast_ev.base_attitude_change, jnp.max(jnp.abs(fast_ev.tau))),
     ("RNS resolved rates (kinematic)", rns_error, rns_rotation, jnp.nan),
 ]
 print(f"{'method':38s} | end-point error mm | base attitude deg | peak |tau| N m")
@@ -268,7 +289,7 @@ plt.show()
 # %% [markdown]
 # ## Result (stored full run)
 #
-# In the full run stored here the straight joint-space line turns the base by 6.672 deg. `reactionless_plan` ends on the target (6.21e-12 mm) with a base attitude change of 1.56e-13 deg (round-off: 4.3e+13x less than the straight line), after turning the base by up to 14.854 deg on the way; its peak torque, 65.95 N m, is 3.3x the 20 N m limit, so the same path needs 1.82x the duration: `meet_torque_limits=True` re-times and solves again, and the plan then takes 7.271 s with a peak torque of 19.95 N m. The baseline, the zero-disturbance plan and its re-timing took 11.3 s together, compilation included (one compiled Gauss-Newton program serves all three). The RNS resolved-rate law keeps the base still throughout (7.41e-14 deg) but stalls 1.51e+02 mm short of the target, at an algorithmic singularity of `J* P` (its smallest singular value falls from 0.090 m to 8.55e-06 m): holding the base still at every instant is a stronger demand than a zero net rotation, and a local feedback law cannot plan around the singularity.
+# In the full run stored here the straight joint-space line turns the base by 6.672 deg. `reactionless_plan` ends on the target (6.21e-12 mm) with a base attitude change of 1.56e-13 deg (round-off: 4.3e+13x less than the straight line), after turning the base by up to 14.854 deg on the way; its peak torque, 65.95 N m, is 3.3x the 20 N m limit, so the same path needs 1.82x the duration: `meet_torque_limits=True` re-times and solves again, and the plan then takes 7.271 s with a peak torque of 19.95 N m. The baseline, the zero-disturbance plan and its re-timing took 12.0 s together, compilation included (one compiled Gauss-Newton program serves all three). Changing the path as well as the timing, `minimum_time_plan` meets the torque limits in 6.094 s instead of 7.271 s (16 % shorter); its torques are at the limit at the step times and reach 21.72 N m between them (at four times finer steps, where the plan still ends 8.83e-02 mm from the target and turns the base by 3.93e-04 deg), so a plan that must hold the limits everywhere needs more steps or a margin. The RNS resolved-rate law keeps the base still throughout (7.41e-14 deg) but stalls 1.51e+02 mm short of the target, at an algorithmic singularity of `J* P` (its smallest singular value falls from 0.090 m to 8.55e-06 m): holding the base still at every instant is a stronger demand than a zero net rotation, and a local feedback law cannot plan around the singularity.
 #
 # The soft-objective plan (Adam on the weighted loss, then the accuracy pass) turns the base by 4.935 deg instead of 6.672 deg: **1.35x less base attitude disturbance**, with end-point errors of 0.0000 mm (optimised) and 0.0000 mm (straight line): a compromise between attitude, effort and limits (its peak torque stays within the 20 N m limit), where `reactionless_plan` removes the rotation altogether and then meets the limits by re-timing.
 #

@@ -166,6 +166,7 @@ from sdjax.momentum import (
 )
 from sdjax.montecarlo import MonteCarloResults, Uncertainty, run_monte_carlo
 from sdjax.planning import (
+    MinimumTimePlan,
     PlanEvaluation,
     PlanningProblem,
     PlanResult,
@@ -175,6 +176,7 @@ from sdjax.planning import (
     bspline_basis,
     improvement_factor,
     initial_coefficients,
+    minimum_time_plan,
     optimize_plan,
     plan_loss,
     reactionless_plan,
@@ -247,6 +249,7 @@ __all__ = [
     "BASE_MODES",
     "Model",
     "MANEUVER_MODES",
+    "MinimumTimePlan",
     "MonteCarloResults",
     "PlanEvaluation",
     "PlanningProblem",
@@ -365,6 +368,7 @@ __all__ = [
     "realised_base_wrench",
     "reduced_forward_dynamics",
     "reactionless_plan",
+    "minimum_time_plan",
     "refine_plan",
     "resolved_motion_rates",
     "rk4_step",

@@ -306,7 +306,7 @@ def _attitude_deg(quats: np.ndarray, quat0: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------
 # plan
 
-PLANNERS = ("reactionless", "straight_line", "optimize")
+PLANNERS = ("reactionless", "minimum_time", "straight_line", "optimize")
 
 
 def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_steps: int) -> int:
@@ -355,7 +355,9 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
     limits.done()
     planner = config.table("planner")
     method = planner.string("method", choices=PLANNERS)
-    iterations = planner.integer("iterations", 30 if method == "reactionless" else 100, maximum=1_000_000)
+    iterations = planner.integer(
+        "iterations", 30 if method in ("reactionless", "minimum_time") else 100, maximum=1_000_000
+    )
     refine = planner.integer("refine_iterations", 6, minimum=0, maximum=1000)
     starts = planner.integer("starts", 3, maximum=1024)
     learning_rate = planner.number("learning_rate", 0.003, sign="positive")
@@ -365,6 +367,8 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
         raise planner.fail("meet_torque_limits", "applies to method = 'reactionless' only")
     if meet_torque_limits and torque is None:
         raise planner.fail("meet_torque_limits", "needs torque limits ([limits] torque)")
+    if method == "minimum_time" and torque is None:
+        raise planner.fail("method", "'minimum_time' needs torque limits ([limits] torque)")
     if method != "optimize":
         for key in ("starts", "learning_rate", "seed"):
             if planner.has(key):
@@ -404,6 +408,20 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
         history = np.asarray(plan.residual_history)
         summary.update(iterations=int(plan.iterations), converged=bool(plan.converged))
         timings["reactionless_s"] = time.perf_counter() - t0
+        bar.update()
+    elif method == "minimum_time":
+        bar.set_description("minimum time")
+        search = sdjax.minimum_time_plan(problem, max_iterations=iterations)
+        evaluation = jax.block_until_ready(search.plan.evaluation)
+        duration = float(search.duration)
+        history = np.asarray(search.plan.residual_history)
+        summary.update(
+            iterations=int(search.plan.iterations),
+            converged=bool(search.plan.converged),
+            durations_tried=np.asarray(search.durations).tolist(),
+            feasible=np.asarray(search.feasible).tolist(),
+        )
+        timings["minimum_time_s"] = time.perf_counter() - t0
         bar.update()
     else:
         bar.set_description("straight line")

@@ -76,6 +76,8 @@ from sdjax.state import State, check_state
 __all__ = [
     "DEGREES",
     "IK_ITERATIONS",
+    "MINIMUM_TIME_TRIALS",
+    "MinimumTimePlan",
     "PlanEvaluation",
     "PlanResult",
     "PlanningProblem",
@@ -88,6 +90,7 @@ __all__ = [
     "improvement_factor",
     "initial_coefficients",
     "link_segments",
+    "minimum_time_plan",
     "obstacle_penetration",
     "optimize_plan",
     "plan_loss",
@@ -590,6 +593,14 @@ def _execute(problem: PlanningProblem, reference: Any, continuous: bool, checkpo
     return Trajectory(time=time, states=history, controls=controls)
 
 
+def _step_torques(problem: PlanningProblem, reference: Any, trajectory: Trajectory) -> Array:
+    """``(N, n)`` torques of the law evaluated continuously (:func:`_execute`), at the step
+    times, N m."""
+    executor = _executor(problem, reference)
+    steps = jax.tree.map(lambda x: x[:-1], trajectory.states)
+    return jax.vmap(lambda t, state: _tracking_rates(executor, t, state)[1])(trajectory.time[:-1], steps)
+
+
 @solver_jit
 def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = True) -> PlanEvaluation:
     """The :class:`PlanEvaluation` of ``reference`` (:func:`simulate_plan`)."""
@@ -603,10 +614,7 @@ def _score(problem: PlanningProblem, reference: Any, trajectory: Trajectory, con
     dtype = problem.initial_state.q.dtype
     dt = problem.dt
     if continuous:
-        steps = jax.tree.map(lambda x: x[:-1], trajectory.states)
-        executor = _executor(problem, reference)
-        tau = jax.vmap(lambda t, state: _tracking_rates(executor, t, state)[1])(trajectory.time[:-1], steps)
-        trajectory = eqx.tree_at(lambda tr: tr.controls.tau, trajectory, tau)
+        trajectory = eqx.tree_at(lambda tr: tr.controls.tau, trajectory, _step_torques(problem, reference, trajectory))
     final = jax.tree.map(lambda x: x[-1], trajectory.states)
     kin = forward_kinematics(problem.model, final)
     position = kin.end_point_position[problem.end_point]
@@ -831,6 +839,7 @@ def _solve_plan(
     tolerance: Array,
     damping: Array,
     max_step: Array,
+    torque_rows: bool = False,
 ) -> tuple[Array, PlanEvaluation, Array, Array]:
     """The planners' one Gauss-Newton program: at most ``steps`` damped minimum-norm steps on
     the residual of a spline plan executed through the rollout (the tracking law at every RK4
@@ -847,6 +856,10 @@ def _solve_plan(
     - ``zero_attitude``: the residual also holds the base attitude change and one row per
       keep-out sphere (:func:`reactionless_plan`); otherwise those rows are zero and the
       residual is the end-point task alone.
+    - ``torque_rows`` (static: the torques then enter the Jacobian, a program of its own): one
+      more row per joint, its torque's excess over the limit integrated over the plan,
+      ``sum_t max(|tau_i(t)| - tau_max_i, 0) dt`` at the step times (N m s; zero, with a zero
+      Jacobian row, while the joint keeps within its limit).
 
     Each step is ``dx = -J^T (J J^T + d^2 I)^-1 r`` (``J = dr/dx``, the smallest change of the
     plan that removes the linearised residual), scaled so no entry moves more than
@@ -874,7 +887,12 @@ def _solve_plan(
             # Jacobian row, while every capsule keeps clear).
             extra.append(jnp.max(obstacle_penetration(problem, trajectory.states), axis=(0, 2)))
         rows = jnp.where(zero_attitude, jnp.concatenate(extra), 0.0)
-        return jnp.concatenate([_task_residual(problem, final), rows]), trajectory
+        parts = [_task_residual(problem, final), rows]
+        if torque_rows:
+            assert problem.torque_limit is not None  # (reactionless_plan checks it)
+            tau = _step_torques(problem, problem.trajectory(coefficients_of(value)), trajectory)
+            parts.append(jnp.sum(jnp.maximum(jnp.abs(tau) - problem.torque_limit, 0.0), axis=0) * problem.dt)
+        return jnp.concatenate(parts), trajectory
 
     def project(value: Array) -> Array:
         return jnp.clip(value, problem.joint_lower, problem.joint_upper)
@@ -915,6 +933,7 @@ def _gauss_newton(
     tolerance: Any,
     damping: Any,
     max_step: Any,
+    torque_rows: bool = False,
 ) -> tuple[Array, PlanEvaluation, Array, Array]:
     """:func:`_solve_plan` with its settings as data (the default capacity serves every
     request up to :data:`SOLVER_STEPS` steps); the history is cut to ``(steps + 1,)``."""
@@ -930,6 +949,7 @@ def _gauss_newton(
         jnp.asarray(tolerance, dtype),
         jnp.asarray(damping, dtype),
         jnp.asarray(max_step, dtype),
+        bool(torque_rows),
     )
     return coefficients, evaluation, history[: int(steps) + 1], iterations
 
@@ -1257,6 +1277,7 @@ def reactionless_plan(
     damping: Any = 1e-6,
     max_step: Any = 0.2,
     meet_torque_limits: bool = False,
+    enforce_torque_limits: bool = False,
 ) -> ReactionlessPlan:
     """A joint path that reaches the target and leaves the base attitude unchanged.
 
@@ -1281,8 +1302,13 @@ def reactionless_plan(
     Keep-out spheres (``problem.obstacles``) add one residual per sphere, its deepest
     penetration by a link capsule over the rollout, solved to zero with the others (the plan
     ends touching at most, checked at the rollout's step times).
-    Joint limits are kept by projecting the control points (the spline stays in their hull);
-    torque limits are not enforced but reported (``torque_ratio``): under zero gravity a
+    Joint limits are kept by projecting the control points (the spline stays in their hull).
+    With ``enforce_torque_limits`` the torque limits are solved for like the keep-out spheres:
+    one more residual per joint, its torque's excess over the limit integrated over the plan
+    (at the step times, N m s), solved to zero with the others, so the path itself changes to
+    meet them at the given duration (a program compiled apart: the torques then enter the
+    Jacobian); :func:`minimum_time_plan` searches the shortest duration that allows it.
+    Otherwise torque limits are not enforced but reported (``torque_ratio``): under zero gravity a
     rest-to-rest path executed over ``k`` times the duration needs ``1 / k^2`` of the torques
     (``tau = H qdd + C qd``, both scale as ``1/T^2``), and the base attitude change, a function
     of the path alone at zero momentum, stays. The loss weights, effort and limits of
@@ -1306,14 +1332,17 @@ def reactionless_plan(
         max_step: largest change of one control point per step, rad, > 0.
         meet_torque_limits: re-time the plan until ``torque_ratio <= 1`` (needs
             ``problem.torque_limit``; runs on the host between solves, so not under ``jit``).
+        enforce_torque_limits: solve for a path within the torque limits at this duration
+            (needs ``problem.torque_limit``).
 
     Returns:
         :class:`ReactionlessPlan`; check ``converged`` (a target out of reach, or an arm without
         the redundancy, stops at ``max_iterations`` with the residual it reached) and, with
         ``meet_torque_limits``, ``torque_ratio <= 1``.
     """
-    if meet_torque_limits and problem.torque_limit is None:
-        raise ValueError("reactionless_plan: meet_torque_limits needs a problem with torque_limit")
+    for name, flag in (("meet_torque_limits", meet_torque_limits), ("enforce_torque_limits", enforce_torque_limits)):
+        if flag and problem.torque_limit is None:
+            raise ValueError(f"reactionless_plan: {name} needs a problem with torque_limit")
     if meet_torque_limits and is_traced(problem.duration):
         raise ValueError("reactionless_plan: meet_torque_limits re-times on the host; call it outside jit")
     if coefficients is None:
@@ -1324,12 +1353,20 @@ def reactionless_plan(
     _check_positive_settings("reactionless_plan", tolerance=tolerance, damping=damping, max_step=max_step)
     residuals = 6 + (3 if problem.target_rotation is not None else 0)
     residuals += 0 if problem.obstacles is None else problem.obstacles.shape[0]  # one row per sphere
+    residuals += problem.model.num_joints if enforce_torque_limits else 0  # one row per joint
     if problem.num_coefficients * problem.model.num_joints < residuals:
         raise ValueError(
             f"reactionless_plan: {residuals} residuals need at least as many unknowns; the problem has "
             f"{problem.num_coefficients} x {problem.model.num_joints} spline coefficients (raise num_coefficients)"
         )
-    plan = _reactionless(problem, coefficients, int(max_iterations), tolerance, damping, max_step)
+    settings = dict(
+        max_iterations=int(max_iterations),
+        tolerance=tolerance,
+        damping=damping,
+        max_step=max_step,
+        torque_rows=bool(enforce_torque_limits),
+    )
+    plan = _reactionless(problem, coefficients, **settings)
     for _ in range(RETIMING_ROUNDS if meet_torque_limits else 0):
         ratio = float(plan.torque_ratio)
         if not ratio > 1.0 or not bool(plan.converged):
@@ -1339,12 +1376,19 @@ def reactionless_plan(
         # another round.
         duration = problem.duration * np.sqrt(ratio) * (1.0 + _RETIMING_MARGIN)
         problem = eqx.tree_at(lambda p: p.duration, problem, duration)
-        plan = _reactionless(problem, plan.coefficients, int(max_iterations), tolerance, damping, max_step)
+        plan = _reactionless(problem, plan.coefficients, **settings)
     return plan
 
 
 def _reactionless(
-    problem: PlanningProblem, coefficients: Array, max_iterations: int, tolerance: Any, damping: Any, max_step: Any
+    problem: PlanningProblem,
+    coefficients: Array,
+    *,
+    max_iterations: int,
+    tolerance: Any,
+    damping: Any,
+    max_step: Any,
+    torque_rows: bool,
 ) -> ReactionlessPlan:
     solved, evaluation, history, iterations = _gauss_newton(
         problem,
@@ -1355,6 +1399,7 @@ def _reactionless(
         tolerance=tolerance,
         damping=damping,
         max_step=max_step,
+        torque_rows=torque_rows,
     )
     if problem.torque_limit is None:
         torque_ratio = jnp.full((), jnp.nan, solved.dtype)
@@ -1368,6 +1413,112 @@ def _reactionless(
 RETIMING_ROUNDS = 5
 # Relative margin on each re-timed duration.
 _RETIMING_MARGIN = 1e-3
+
+
+class MinimumTimePlan(eqx.Module):
+    """Result of :func:`minimum_time_plan`.
+
+    Attributes:
+        plan: the :class:`ReactionlessPlan` at the shortest duration found
+            (``plan.trajectory.duration``), within the torque limits; its ``converged`` is False
+            when no duration tried was feasible.
+        durations: ``(k,)`` the durations tried, s, in order.
+        feasible: ``(k,)`` bool, the solve converged at each.
+    """
+
+    plan: ReactionlessPlan
+    durations: Array
+    feasible: Array
+
+    @property
+    def duration(self) -> Array:
+        """``()`` the shortest feasible duration found, s."""
+        return self.plan.trajectory.duration
+
+
+#: Most durations :func:`minimum_time_plan` tries.
+MINIMUM_TIME_TRIALS = 12
+
+
+def minimum_time_plan(
+    problem: PlanningProblem,
+    coefficients: Any = None,
+    *,
+    relative_tolerance: Any = 0.02,
+    max_iterations: int = SOLVER_STEPS,
+    tolerance: Any = None,
+    damping: Any = 1e-6,
+    max_step: Any = 0.2,
+) -> MinimumTimePlan:
+    """The shortest duration at which a zero-disturbance path meets the torque limits.
+
+    :func:`reactionless_plan` with ``enforce_torque_limits`` solves, at a given duration, for a
+    path that reaches the target, leaves the base attitude unchanged and keeps every torque
+    within its limit; here the duration is searched as well. The first solve is at
+    ``problem.duration``; while it succeeds the duration shrinks, by the square root of the
+    plan's largest torque ratio when that is below one (the same path, re-timed: zero gravity)
+    and by 20 % otherwise; while it fails the duration grows by 50 %. Once a failing duration
+    lies below a feasible one, bisection narrows the gap to ``relative_tolerance`` of the
+    feasible duration. Each solve starts from the last feasible plan's control points (a spline's
+    control points do not depend on its duration), and all share one compiled program (the
+    duration is data). At most :data:`MINIMUM_TIME_TRIALS` durations are tried.
+
+    This is a local search: a duration counts as feasible when the Gauss-Newton solve
+    converges (every residual within ``tolerance``) in ``max_iterations`` steps from that start,
+    so the result is the shortest duration found along this path of solutions, an upper bound
+    on the minimum over all paths, not a certificate of it. Torques are checked at the rollout's
+    step times.
+
+    Arguments:
+        problem: the :class:`PlanningProblem`, with ``torque_limit``; its ``duration`` is the
+            first one tried.
+        coefficients: ``(m, n)`` start (default as :func:`reactionless_plan`).
+        relative_tolerance: ``()`` bisection stops when the gap between the shortest feasible
+            and the longest infeasible duration is below this fraction of the former.
+        max_iterations, tolerance, damping, max_step: as :func:`reactionless_plan`.
+
+    Returns:
+        :class:`MinimumTimePlan`.
+    """
+    if problem.torque_limit is None:
+        raise ValueError("minimum_time_plan: needs a problem with torque_limit")
+    if is_traced(problem.duration):
+        raise ValueError("minimum_time_plan: searches the duration on the host; call it outside jit")
+    if not is_traced(relative_tolerance) and not 0 < float(np.asarray(relative_tolerance)) < 1:
+        raise ValueError(f"minimum_time_plan: relative_tolerance must be in (0, 1), got {relative_tolerance!r}")
+    settings = dict(max_iterations=max_iterations, tolerance=tolerance, damping=damping, max_step=max_step)
+
+    def solve(duration: float, start: Any) -> ReactionlessPlan:
+        timed = eqx.tree_at(lambda p: p.duration, problem, jnp.asarray(duration, problem.duration.dtype))
+        return reactionless_plan(timed, start, enforce_torque_limits=True, **settings)
+
+    duration = float(problem.duration)
+    plan = best_effort = solve(duration, coefficients)
+    best: ReactionlessPlan | None = plan if bool(plan.converged) else None
+    durations, feasible = [duration], [bool(plan.converged)]
+    shortest, longest_failed = (duration, None) if feasible[0] else (None, duration)
+    while len(durations) < MINIMUM_TIME_TRIALS:
+        if shortest is not None and longest_failed is not None:
+            if shortest - longest_failed <= float(relative_tolerance) * shortest:
+                break
+            duration = 0.5 * (shortest + longest_failed)
+        elif shortest is not None:
+            assert best is not None
+            ratio = float(best.torque_ratio)
+            duration = shortest * (np.sqrt(ratio) if 0.0 < ratio < 0.8**2 else 0.8)
+        else:
+            assert longest_failed is not None
+            duration = 1.5 * longest_failed
+        plan = solve(duration, coefficients if best is None else best.coefficients)
+        durations.append(duration)
+        feasible.append(bool(plan.converged))
+        if feasible[-1]:
+            best, shortest = plan, duration
+        else:
+            longest_failed = duration if longest_failed is None else max(longest_failed, duration)
+            if shortest is None:
+                best_effort = plan
+    return MinimumTimePlan(best_effort if best is None else best, jnp.asarray(durations), jnp.asarray(feasible))
 
 
 def improvement_factor(baseline: PlanEvaluation, optimized: PlanEvaluation) -> Array:

@@ -48,6 +48,22 @@ def test_plan_example_reaches_its_target(tmp_path, capsys):
     assert "plan.npz: exists; pass --force to overwrite it" in capsys.readouterr().err
 
 
+def test_plan_minimum_time_meets_the_torque_limits(tmp_path, capsys):
+    """method = "minimum_time": the duration search of sdjax.minimum_time_plan; the summary
+    reports the shortest feasible duration among those tried, and the plan there keeps the
+    torques within the limit at its step times, on the target, the base unturned."""
+    out = tmp_path / "plan"
+    argv = ["plan", example("plan"), "--out", str(out), "--no-progress",
+            "--set", "problem.steps=10", "--set", 'planner.method="minimum_time"']  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    durations, feasible = np.asarray(summary["durations_tried"]), np.asarray(summary["feasible"])
+    assert summary["converged"] and summary["duration"] == pytest.approx(durations[feasible].min())
+    assert summary["peak_torque"] <= 20.0 * (1 + 1e-9)  # solved to zero excess at the step times
+    # converged residuals: 4e-10 m and rad (the solver's tolerance)
+    assert summary["position_error_m"] < 1e-9 and summary["base_attitude_change_deg"] < 1e-7
+
+
 def test_identify_example_recovers_the_payload_mass(tmp_path, capsys):
     out = tmp_path / "identify"
     argv = ["identify", example("identify"), "--out", str(out), "--no-progress", "--set", "excitation.duration=0.5"]
@@ -317,7 +333,7 @@ REFUSALS = [
     (PLAN.replace("[0.1, 0.0, 0.0]", '[0.1, "x", 0.0]'), "problem.target_offset[1]: expected a number"),
     (
         PLAN.replace('"straight_line"', '"magic"'),
-        "planner.method: expected one of reactionless, straight_line, optimize",
+        "planner.method: expected one of reactionless, minimum_time, straight_line, optimize",
     ),
     ("planner = 3\n" + PLAN.split("[planner]")[0], "job.toml: planner: expected a table [planner], got int 3"),
     (PLAN + "[limits]\ntorque = [1.0, 2.0]\n", "limits.torque: expected 1 or 6 values, got 2"),
@@ -331,6 +347,10 @@ REFUSALS = [
     (
         PLAN.replace('"straight_line"', '"reactionless"') + "meet_torque_limits = true\n",
         "planner.meet_torque_limits: needs torque limits ([limits] torque)",
+    ),
+    (
+        PLAN.replace('"straight_line"', '"minimum_time"'),
+        "planner.method: 'minimum_time' needs torque limits ([limits] torque)",
     ),
 ]
 
