@@ -363,6 +363,11 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
     learning_rate = planner.number("learning_rate", 0.003, sign="positive")
     seed = planner.integer("seed", 0, minimum=0)
     meet_torque_limits = planner.boolean("meet_torque_limits", False)
+    relative_tolerance = planner.number("relative_tolerance", 0.02, sign="positive")
+    if method != "minimum_time" and planner.has("relative_tolerance"):
+        raise planner.fail("relative_tolerance", "applies to method = 'minimum_time' only")
+    if not relative_tolerance < 1:
+        raise planner.fail("relative_tolerance", f"must be below 1, got {relative_tolerance!r}")
     if method != "reactionless" and planner.has("meet_torque_limits"):
         raise planner.fail("meet_torque_limits", "applies to method = 'reactionless' only")
     if meet_torque_limits and torque is None:
@@ -411,7 +416,7 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
         bar.update()
     elif method == "minimum_time":
         bar.set_description("minimum time")
-        search = sdjax.minimum_time_plan(problem, max_iterations=iterations)
+        search = sdjax.minimum_time_plan(problem, max_iterations=iterations, relative_tolerance=relative_tolerance)
         evaluation = jax.block_until_ready(search.plan.evaluation)
         duration = float(search.duration)
         history = np.asarray(search.plan.residual_history)

@@ -1438,6 +1438,8 @@ class MinimumTimePlan(eqx.Module):
 
 #: Most durations :func:`minimum_time_plan` tries.
 MINIMUM_TIME_TRIALS = 12
+# Factors of minimum_time_plan's duration while its solves succeed, and while they fail.
+_SHRINK, _GROW = 0.8, 1.5
 
 
 def minimum_time_plan(
@@ -1456,8 +1458,9 @@ def minimum_time_plan(
     path that reaches the target, leaves the base attitude unchanged and keeps every torque
     within its limit; here the duration is searched as well. The first solve is at
     ``problem.duration``; while it succeeds the duration shrinks, by the square root of the
-    plan's largest torque ratio when that is below one (the same path, re-timed: zero gravity)
-    and by 20 % otherwise; while it fails the duration grows by 50 %. Once a failing duration
+    plan's largest torque ratio where that shrinks it by more than 20 % (the same path re-timed
+    then still meets the limits, in zero gravity) and by 20 % otherwise; while it fails the
+    duration grows by 50 %. Once a failing duration
     lies below a feasible one, bisection narrows the gap to ``relative_tolerance`` of the
     feasible duration. Each solve starts from the last feasible plan's control points (a spline's
     control points do not depend on its duration), and all share one compiled program (the
@@ -1484,7 +1487,7 @@ def minimum_time_plan(
         raise ValueError("minimum_time_plan: needs a problem with torque_limit")
     if is_traced(problem.duration):
         raise ValueError("minimum_time_plan: searches the duration on the host; call it outside jit")
-    if not is_traced(relative_tolerance) and not 0 < float(np.asarray(relative_tolerance)) < 1:
+    if not 0 < float(np.asarray(relative_tolerance)) < 1:
         raise ValueError(f"minimum_time_plan: relative_tolerance must be in (0, 1), got {relative_tolerance!r}")
     settings = dict(max_iterations=max_iterations, tolerance=tolerance, damping=damping, max_step=max_step)
 
@@ -1505,10 +1508,10 @@ def minimum_time_plan(
         elif shortest is not None:
             assert best is not None
             ratio = float(best.torque_ratio)
-            duration = shortest * (np.sqrt(ratio) if 0.0 < ratio < 0.8**2 else 0.8)
+            duration = shortest * (np.sqrt(ratio) if 0.0 < ratio < _SHRINK**2 else _SHRINK)
         else:
             assert longest_failed is not None
-            duration = 1.5 * longest_failed
+            duration = _GROW * longest_failed
         plan = solve(duration, coefficients if best is None else best.coefficients)
         durations.append(duration)
         feasible.append(bool(plan.converged))

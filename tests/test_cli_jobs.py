@@ -53,8 +53,10 @@ def test_plan_minimum_time_meets_the_torque_limits(tmp_path, capsys):
     reports the shortest feasible duration among those tried, and the plan there keeps the
     torques within the limit at its step times, on the target, the base unturned."""
     out = tmp_path / "plan"
+    # A short search (relative_tolerance 0.5: a feasible and an infeasible duration, no bisection).
     argv = ["plan", example("plan"), "--out", str(out), "--no-progress",
-            "--set", "problem.steps=10", "--set", 'planner.method="minimum_time"']  # fmt: skip
+            "--set", "problem.steps=10", "--set", 'planner.method="minimum_time"',
+            "--set", "planner.relative_tolerance=0.5"]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     durations, feasible = np.asarray(summary["durations_tried"]), np.asarray(summary["feasible"])
@@ -352,6 +354,7 @@ REFUSALS = [
         PLAN.replace('"straight_line"', '"minimum_time"'),
         "planner.method: 'minimum_time' needs torque limits ([limits] torque)",
     ),
+    (PLAN + "relative_tolerance = 0.1\n", "planner.relative_tolerance: applies to method = 'minimum_time' only"),
 ]
 
 

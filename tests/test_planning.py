@@ -415,6 +415,8 @@ def test_minimum_time_plan_changes_the_path_to_meet_the_torque_limits_sooner(arm
     assert float(jnp.max(jnp.abs(check.tau))) < 1.25 * limit
     with pytest.raises(ValueError, match="torque_limit"):
         sdjax.minimum_time_plan(make_problem(arm7_model))
+    with pytest.raises(ValueError, match=r"relative_tolerance must be in \(0, 1\)"):
+        sdjax.minimum_time_plan(problem, relative_tolerance=0.0)
     with pytest.raises(ValueError, match="enforce_torque_limits needs"):
         sdjax.reactionless_plan(make_problem(arm7_model), enforce_torque_limits=True)
 
