@@ -1311,8 +1311,8 @@ def reactionless_plan(
     Otherwise torque limits are not enforced but reported (``torque_ratio``): under zero gravity a
     rest-to-rest path executed over ``k`` times the duration needs ``1 / k^2`` of the torques
     (``tau = H qdd + C qd``, both scale as ``1/T^2``), and the base attitude change, a function
-    of the path alone at zero momentum, stays. The loss weights, effort and limits of
-    ``problem`` do not enter; compare with :func:`straight_line_plan` by
+    of the path alone at zero momentum, stays. The loss weights and effort of ``problem`` do not
+    enter, nor its torque limits without ``enforce_torque_limits``; compare with :func:`straight_line_plan` by
     :func:`improvement_factor`. With ``meet_torque_limits`` the plan is re-timed until it meets
     the torque limits: while ``torque_ratio > 1`` the duration is multiplied by
     ``sqrt(torque_ratio)`` and the plan solved again from the previous control points (the same
