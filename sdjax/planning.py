@@ -879,7 +879,8 @@ def _solve_plan(
         # Forward mode only: no rematerialisation of the rollout's steps. The scores of the plan
         # (torques at the step times, effort, violations) are not differentiated: they are
         # evaluated once, at the solution, below.
-        trajectory = _execute(problem, problem.trajectory(coefficients_of(value)), True, False)
+        reference = problem.trajectory(coefficients_of(value))
+        trajectory = _execute(problem, reference, True, False)
         final = jax.tree.map(lambda x: x[-1], trajectory.states)
         extra = [_base_rotation(problem, final.base_quaternion)]
         if problem.obstacles is not None:
@@ -890,7 +891,7 @@ def _solve_plan(
         parts = [_task_residual(problem, final), rows]
         if torque_rows:
             assert problem.torque_limit is not None  # (reactionless_plan checks it)
-            tau = _step_torques(problem, problem.trajectory(coefficients_of(value)), trajectory)
+            tau = _step_torques(problem, reference, trajectory)
             parts.append(jnp.sum(jnp.maximum(jnp.abs(tau) - problem.torque_limit, 0.0), axis=0) * problem.dt)
         return jnp.concatenate(parts), trajectory
 
@@ -1028,10 +1029,11 @@ def straight_line_plan(
 
 
 def _check_positive_settings(where: str, **settings: Any) -> None:
-    """``ValueError`` naming the first setting that is given, not traced and not positive."""
+    """:func:`sdjax._checks.float_array` of each setting given: a positive finite scalar
+    (``ValueError`` naming it; traced values pass unchecked)."""
     for name, value in settings.items():
-        if value is not None and not is_traced(value) and not float(np.asarray(value)) > 0:
-            raise ValueError(f"{where}: {name} must be positive, got {value!r}")
+        if value is not None:
+            float_array(f"{where}: {name}", value, shape=(), sign="positive")
 
 
 # ------------------------------------------------------------------------------------------
