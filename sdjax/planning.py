@@ -175,7 +175,8 @@ class SplineTrajectory(eqx.Module):
     the motion starts at ``start`` and ends at ``coefficients[-1]`` with zero rate (and, for a
     quintic, zero acceleration) at both ends. Called with a time it returns
     ``(q_d, qd_d, qdd_d)`` (a reference for :class:`sdjax.ComputedTorque`); before 0 it holds
-    ``start`` and after ``duration`` the goal, at rest.
+    ``start`` and after ``duration`` the goal, at rest (at ``duration`` itself the acceleration
+    is its left limit, the motion's last instant).
 
     Attributes:
         start: ``(n,)`` initial joint positions, rad or m.
@@ -226,7 +227,11 @@ class SplineTrajectory(eqx.Module):
         t = jnp.asarray(t, dtype)
         duration = self.duration.astype(dtype)
         n0, n1, n2 = bspline_basis(t / duration, points.shape[0], self.degree)
-        moving = (t >= 0) & (t < duration)
+        # On [0, T], the end included (to round-off: a rollout's last stage time N dt may round
+        # just above T): a cubic's acceleration jumps to zero at the end, and the motion's last
+        # instant takes its left limit, so RK4's last stage integrates the motion, not the rest
+        # after it (taken as zero there, the final joint rates were off by dt/6 times the jump).
+        moving = (t >= 0) & (t <= duration * (1 + 8 * jnp.finfo(dtype).eps))
         q = n0 @ points
         qd = jnp.where(moving, n1 @ points / duration, 0.0)
         qdd = jnp.where(moving, n2 @ points / duration**2, 0.0)

@@ -131,7 +131,7 @@ def test_continuous_execution_is_the_computed_torque_closed_loop(arm7_model):
     law's torques (``H* u + C*`` with the zero-momentum base twist) into forward dynamics of the
     whole system by ``sdjax.rollout``, is another RK4 discretisation of the same continuous-time
     system: the two agree to the truncation error, which falls as dt^4."""
-    q_gaps, tau_gaps = [], []
+    q_gaps, tau_gaps, final_rates = [], [], []
     for steps in (20, 80):
         problem = make_problem(arm7_model, num_steps=steps)
         coefficients = sdjax.initial_coefficients(
@@ -151,6 +151,7 @@ def test_continuous_execution_is_the_computed_torque_closed_loop(arm7_model):
         tau = jax.vmap(law)(long_way.time[:-1], jax.tree.map(lambda x: x[:-1], long_way.states))
         q_gaps.append(float(jnp.max(jnp.abs(ev.trajectory.states.q - long_way.states.q))))
         tau_gaps.append(float(jnp.max(jnp.abs(ev.tau - tau))))
+        final_rates.append(float(jnp.max(jnp.abs(ev.trajectory.states.qd[-1]))))
         base_gap = jnp.max(jnp.abs(ev.trajectory.states.base_quaternion - long_way.states.base_quaternion))
         # measured 3.0e-8 (20 steps) and 1.2e-10 (80): truncation, beside a 1 rad move
         assert float(base_gap) < 1e-6
@@ -158,6 +159,12 @@ def test_continuous_execution_is_the_computed_torque_closed_loop(arm7_model):
     assert q_gaps[1] < 1e-7 and tau_gaps[1] < 1e-5
     # four times finer steps: 4^4 = 256 times smaller if both are fourth order (measured 275, 122)
     assert q_gaps[0] / q_gaps[1] > 100 and tau_gaps[0] / tau_gaps[1] > 50
+    # The plan ends at rest: the cubic's acceleration jumps to zero at T, and the last RK4
+    # stage (at T) takes its left limit, so the final joint rates are the rollout's truncation
+    # error (measured 3.2e-4 and 7.9e-6 rad/s: 41x for 4x the steps, RK4 across the spline's
+    # knots). Evaluated at rest there instead, they were off by dt/6 times the jump: 0.061 and
+    # 0.015 rad/s, first order.
+    assert final_rates[0] < 2e-3 and final_rates[0] / final_rates[1] > 16
 
 
 def test_loss_gradient_matches_finite_differences(arm7_model):
