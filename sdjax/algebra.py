@@ -27,7 +27,7 @@ import numpy as np
 from jax import Array
 from jax.custom_derivatives import SymbolicZero
 
-__all__ = ["cross3", "dot", "matmul3", "matvec3", "transpose3"]
+__all__ = ["cross3", "dot", "matmul3", "matvec3", "small_cholesky_solve", "transpose3"]
 
 #: Levi-Civita symbol: ``cross(a, b)_i = sum_jk LEVI_CIVITA[i, j, k] a_j b_k``.
 LEVI_CIVITA = np.zeros((3, 3, 3))
@@ -114,3 +114,36 @@ dot = _bilinear(_dot_components, lambda a, b: jnp.einsum("...k,...k->...", a, b)
 def transpose3(a: Array) -> Array:
     """``a^T`` for ``(..., 3, 3)`` matrices."""
     return jnp.swapaxes(a, -1, -2)
+
+
+def small_cholesky_solve(a: Array, b: Array) -> Array:
+    """``x`` with ``a x = b`` for a small symmetric positive definite ``(k, k)`` matrix ``a``
+    and ``b`` of shape ``(k,)``, by a Cholesky factorisation unrolled in array arithmetic.
+
+    For the base block of a floating base (``k <= 6``): no LAPACK call, so under ``vmap`` the
+    arithmetic runs over the batch instead of one library call per sample. A batched LAPACK
+    Cholesky of that block inside the forward-mode Jacobian of a rollout (the planners' torque
+    rows: 200 steps x 56 unknowns) stalled XLA's CPU runtime, every thread asleep; this form
+    runs it in 19 s. Differentiable by JAX (square roots and divisions of a positive definite
+    matrix's pivots).
+    """
+    k = a.shape[-1]
+    lower: list[list[Array]] = [[] for _ in range(k)]  # lower[i][j], j <= i
+    for j in range(k):
+        pivot = jnp.sqrt(a[..., j, j] - sum((lower[j][m] ** 2 for m in range(j)), jnp.zeros_like(a[..., j, j])))
+        for i in range(j, k):
+            if i == j:
+                lower[j].append(pivot)
+            else:
+                off = a[..., i, j] - sum((lower[i][m] * lower[j][m] for m in range(j)), jnp.zeros_like(pivot))
+                lower[i].append(off / pivot)
+    forward: list[Array] = []
+    for i in range(k):
+        forward.append(
+            (b[..., i] - sum((lower[i][m] * forward[m] for m in range(i)), jnp.zeros_like(b[..., i]))) / lower[i][i]
+        )
+    backward: list[Array] = [jnp.zeros_like(b[..., 0])] * k
+    for i in reversed(range(k)):
+        rest = sum((lower[m][i] * backward[m] for m in range(i + 1, k)), jnp.zeros_like(b[..., i]))
+        backward[i] = (forward[i] - rest) / lower[i][i]
+    return jnp.stack(backward, axis=-1)
