@@ -71,7 +71,7 @@ jax.block_until_ready(base_ev.loss)
 print(f"baseline computed in {time.perf_counter() - t0:.1f} s")
 print(f"  end-point error      {1e3 * float(base_ev.position_error):.3f} mm")
 print(f"  base attitude change {np.degrees(float(base_ev.base_attitude_change)):.3f} deg")
-print(f"  peak |tau|           {float(jnp.max(jnp.abs(base_ev.tau))):.2f} N m, effort {float(base_ev.effort):.1f} N^2 m^2 s")
+print(f"  peak |tau|           {float(jnp.max(base_ev.peak_torque)):.2f} N m, effort {float(base_ev.effort):.1f} N^2 m^2 s")
 
 # %%
 def attitude_angle(quats, quat0):
@@ -100,13 +100,13 @@ print(f"reactionless_plan in {time.perf_counter() - t0:.1f} s (compile included)
 print(f"  end-point error      {1e3 * float(rl_ev.position_error):.2e} mm")
 print(f"  base attitude change {np.degrees(float(rl_ev.base_attitude_change)):.2e} deg at the end, largest on the way "
       f"{np.max(attitude_angle(rl_ev.trajectory.states.base_quaternion, state0.base_quaternion)):.3f} deg")
-print(f"  peak |tau|           {float(jnp.max(jnp.abs(rl_ev.tau))):.2f} N m (torque ratio {float(reactionless.torque_ratio):.2f}: "
+print(f"  peak |tau|           {float(jnp.max(rl_ev.peak_torque)):.2f} N m (torque ratio {float(reactionless.torque_ratio):.2f}: "
       f"the same path over {float(jnp.sqrt(reactionless.torque_ratio)):.2f}x the duration meets the {float(torque_limit[0]):.0f} N m limit)")
 t0 = time.perf_counter()
 timed = sdjax.reactionless_plan(problem, reactionless.coefficients, meet_torque_limits=True)  # re-timed from the plan, same compiled program
 jax.block_until_ready(timed.evaluation.loss)
 print(f"re-timed to meet the torque limits in {time.perf_counter() - t0:.1f} s: duration {float(timed.trajectory.duration):.3f} s, "
-      f"peak |tau| {float(jnp.max(jnp.abs(timed.evaluation.tau))):.2f} N m, end-point error "
+      f"peak |tau| {float(jnp.max(timed.evaluation.peak_torque)):.2f} N m, end-point error "
       f"{1e3 * float(timed.evaluation.position_error):.2e} mm, base attitude change "
       f"{np.degrees(float(timed.evaluation.base_attitude_change)):.2e} deg")
 print(f"PLANNING_SECONDS = {time.perf_counter() - t_start:.1f}  (baseline, reactionless_plan and its re-timing, compile included)")
@@ -114,7 +114,7 @@ print(f"PLANNING_SECONDS = {time.perf_counter() - t_start:.1f}  (baseline, react
 # %% [markdown]
 # ### Minimum time within the torque limits
 #
-# Re-timing keeps the path and stretches time. `sdjax.minimum_time_plan` changes the path as well: it searches the duration (shrinking while a solve succeeds, then bisection), solving at each for a zero-disturbance path whose torques stay within the limits (`reactionless_plan(..., enforce_torque_limits=True)`: one more residual per joint, its torque's excess over the limit integrated over the plan). It is a local search from the plan above, so its answer is an upper bound on the minimum over all paths. The torques are held to the limits at the rollout's step times; the plan is checked again at four times finer steps.
+# Re-timing keeps the path and stretches time. `sdjax.minimum_time_plan` changes the path as well: it searches the duration (shrinking while a solve succeeds, then bisection), solving at each for a zero-disturbance path whose torques stay within the limits (`reactionless_plan(..., enforce_torque_limits=True)`: one more residual per joint, its torque's excess over the limit integrated over the plan). It is a local search from the plan above, so its answer is an upper bound on the minimum over all paths. The torques are held to the limits at four points per step (the step states and the executed motion interpolated between them), at the spline's knots and at the motion's last instant; the plan is checked again at seven times finer steps, whose sample points fall between those.
 
 # %%
 t0 = time.perf_counter()
@@ -122,13 +122,13 @@ search = dict(relative_tolerance=0.5, max_iterations=10) if QUICK else {}  # qui
 fastest = sdjax.minimum_time_plan(problem, reactionless.coefficients, **search)
 jax.block_until_ready(fastest.plan.evaluation.loss)
 fast_ev = fastest.plan.evaluation
-fine = sdjax.PlanningProblem(model, state0, target, duration=fastest.duration, num_steps=4 * num_steps,
+fine = sdjax.PlanningProblem(model, state0, target, duration=fastest.duration, num_steps=7 * num_steps,
                              num_coefficients=problem.num_coefficients)
 fine_ev = sdjax.simulate_plan(fine, fastest.plan.coefficients)
 print(f"minimum_time_plan in {time.perf_counter() - t0:.1f} s (compile included): {len(fastest.durations)} durations tried, "
       f"shortest feasible {float(fastest.duration):.3f} s (re-timing the unconstrained path: {float(timed.trajectory.duration):.3f} s)")
-print(f"  peak |tau| {float(jnp.max(jnp.abs(fast_ev.tau))):.2f} N m at the step times, {float(jnp.max(jnp.abs(fine_ev.tau))):.2f} N m "
-      f"at 4x finer steps; there: end-point error {1e3 * float(fine_ev.position_error):.2e} mm, "
+print(f"  peak |tau| {float(jnp.max(fast_ev.peak_torque)):.3f} N m, {float(jnp.max(fine_ev.peak_torque)):.3f} N m "
+      f"at 7x finer steps; there: end-point error {1e3 * float(fine_ev.position_error):.2e} mm, "
       f"base attitude change {np.degrees(float(fine_ev.base_attitude_change)):.2e} deg")
 
 # %%
@@ -181,11 +181,11 @@ print(f"  joint rates at t = 0         {float(jnp.max(jnp.abs(initial_qd))):.3f}
 
 # %%
 rows = [
-    ("straight line (joint space)", base_ev.position_error, base_ev.base_attitude_change, jnp.max(jnp.abs(base_ev.tau))),
-    ("reactionless_plan", rl_ev.position_error, rl_ev.base_attitude_change, jnp.max(jnp.abs(rl_ev.tau))),
+    ("straight line (joint space)", base_ev.position_error, base_ev.base_attitude_change, jnp.max(base_ev.peak_torque)),
+    ("reactionless_plan", rl_ev.position_error, rl_ev.base_attitude_change, jnp.max(rl_ev.peak_torque)),
     ("reactionless_plan, re-timed", timed.evaluation.position_error, timed.evaluation.base_attitude_change,
-     jnp.max(jnp.abs(timed.evaluation.tau))),
-    ("minimum_time_plan", fast_ev.position_error, fast_ev.base_attitude_change, jnp.max(jnp.abs(fast_ev.tau))),
+     jnp.max(timed.evaluation.peak_torque)),
+    ("minimum_time_plan", fast_ev.position_error, fast_ev.base_attitude_change, jnp.max(fast_ev.peak_torque)),
     ("RNS resolved rates (kinematic)", rns_error, rns_rotation, jnp.nan),
 ]
 print(f"{'method':38s} | end-point error mm | base attitude deg | peak |tau| N m")
@@ -253,8 +253,8 @@ print(f"end-point error:      straight line {1e3 * float(base_ev.position_error)
       f"optimised {1e3 * float(opt_ev.position_error):.4f} mm")
 print(f"base attitude change: straight line {np.degrees(float(base_ev.base_attitude_change)):.3f} deg, "
       f"optimised {np.degrees(float(opt_ev.base_attitude_change)):.3f} deg")
-print(f"peak |tau|:           straight line {float(jnp.max(jnp.abs(base_ev.tau))):.2f} N m, "
-      f"optimised {float(jnp.max(jnp.abs(opt_ev.tau))):.2f} N m (limit {float(torque_limit[0]):.0f})")
+print(f"peak |tau|:           straight line {float(jnp.max(base_ev.peak_torque)):.2f} N m, "
+      f"optimised {float(jnp.max(opt_ev.peak_torque)):.2f} N m (limit {float(torque_limit[0]):.0f})")
 print(f"IMPROVEMENT_FACTOR = {factor:.2f}  (base attitude change, straight line / optimised)")
 
 
@@ -290,7 +290,7 @@ plt.show()
 # %% [markdown]
 # ## Result (stored full run)
 #
-# In the full run stored here the straight joint-space line turns the base by 6.672 deg. `reactionless_plan` ends on the target (6.21e-12 mm) with a base attitude change of 1.56e-13 deg (round-off: 4.3e+13x less than the straight line), after turning the base by up to 14.854 deg on the way; its peak torque, 65.95 N m, is 3.3x the 20 N m limit, so the same path needs 1.82x the duration: `meet_torque_limits=True` re-times and solves again, and the plan then takes 7.271 s with a peak torque of 19.95 N m. The baseline, the zero-disturbance plan and its re-timing took 10.4 s together, compilation included (one compiled Gauss-Newton program serves all three). Changing the path as well as the timing, `minimum_time_plan` meets the torque limits in 6.188 s instead of 7.271 s (15 % shorter); its torques are at the limit at the step times and reach 20.05 N m between them (at four times finer steps, where the plan still ends 8.91e-02 mm from the target and turns the base by 4.12e-04 deg), so a plan that must hold the limits everywhere needs a small margin or more steps. The RNS resolved-rate law keeps the base still throughout (7.41e-14 deg) but stalls 1.51e+02 mm short of the target, at an algorithmic singularity of `J* P` (its smallest singular value falls from 0.090 m to 8.55e-06 m): holding the base still at every instant is a stronger demand than a zero net rotation, and a local feedback law cannot plan around the singularity.
+# In the full run stored here the straight joint-space line turns the base by 6.672 deg. `reactionless_plan` ends on the target (6.44e-12 mm) with a base attitude change of 1.46e-13 deg (round-off: 4.6e+13x less than the straight line), after turning the base by up to 14.854 deg on the way; its peak torque, 66.04 N m, is 3.3x the 20 N m limit, so the same path needs 1.82x the duration: `meet_torque_limits=True` re-times and solves again, and the plan then takes 7.276 s with a peak torque of 19.95 N m. The baseline, the zero-disturbance plan and its re-timing took 13.2 s together, compilation included (one compiled Gauss-Newton program serves all three). Changing the path as well as the timing, `minimum_time_plan` meets the torque limits in 6.281 s instead of 7.276 s (14 % shorter); its torques are held to the limits at four points per step, at the spline's knots and at the motion's last instant, and simulated independently they peak 20.014 N m at seven times finer steps, where the plan still ends 9.07e-02 mm from the target and turns the base by 4.90e-04 deg (the 40-step solve's truncation error). The RNS resolved-rate law keeps the base still throughout (7.41e-14 deg) but stalls 1.51e+02 mm short of the target, at an algorithmic singularity of `J* P` (its smallest singular value falls from 0.090 m to 8.55e-06 m): holding the base still at every instant is a stronger demand than a zero net rotation, and a local feedback law cannot plan around the singularity.
 #
 # The soft-objective plan (Adam on the weighted loss, then the accuracy pass) turns the base by 4.935 deg instead of 6.672 deg: **1.35x less base attitude disturbance**, with end-point errors of 0.0000 mm (optimised) and 0.0000 mm (straight line): a compromise between attitude, effort and limits (its peak torque stays within the 20 N m limit), where `reactionless_plan` removes the rotation altogether and then meets the limits by re-timing.
 #

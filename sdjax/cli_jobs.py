@@ -458,15 +458,15 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
     bar.close()
     timings["total_s"] = time.perf_counter() - t0
 
-    tau = np.asarray(evaluation.tau)
-    ratio = float(np.max(np.abs(tau) / torque)) if torque is not None else None
+    peak = np.asarray(evaluation.peak_torque)  # (between the step times too: PlanEvaluation)
+    ratio = float(np.max(peak / torque)) if torque is not None else None
     summary.update(
         model=model.name, end_point=end_point, target_position=np.asarray(target).tolist(),
         start_position=start_point.tolist(), final_position=np.asarray(evaluation.end_point_position).tolist(),
         position_error_m=float(evaluation.position_error),
         orientation_error_rad=float(evaluation.orientation_error) if rotation is not None else None,
         base_attitude_change_deg=float(np.degrees(float(evaluation.base_attitude_change))),
-        peak_torque=float(np.max(np.abs(tau))), torque_ratio=ratio,
+        peak_torque=float(np.max(peak)), torque_ratio=ratio,
         joint_violation=float(evaluation.joint_violation), obstacle_violation_m=float(evaluation.obstacle_violation),
         duration=duration, num_steps=steps, timings=timings,
     )  # fmt: skip
@@ -474,7 +474,7 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
         summary["straight_line"] = {
             "position_error_m": float(baseline.position_error),
             "base_attitude_change_deg": float(np.degrees(float(baseline.base_attitude_change))),
-            "peak_torque": float(jnp.max(jnp.abs(baseline.tau))),
+            "peak_torque": float(jnp.max(baseline.peak_torque)),
         }
     os.makedirs(directory, exist_ok=True)
     info = {

@@ -237,6 +237,13 @@ class SplineTrajectory(eqx.Module):
         qdd = jnp.where(moving, n2 @ points / duration**2, 0.0)
         return q, qd, qdd
 
+    @property
+    def knot_times(self) -> Array:
+        """``(K - p - 1,)`` interior knot times, s: where the spline's pieces meet and the rate
+        of its acceleration jumps (an executed plan's torques have kinks there)."""
+        segments = self.control_points.shape[0] - self.degree
+        return self.duration * jnp.arange(1, segments, dtype=self.coefficients.dtype) / segments
+
     def sample(self, times: Any) -> tuple[Array, Array, Array]:
         """``(q, qd, qdd)`` at ``(T,)`` times, each ``(T, n)``."""
         return jax.vmap(self)(jnp.asarray(times, self.coefficients.dtype))
@@ -504,9 +511,13 @@ class PlanEvaluation(eqx.Module):
             the initial one, rad.
         effort: ``()`` ``int |tau|^2 dt``, N^2 m^2 s.
         joint_violation: ``()`` largest joint-limit excess over the rollout, rad (0 without limits).
-        torque_violation: ``()`` largest ``|tau_i| - tau_max_i`` excess, N m (0 without limits).
+        peak_torque: ``(n,)`` largest ``|tau_i|`` over the plan, N m: executed continuously, at
+            :data:`LIMIT_SAMPLES` points per step (the step times and states between them); with
+            torques held over each step, the held torques.
+        torque_violation: ``()`` largest excess ``peak_torque_i - tau_max_i``, N m (0 without
+            limits).
         obstacle_violation: ``()`` deepest penetration of a link capsule into a keep-out sphere
-            over the rollout's step times, m (0 without obstacles).
+            over the plan (at the points ``peak_torque`` is taken at), m (0 without obstacles).
         obstacle_depths: ``(k,)`` that deepest penetration per sphere, m (``(0,)`` without
             obstacles; the residual rows of :func:`reactionless_plan`).
     """
@@ -521,6 +532,7 @@ class PlanEvaluation(eqx.Module):
     base_attitude_change: Array
     effort: Array
     joint_violation: Array
+    peak_torque: Array
     torque_violation: Array
     obstacle_violation: Array
     obstacle_depths: Array
@@ -598,12 +610,99 @@ def _execute(problem: PlanningProblem, reference: Any, continuous: bool, checkpo
     return Trajectory(time=time, states=history, controls=controls)
 
 
-def _step_torques(problem: PlanningProblem, reference: Any, trajectory: Trajectory) -> Array:
-    """``(N, n)`` torques of the law evaluated continuously (:func:`_execute`), at the step
-    times, N m."""
+#: Points per step at which an executed plan's torque limits and keep-out spheres are checked
+#: (:func:`_between_steps`): the step time and ``LIMIT_SAMPLES - 1`` evenly spaced states
+#: between it and the next, plus the motion's last instant and a spline's knots. With the step
+#: times alone, a 20-step minimum-time plan's torques, held to their limits there, rose 18 %
+#: between them (at the last instant, where a cubic's acceleration jumps to zero); the largest
+#: value of a smooth function sampled at spacing ``dt / k`` falls short of its peak by
+#: O((dt / k)^2).
+LIMIT_SAMPLES = 4
+
+
+def _hermite(x0: Array, f0: Array, x1: Array, f1: Array, s: Array, h: Array) -> Array:
+    """Cubic Hermite interpolant at ``s`` in [0, 1] between values ``x0``, ``x1`` with rates
+    ``f0``, ``f1`` over an interval of length ``h`` (error O(h^4), the order of RK4's steps)."""
+    s2, s3 = s * s, s * s * s
+    return (2 * s3 - 3 * s2 + 1) * x0 + (s3 - 2 * s2 + s) * h * f0 + (3 * s2 - 2 * s3) * x1 + (s3 - s2) * h * f1
+
+
+def _between_steps(problem: PlanningProblem, reference: Any, trajectory: Trajectory) -> tuple[State, Array]:
+    """States and torques of a plan executed continuously (:func:`_execute`) at
+    :data:`LIMIT_SAMPLES` points per step and at the end.
+
+    Between step times the states are cubic Hermite interpolants of the step states and their
+    closed-loop rates (fourth order, as the rollout; base quaternions renormalised); the joints'
+    are the reference plus the interpolated tracking error, which is smooth where the reference
+    may be only piecewise so (a spline's acceleration has kinks at its knots). The torques are
+    the computed-torque law's at those states (at the final state, the law's torque as the
+    motion ends: :class:`SplineTrajectory` takes its acceleration's left limit there). A
+    :class:`SplineTrajectory`'s knot times are sampled as well.
+
+    Returns:
+        ``(states, tau)``: the ``N + 1`` step states, the in-between ones (``k - 1`` blocks
+        of ``N``), then the knots', and the torques at them, N m (the first ``N`` are the
+        torques at the step times, :class:`PlanEvaluation`'s ``tau``).
+    """
+    dtype = problem.initial_state.q.dtype
     executor = _executor(problem, reference)
-    steps = jax.tree.map(lambda x: x[:-1], trajectory.states)
-    return jax.vmap(lambda t, state: _tracking_rates(executor, t, state)[1])(trajectory.time[:-1], steps)
+    time, states = trajectory.time, trajectory.states
+    reference_q, reference_qd, reference_qdd = jax.vmap(reference)(time)
+    h = problem.dt.astype(dtype)
+    steps = time.shape[0] - 1
+
+    # The samples between step times: step ``start[j]`` at ``fraction[j]`` of it (each step at
+    # LIMIT_SAMPLES - 1 evenly spaced fractions, stacked by fraction; then a spline's knots).
+    fractions = jnp.arange(1, LIMIT_SAMPLES, dtype=dtype) / LIMIT_SAMPLES
+    start = jnp.tile(jnp.arange(steps), LIMIT_SAMPLES - 1)
+    fraction = jnp.repeat(fractions, steps)
+    if isinstance(reference, SplineTrajectory):
+        # A spline's torques have kinks at its knots, where a peak between samples would be
+        # missed by O(dt / k) rather than O((dt / k)^2): the knots are sampled too.
+        knots = reference.knot_times.astype(dtype)
+        knot_step = jnp.clip(jnp.floor(knots / h).astype(start.dtype), 0, steps - 1)
+        start = jnp.concatenate([start, knot_step])
+        fraction = jnp.concatenate([fraction, knots / h - knot_step.astype(dtype)])
+    between_time = time[start] + fraction * h
+    reference_between = jax.vmap(reference)(between_time)
+
+    def interpolate(rates: State) -> State:
+        """The states at ``between_time`` from the step states and their rates."""
+
+        def hermite(x: Array, f: Array) -> Array:
+            s = fraction.reshape(-1, *([1] * (x.ndim - 1)))
+            return _hermite(x[start], f[start], x[start + 1], f[start + 1], s, h)
+
+        between = jax.tree.map(hermite, states, rates)  # (a batch of states: built leaf by leaf)
+        joints = (
+            quat_normalize(between.base_quaternion),
+            reference_between[0] + hermite(states.q - reference_q, states.qd - reference_qd),
+            reference_between[1] + hermite(states.qd - reference_qd, rates.qd - reference_qdd),
+        )
+        return eqx.tree_at(lambda s: (s.base_quaternion, s.q, s.qd), between, joints)
+
+    # The law at the step states (their rates make the interpolants), then at the states between
+    # them: one vmapped law evaluated twice in a two-pass loop, so the program holds one copy of
+    # it (two copies cost the planners' compiled programs ~2 s more); both sets of states are
+    # padded to one size (the samples between steps are the more: (k - 1) N + knots).
+    count = start.shape[0]
+    size = max(count, steps + 1)
+
+    def pad(x: Array) -> Array:
+        return jnp.concatenate([x, jnp.broadcast_to(x[-1:], (size - x.shape[0], *x.shape[1:]))])
+
+    def evaluate(step_rates: State, first: Array) -> tuple[State, Array]:
+        at = jax.tree.map(lambda a, b: jnp.where(first, pad(a), pad(b)), states, interpolate(step_rates))
+        rates, tau = jax.vmap(lambda t, state: _tracking_rates(executor, t, state))(
+            jnp.where(first, pad(time), pad(between_time)), at
+        )
+        return jax.tree.map(lambda new, old: jnp.where(first, new[: steps + 1], old), rates, step_rates), tau
+
+    unknown = jax.tree.map(jnp.zeros_like, states)  # (the first pass computes them)
+    rates, (tau, between_tau) = lax.scan(evaluate, unknown, jnp.array([True, False]))
+    tau, between_tau, between = tau[: steps + 1], between_tau[:count], interpolate(rates)
+    all_states = jax.tree.map(lambda *xs: jnp.concatenate(xs), states, between)
+    return all_states, jnp.concatenate([tau, between_tau])
 
 
 @solver_jit
@@ -615,11 +714,15 @@ def _evaluate(problem: PlanningProblem, reference: Any, continuous: bool = True)
 
 def _score(problem: PlanningProblem, reference: Any, trajectory: Trajectory, continuous: bool) -> PlanEvaluation:
     """The :class:`PlanEvaluation` of an executed plan (:func:`_execute`; ``continuous``: its
-    torques are evaluated here, at the step times)."""
+    torques are evaluated here, at the step times and between them, :func:`_between_steps`)."""
     dtype = problem.initial_state.q.dtype
     dt = problem.dt
     if continuous:
-        trajectory = eqx.tree_at(lambda tr: tr.controls.tau, trajectory, _step_torques(problem, reference, trajectory))
+        sampled_states, sampled_tau = _between_steps(problem, reference, trajectory)
+        steps = trajectory.time.shape[0] - 1
+        trajectory = eqx.tree_at(lambda tr: tr.controls.tau, trajectory, sampled_tau[:steps])
+    else:  # torques held over each step: the step states and torques are all there is to check
+        sampled_states, sampled_tau = trajectory.states, trajectory.controls.tau
     final = jax.tree.map(lambda x: x[-1], trajectory.states)
     kin = forward_kinematics(problem.model, final)
     position = kin.end_point_position[problem.end_point]
@@ -645,16 +748,19 @@ def _score(problem: PlanningProblem, reference: Any, trajectory: Trajectory, con
         joint_violation = jnp.max(excess)
     else:
         joint_violation = jnp.zeros((), dtype)
+    # The loss's penalties sum over the step times; the reported peaks and violations are taken
+    # over the states between them too (LIMIT_SAMPLES per step).
+    peak_torque = jnp.max(jnp.abs(sampled_tau), axis=0)
     if problem.torque_limit is not None:
         excess = jnp.maximum(jnp.abs(tau) - problem.torque_limit, 0.0)
         loss = loss + problem.limit_weight * jnp.sum(excess**2) * dt
-        torque_violation = jnp.max(excess)
+        torque_violation = jnp.max(jnp.maximum(peak_torque - problem.torque_limit, 0.0))
     else:
         torque_violation = jnp.zeros((), dtype)
     if problem.obstacles is not None:
         depth = obstacle_penetration(problem, trajectory.states)
         loss = loss + problem.limit_weight * jnp.sum(depth**2) * dt
-        obstacle_depths = jnp.max(depth, axis=(0, 2))
+        obstacle_depths = jnp.max(obstacle_penetration(problem, sampled_states), axis=(0, 2))
     else:
         obstacle_depths = jnp.zeros((0,), dtype)
     reference_q = jax.vmap(lambda t: reference(t)[0])(trajectory.time)
@@ -669,6 +775,7 @@ def _score(problem: PlanningProblem, reference: Any, trajectory: Trajectory, con
         base_attitude_change=jnp.sqrt(attitude_sq),
         effort=effort,
         joint_violation=joint_violation,
+        peak_torque=peak_torque,
         torque_violation=torque_violation,
         obstacle_violation=jnp.max(obstacle_depths, initial=0.0),
         obstacle_depths=obstacle_depths,
@@ -863,8 +970,9 @@ def _solve_plan(
       residual is the end-point task alone.
     - ``torque_rows`` (static: the torques then enter the Jacobian, a program of its own): one
       more row per joint, its torque's excess over the limit integrated over the plan,
-      ``sum_t max(|tau_i(t)| - tau_max_i, 0) dt`` at the step times (N m s; zero, with a zero
-      Jacobian row, while the joint keeps within its limit).
+      ``sum_t max(|tau_i(t)| - tau_max_i, 0) dt / k`` at :data:`LIMIT_SAMPLES` ``= k`` points
+      per step (N m s; zero, with a zero Jacobian row, while the joint keeps within its limit).
+      The keep-out rows are taken over the same points.
 
     Each step is ``dx = -J^T (J J^T + d^2 I)^-1 r`` (``J = dr/dx``, the smallest change of the
     plan that removes the linearised residual), scaled so no entry moves more than
@@ -888,16 +996,20 @@ def _solve_plan(
         trajectory = _execute(problem, reference, True, False)
         final = jax.tree.map(lambda x: x[-1], trajectory.states)
         extra = [_base_rotation(problem, final.base_quaternion)]
+        if problem.obstacles is not None or torque_rows:
+            # The states and torques at LIMIT_SAMPLES points per step, so the limits hold
+            # between the step times too.
+            sampled_states, sampled_tau = _between_steps(problem, reference, trajectory)
         if problem.obstacles is not None:
-            # One row per sphere: its deepest penetration over the rollout (zero, with a zero
+            # One row per sphere: its deepest penetration over the plan (zero, with a zero
             # Jacobian row, while every capsule keeps clear).
-            extra.append(jnp.max(obstacle_penetration(problem, trajectory.states), axis=(0, 2)))
+            extra.append(jnp.max(obstacle_penetration(problem, sampled_states), axis=(0, 2)))
         rows = jnp.where(zero_attitude, jnp.concatenate(extra), 0.0)
         parts = [_task_residual(problem, final), rows]
         if torque_rows:
             assert problem.torque_limit is not None  # (reactionless_plan checks it)
-            tau = _step_torques(problem, reference, trajectory)
-            parts.append(jnp.sum(jnp.maximum(jnp.abs(tau) - problem.torque_limit, 0.0), axis=0) * problem.dt)
+            excess = jnp.maximum(jnp.abs(sampled_tau) - problem.torque_limit, 0.0)
+            parts.append(jnp.sum(excess, axis=0) * (problem.dt / LIMIT_SAMPLES))
         return jnp.concatenate(parts), trajectory
 
     def project(value: Array) -> Array:
@@ -1256,10 +1368,11 @@ class ReactionlessPlan(eqx.Module):
             Gauss-Newton step and after the last; NaN past the stop.
         iterations: ``()`` int32 steps taken.
         converged: ``()`` bool, the residual reached the tolerance.
-        torque_ratio: ``()`` largest ``|tau_i| / tau_max_i`` at the step times of the executed
-            plan (NaN without torque limits); above 1 the plan exceeds its limits, and the same
-            path over ``duration * sqrt(torque_ratio)`` meets them at the same normalised times
-            (see :func:`reactionless_plan`; between step times, sample finer to bound the peak).
+        torque_ratio: ``()`` largest ``|tau_i| / tau_max_i`` of the executed plan (its
+            ``evaluation.peak_torque``: :data:`LIMIT_SAMPLES` points per step; NaN without
+            torque limits); above 1 the plan exceeds its limits, and the same path over
+            ``duration * sqrt(torque_ratio)`` meets them at the same normalised times (see
+            :func:`reactionless_plan`).
     """
 
     trajectory: SplineTrajectory
@@ -1308,11 +1421,12 @@ def reactionless_plan(
 
     Keep-out spheres (``problem.obstacles``) add one residual per sphere, its deepest
     penetration by a link capsule over the rollout, solved to zero with the others (the plan
-    ends touching at most, checked at the rollout's step times).
+    ends touching at most, checked at :data:`LIMIT_SAMPLES` points per step: the step times and
+    states interpolated between them).
     Joint limits are kept by projecting the control points (the spline stays in their hull).
     With ``enforce_torque_limits`` the torque limits are solved for like the keep-out spheres:
     one more residual per joint, its torque's excess over the limit integrated over the plan
-    (at the step times, N m s), solved to zero with the others, so the path itself changes to
+    (at the same points, N m s), solved to zero with the others, so the path itself changes to
     meet them at the given duration (a program compiled apart: the torques then enter the
     Jacobian); :func:`minimum_time_plan` searches the shortest duration that allows it.
     Otherwise torque limits are not enforced but reported (``torque_ratio``): under zero gravity a
@@ -1411,7 +1525,7 @@ def _reactionless(
     if problem.torque_limit is None:
         torque_ratio = jnp.full((), jnp.nan, solved.dtype)
     else:
-        torque_ratio = jnp.max(jnp.abs(evaluation.tau) / problem.torque_limit)
+        torque_ratio = jnp.max(evaluation.peak_torque / problem.torque_limit)
     converged = history[iterations] <= _residual_tolerance(tolerance, solved.dtype)
     return ReactionlessPlan(problem.trajectory(solved), evaluation, history, iterations, converged, torque_ratio)
 
@@ -1476,8 +1590,8 @@ def minimum_time_plan(
     This is a local search: a duration counts as feasible when the Gauss-Newton solve
     converges (every residual within ``tolerance``) in ``max_iterations`` steps from that start,
     so the result is the shortest duration found along this path of solutions, an upper bound
-    on the minimum over all paths, not a certificate of it. Torques are checked at the rollout's
-    step times.
+    on the minimum over all paths, not a certificate of it. Torques are checked at
+    :data:`LIMIT_SAMPLES` points per step (the step times and states between them).
 
     Arguments:
         problem: the :class:`PlanningProblem`, with ``torque_limit``; its ``duration`` is the

@@ -51,7 +51,7 @@ def test_plan_example_reaches_its_target(tmp_path, capsys):
 def test_plan_minimum_time_meets_the_torque_limits(tmp_path, capsys):
     """method = "minimum_time": the duration search of sdjax.minimum_time_plan; the summary
     reports the shortest feasible duration among those tried, and the plan there keeps the
-    torques within the limit at its step times, on the target, the base unturned."""
+    torques within the limit at its sample points, on the target, the base unturned."""
     out = tmp_path / "plan"
     # A short search (relative_tolerance 0.5: a feasible and an infeasible duration, no bisection).
     argv = ["plan", example("plan"), "--out", str(out), "--no-progress",
@@ -61,7 +61,9 @@ def test_plan_minimum_time_meets_the_torque_limits(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     durations, feasible = np.asarray(summary["durations_tried"]), np.asarray(summary["feasible"])
     assert summary["converged"] and summary["duration"] == pytest.approx(durations[feasible].min())
-    assert summary["peak_torque"] <= 20.0 * (1 + 1e-9)  # solved to zero excess at the step times
+    # solved to zero excess at LIMIT_SAMPLES points per step (the torque row's tolerance, 4e-10
+    # N m s, over samples >= 10 ms apart: < 1e-7 N m)
+    assert summary["peak_torque"] <= 20.0 + 1e-7
     # converged residuals: 4e-10 m and rad (the solver's tolerance)
     assert summary["position_error_m"] < 1e-9 and summary["base_attitude_change_deg"] < 1e-7
 

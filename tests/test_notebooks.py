@@ -132,8 +132,8 @@ QUOTED = {
             "meets the torque limits in {1} s instead of {2} s",
         ),
         (
-            r"([0-9.]+) N m at 4x finer steps; there: end-point error ([0-9.e+-]+) mm, base attitude change ([0-9.e+-]+) deg",
-            "reach {1} N m between them (at four times finer steps, where the plan still ends {2} mm from the target and turns the base by {3} deg)",
+            r"([0-9.]+) N m at 7x finer steps; there: end-point error ([0-9.e+-]+) mm, base attitude change ([0-9.e+-]+) deg",
+            "peak {1} N m at seven times finer steps, where the plan still ends {2} mm from the target and turns the base by {3} deg",
         ),
         (
             r"baseline computed in [0-9.]+ s\n.*\n  base attitude change ([0-9.]+) deg",

@@ -131,13 +131,14 @@ def test_continuous_execution_is_the_computed_torque_closed_loop(arm7_model):
     law's torques (``H* u + C*`` with the zero-momentum base twist) into forward dynamics of the
     whole system by ``sdjax.rollout``, is another RK4 discretisation of the same continuous-time
     system: the two agree to the truncation error, which falls as dt^4."""
-    q_gaps, tau_gaps, final_rates = [], [], []
+    q_gaps, tau_gaps, final_rates, evaluations = [], [], [], []
     for steps in (20, 80):
         problem = make_problem(arm7_model, num_steps=steps)
         coefficients = sdjax.initial_coefficients(
             problem, Q0 + 0.3 * jnp.array([1, -0.5, 0.3, 0.8, -0.2, 0.4, 0.1]), 2, spread=0.2
         )[1]
         ev = sdjax.simulate_plan(problem, coefficients)
+        evaluations.append((problem, coefficients, ev))
         law = sdjax.ComputedTorque(
             arm7_model, problem.kp, problem.kd, problem.trajectory(coefficients), base="floating"
         )
@@ -165,6 +166,48 @@ def test_continuous_execution_is_the_computed_torque_closed_loop(arm7_model):
     # knots). Evaluated at rest there instead, they were off by dt/6 times the jump: 0.061 and
     # 0.015 rad/s, first order.
     assert final_rates[0] < 2e-3 and final_rates[0] / final_rates[1] > 16
+
+    # Between the step times (where limits are checked: LIMIT_SAMPLES points per step), the
+    # 20-step plan's interpolated states and torques are those the 80-step rollout reaches there.
+    (coarse, coefficients, ev), (_, _, fine) = evaluations
+    assert sdjax.planning.LIMIT_SAMPLES == 4  # (the fine rollout's steps are the sample points)
+    states, tau = sdjax.planning._between_steps(coarse, coarse.trajectory(coefficients), ev.trajectory)
+    n_steps, reference = 20, coarse.trajectory(coefficients)
+    knots = np.asarray(reference.knot_times)
+    assert knots.shape == (coarse.num_coefficients - 1,)  # (a cubic: one piece per coefficient)
+    assert tau.shape == (4 * n_steps + 1 + knots.size, 7)  # steps (the end's left limit), in between, knots
+    # the step torques are the evaluation's (the same law in another compiled program: round-off)
+    np.testing.assert_allclose(tau[:n_steps], ev.tau, rtol=0, atol=1e-11)
+    # sample j of step i (in-between samples stacked by j after the N + 1 step states)
+    inner = np.asarray(tau[n_steps + 1 : 4 * n_steps + 1]).reshape(3, n_steps, 7)
+    inner_q = np.asarray(states.q[n_steps + 1 : 4 * n_steps + 1]).reshape(3, n_steps, 7)
+    # the end: the law's torque just before the reference stops (a cubic's acceleration jumps to
+    # zero at its end), on the final state; the law evaluated the long way (H* u + C*) agrees
+    # to the truncation error of the zero-momentum base twist (as above, ~1e-6 N m)
+    final = jax.tree.map(lambda x: x[-1], ev.trajectory.states)
+    end = sdjax.ComputedTorque(arm7_model, coarse.kp, coarse.kd, reference, base="floating")(
+        coarse.duration * (1 - 1e-12), final
+    )  # (just before the end, where no rounding makes it the end)
+    assert float(jnp.max(jnp.abs(tau[n_steps] - end))) < 1e-4
+    assert float(jnp.max(jnp.abs(end))) > 1.0  # (not the zero torque of the reference at rest)
+    # the knots' states are on the reference (tracked exactly from rest) as closely as the
+    # rollout's step states are: RK4's truncation error, larger where a step spans a knot
+    # (the reference's acceleration has a kink there)
+    step_error = np.max(np.abs(ev.trajectory.states.q - reference.sample(ev.trajectory.time)[0]))
+    knot_error = np.max(np.abs(states.q[-knots.size :] - reference.sample(knots)[0]))
+    assert knot_error <= step_error  # measured 3.1e-5 and 1.5e-4 rad
+    fine_tau = np.asarray(fine.tau).reshape(n_steps, 4, 7)
+    fine_q = np.asarray(fine.trajectory.states.q[:-1]).reshape(n_steps, 4, 7)
+    # At the step times the two rollouts differ by the 20-step one's truncation error (measured
+    # 0.042 N m of ~60 N m, 1.3e-4 rad: RK4 across the reference's kinks at the knots); between
+    # them the interpolated samples differ from the finer rollout by no more than that (measured
+    # 0.040 N m, 1.5e-4 rad), i.e. the interpolation adds nothing beyond the rollout's own error.
+    tau_gap = np.max(np.abs(np.asarray(ev.tau) - fine_tau[:, 0]))
+    q_gap = np.max(np.abs(np.asarray(ev.trajectory.states.q[:-1]) - fine_q[:, 0]))
+    for j in (1, 2, 3):
+        assert np.max(np.abs(inner[j - 1] - fine_tau[:, j])) <= 1.5 * tau_gap
+        assert np.max(np.abs(inner_q[j - 1] - fine_q[:, j])) <= 1.5 * q_gap
+    np.testing.assert_allclose(ev.peak_torque, np.max(np.abs(np.asarray(tau)), axis=0))
 
 
 def test_loss_gradient_matches_finite_differences(arm7_model):
@@ -325,6 +368,13 @@ def test_reactionless_plan_keeps_out_of_a_sphere(arm7_model):
     clearance = _capsule_clearance(arm7_model, ev.trajectory.states, wrist, 0.05, 0.02)
     assert clearance > -1e-9, clearance
     assert float(ev.obstacle_violation) <= 1e-9
+    # Between the step times: the solve samples LIMIT_SAMPLES points per step; simulated seven
+    # times finer, the capsules keep clear (measured +4e-7 m; when the solve held the sphere at
+    # the step times only, 1.4 mm inside at four times finer steps) up to the 20-step rollout's
+    # truncation error (~3e-5 m at the end point, measured in the minimum-time test below).
+    fine = make_problem(arm7_model, **{**limits, "num_steps": 140})
+    fine_states = sdjax.simulate_plan(fine, plan.coefficients).trajectory.states
+    assert _capsule_clearance(arm7_model, fine_states, wrist, 0.05, 0.02) > -3e-5
     with pytest.raises(ValueError, match="obstacles radius"):
         make_problem(arm7_model, obstacles=[[0.0, 0.0, 0.0, -1.0]])
     with pytest.raises(ValueError, match=r"obstacles: expected"):
@@ -367,18 +417,21 @@ def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_mode
     ratio = float(plan.torque_ratio)
     assert ratio > 1.0  # this fast motion exceeds 20 N m: the time-scaling check below is not vacuous
     slow = sdjax.simulate_plan(fine(np.sqrt(ratio), steps=20), plan.coefficients, continuous=True)
-    # exact 1/T^2 scaling of the feedforward at the same normalised times (20 steps: the
-    # torques are compared where the ratio was taken); the feedback stays at the tracking error
-    assert abs(float(jnp.max(jnp.abs(slow.tau))) / 20.0 - 1.0) < 1e-3
+    # exact 1/T^2 scaling of the feedforward at the same normalised times (20 steps: the peak
+    # torques are taken at the points the ratio was); the feedback stays at the tracking error
+    assert abs(float(jnp.max(slow.peak_torque)) / 20.0 - 1.0) < 1e-3
     assert float(slow.base_attitude_change) < float(straight.base_attitude_change) / 100
     # The same re-timing inside the solver: the plan is solved again at duration sqrt(ratio)
-    # (+0.1 % margin) and then meets the limits, tight (within the margin: 1/1.001^2 = 0.998)
+    # (+0.1 % margin) and then meets the limits, nearly tight: the re-solve moves the control
+    # points by the discretisation's change (measured 4.6e-4 rad), and the peak, at the end
+    # where the cubic's acceleration is a second difference of the last control points, by 2 %
+    # (measured 0.978; the same path re-timed without solving again, 0.998 = 1/1.001^2)
     timed = sdjax.reactionless_plan(problem, meet_torque_limits=True)
-    assert bool(timed.converged) and 0.99 < float(timed.torque_ratio) <= 1.0, float(timed.torque_ratio)
+    assert bool(timed.converged) and 0.95 < float(timed.torque_ratio) <= 1.0, float(timed.torque_ratio)
     # the duration the 1/T^2 law predicts, to the discretisation's change of the peak torque
     np.testing.assert_allclose(float(timed.trajectory.duration), np.sqrt(ratio) * 1.001, rtol=2e-3)
     assert float(timed.evaluation.position_error) < 1e-9 and float(timed.evaluation.base_attitude_change) < 1e-9
-    assert float(jnp.max(jnp.abs(timed.evaluation.tau))) <= 20.0
+    assert float(jnp.max(timed.evaluation.peak_torque)) <= 20.0
     with pytest.raises(ValueError, match="torque_limit"):
         sdjax.reactionless_plan(make_problem(arm7_model, num_steps=20, duration=1.0), meet_torque_limits=True)
     with pytest.raises(ValueError, match="unknowns"):
@@ -405,21 +458,24 @@ def test_minimum_time_plan_changes_the_path_to_meet_the_torque_limits_sooner(arm
     # the search brackets its answer: every failed duration below it, the gap within 2 %
     assert np.all(durations[~feasible] < float(result.duration))
     assert float(result.duration) - durations[~feasible].max() <= 0.02 * float(result.duration)
-    # measured 0.875 s against 2.76 s re-timed: the path itself changes
+    # measured 1.02 s against 3.04 s re-timed: the path itself changes (with the torques held
+    # at the step times only it was 0.875 s, and they rose 18 % between them)
     assert float(result.duration) < 0.5 * float(retimed.trajectory.duration)
     ev = plan.evaluation
-    assert float(jnp.max(jnp.abs(ev.tau))) <= limit * (1 + 1e-9)  # at the step times: solved to zero excess
+    # at the solve's sample points (LIMIT_SAMPLES per step, the knots, the end): solved to zero
+    # excess (the row's tolerance, 4e-10 N m s, over samples dt / 4 = 12 ms apart: < 1e-7 N m)
+    assert float(jnp.max(ev.peak_torque)) <= limit + 1e-7
+    # Simulated seven times finer (its own samples fall between the solve's): truncation error of
+    # the 20-step solve (measured 1.2e-5 m and 1.1e-5 rad, where the straight line turns the base
+    # 0.047 rad), and the torques within the limits to 0.1 % (measured 20.010 N m at 140 x 4
+    # points; when the solve held them at the step times only, 23.6 N m at 80 steps).
     fine = sdjax.PlanningProblem(arm7_model, problem.initial_state, problem.target_position,
-                                 duration=result.duration, num_steps=80, num_coefficients=3)  # fmt: skip
+                                 duration=result.duration, num_steps=140, num_coefficients=3)  # fmt: skip
     check = sdjax.simulate_plan(fine, plan.coefficients)
-    # four times finer: truncation error of the 20-step solve (measured 2.2e-5 m and 6.7e-6 rad,
-    # where the straight line turns the base 0.047 rad)
     straight = sdjax.simulate_plan(fine, sdjax.straight_line_plan(problem).coefficients)
     assert float(check.position_error) < 1e-4
     assert float(check.base_attitude_change) < 1e-2 * float(straight.base_attitude_change)
-    # The limits hold at the solve's step times only: between them the peak rises 18 % here
-    # (measured 23.6 N m with 44 ms steps; more steps bound it tighter)
-    assert float(jnp.max(jnp.abs(check.tau))) < 1.25 * limit
+    assert float(jnp.max(check.peak_torque)) < 1.005 * limit
     with pytest.raises(ValueError, match="torque_limit"):
         sdjax.minimum_time_plan(make_problem(arm7_model))
     with pytest.raises(ValueError, match=r"relative_tolerance must be in \(0, 1\)"):
