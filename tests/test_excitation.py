@@ -164,6 +164,34 @@ def test_optimal_excitation_improves_the_criterion_within_the_limits(planar):
     np.testing.assert_allclose(sv, design.singular_values, rtol=1e-9)
 
 
+def test_optimal_excitation_keeps_asymmetric_joint_limits(planar):
+    """With absolute ``joint_limits`` the design may use each side of q0 up to its own limit
+    (not the smaller excursion both ways): an independent re-simulation stays inside them, the
+    reported peak is that record's largest use of them, and the criterion improves."""
+    lower = Q0 - np.array([0.03, 0.4, 0.03, 0.4])
+    upper = Q0 + np.array([0.4, 0.03, 0.4, 0.03])
+    # (the other settings as in the test above, so its compiled programs serve this one too)
+    design = ex.optimal_excitation(
+        planar, LINKS, Q0, 1.5, 0.01, iterations=8, harmonics=3, structural_records=2, base_twist=PLANAR_TWIST,
+        joint_limits=(lower, upper), rate_limit=np.array([0.8, 1.0, 1.0, 1.2]), torque_limit=40.0,
+    )  # fmt: skip
+    assert float(ex.excitation_criterion(design.singular_values)) < float(
+        ex.excitation_criterion(design.initial_singular_values)
+    )
+    q = np.asarray(ident.tracking_record(planar, Q0, design.reference, 1.5, 0.01, base_twist=PLANAR_TWIST).states.q)
+    # 1e-8 rad: round-off between the design's compiled record and this re-simulation
+    assert np.all(q >= lower - 1e-8) and np.all(q <= upper + 1e-8)
+    # the peak use of the limits, |q - middle| / half-range, computed here from the record
+    middle, half = 0.5 * (upper + lower), 0.5 * (upper - lower)
+    assert set(design.peaks) == {"joint_limits", "rate", "torque"}
+    np.testing.assert_allclose(design.peaks["joint_limits"], np.max(np.abs(q - middle) / half), rtol=1e-8)
+    # the wide sides are used: the motion goes beyond the narrow side's 0.03 rad (measured 2.6x
+    # and 3.3x on joints 1 and 3, toward their wide sides; a design confined to
+    # min(q0 - lower, upper - q0) both ways never would)
+    assert np.max(np.abs(q - Q0)) > 2 * 0.03, np.max(np.abs(q - Q0), axis=0)
+    assert design.peaks["joint_limits"] > 0.99  # (the position limits bind: measured 1 - 1e-10)
+
+
 def test_optimal_excitation_refuses_bad_arguments(planar):
     with pytest.raises(ValueError, match="unknown criterion 'a-optimal'"):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, criterion="a-optimal")
