@@ -701,12 +701,17 @@ def _projected(
     regularization: Any = 0.0,
 ) -> tuple[State, ...]:
     """:func:`project_to_constraints` on checked inputs."""
-    for _ in range(iterations):
+
+    def newton_step(states: tuple[State, ...], _: None) -> tuple[tuple[State, ...], None]:
         terms = _terms(systems, states, constraints)
         y, correction = _schur_solve(
             systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.position_error
         )
-        states = _move(systems, states, y @ correction)
+        return _move(systems, states, y @ correction), None
+
+    # (a loop, not unrolled: one copy of the step in the program, which halves what a
+    # rollout's projection costs to compile)
+    states, _ = lax.scan(newton_step, states, None, length=iterations)
     return _velocity_projection(systems, states, constraints, mask, regularization)[0]
 
 
@@ -855,17 +860,12 @@ def constrained_rollout(
         # projected) velocities.
         switched = _row_mask(constraints, on & ~previous, dtype, "constrained_rollout")
         states, impulse = _velocity_projection(systems, states, constraints, switched, regularization)
-        accelerations, lam, _ = _constrained_acceleration(
-            systems, states, controls, constraints, mask, stabilization, regularization
-        )
-        if check:
-            lam = _checked_finite(lam, accelerations, "constrained_rollout")
 
-        def rate(stages: tuple[State, ...], offset: Array) -> tuple[State, ...]:
-            accelerations = _constrained_acceleration(
+        def rate(stages: tuple[State, ...], offset: Array) -> tuple[tuple[State, ...], tuple[Any, Array]]:
+            accelerations, lam, _ = _constrained_acceleration(
                 systems, stages, controls, constraints, mask, stabilization, regularization
-            )[0]
-            return tuple(
+            )
+            rates = tuple(
                 State(
                     s.base_linear_velocity,
                     quat_rate(s.base_quaternion, s.base_angular_velocity),
@@ -876,8 +876,12 @@ def constrained_rollout(
                 )
                 for s, a in zip(stages, accelerations)
             )
+            return rates, (accelerations, lam)
 
-        new = runge_kutta4(rate, states, dt_array)
+        # (the multipliers at the step's start are its first stage's: no evaluation of their own)
+        new, (accelerations, lam) = runge_kutta4(rate, states, dt_array, has_aux=True)
+        if check:
+            lam = _checked_finite(lam, accelerations, "constrained_rollout")
         new = tuple(eqx.tree_at(lambda s: s.base_quaternion, s, quat_normalize(s.base_quaternion)) for s in new)
         if project:
             new = _projected(systems, new, constraints, mask, regularization=regularization)

@@ -111,11 +111,13 @@ _RK4_WEIGHTS = (1.0 / 6.0, 2.0 / 6.0, 2.0 / 6.0, 1.0 / 6.0)
 
 
 def runge_kutta4(
-    rate: Callable[[_PyTreeT, Array], _PyTreeT],
+    rate: Callable[[_PyTreeT, Array], Any],
     state: _PyTreeT,
     dt: Any,
     prepare_stage: Callable[[_PyTreeT, Array], _PyTreeT] | None = None,
-) -> _PyTreeT:
+    *,
+    has_aux: bool = False,
+) -> Any:
     """One classical RK4 step ``y + dt sum_k b_k k_k`` with ``k_k = rate(y + c_k dt k_{k-1}, c_k dt)``.
 
     The four stages run as one ``lax.scan``, so the rate function (forward dynamics) is
@@ -123,14 +125,17 @@ def runge_kutta4(
 
     Arguments:
         rate: ``(stage state, stage time offset c_k dt) -> time derivative`` (a :class:`State`
-            of rates).
+            of rates); with ``has_aux``, ``-> (time derivative, aux)``.
         state: state at ``t``.
         dt: step, s.
         prepare_stage: optional ``(stage_state, is_first) -> stage_state`` applied to each
             stage state before its rate is evaluated (e.g. quaternion normalisation).
+        has_aux: ``rate`` also returns a pytree of other results; the first stage's (those at
+            ``(t, y)`` itself: e.g. constraint forces there) are returned with the step, so a
+            caller recording them needs no evaluation of its own.
 
     Returns:
-        ``y + dt sum_k b_k k_k`` (not normalised).
+        ``y + dt sum_k b_k k_k`` (not normalised); with ``has_aux``, ``(that, first stage's aux)``.
     """
     dtype = jax.tree.leaves(state)[0].dtype  # any pytree of float arrays (e.g. two systems' states)
     zero = jax.tree.map(jnp.zeros_like, state)
@@ -141,12 +146,13 @@ def runge_kutta4(
         stage_state = _axpy(offset * dt, previous, state)
         if prepare_stage is not None:
             stage_state = prepare_stage(stage_state, offset == 0.0)
-        k = rate(stage_state, offset * dt)
-        return (_axpy(weight, k, total), k), None
+        k, aux = rate(stage_state, offset * dt) if has_aux else (rate(stage_state, offset * dt), None)
+        return (_axpy(weight, k, total), k), aux
 
     tableau = (jnp.asarray(_RK4_OFFSETS, dtype), jnp.asarray(_RK4_WEIGHTS, dtype))
-    (total, _), _ = lax.scan(stage, (zero, zero), tableau)
-    return _axpy(dt, total, state)
+    (total, _), auxes = lax.scan(stage, (zero, zero), tableau)
+    new = _axpy(dt, total, state)
+    return (new, jax.tree.map(lambda x: x[0], auxes)) if has_aux else new
 
 
 def _with_environment(
