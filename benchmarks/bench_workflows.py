@@ -83,7 +83,7 @@ NOTEBOOK = {
         "reactionless_peak_tau": "66.04",
         "torque_ratio": "3.30",
         "retimed_duration": "7.276",
-        "retimed_peak_tau": "19.95",
+        "retimed_peak_tau": "19.96",
     },
     "planning-adam": {
         "baseline_attitude_deg": "6.672",

@@ -253,6 +253,14 @@ class SplineTrajectory(eqx.Module):
 # The planning problem.
 
 
+def _default_gains(num_steps: int, duration: Any) -> tuple[float, float]:
+    """Default tracking gains ``(kp, kd)`` of a plan's computed-torque executor: natural
+    frequency ``min(5 rad/s, 0.25 / dt)``, critically damped, so that the sampled (zero-order
+    hold) PD loop stays well damped (``kd dt <= 0.5``)."""
+    omega = min(5.0, 0.25 * num_steps / float(np.asarray(duration)))
+    return omega**2, 2.0 * omega
+
+
 class PlanningProblem(eqx.Module):
     """A point-to-point planning problem for a free-floating system (zero momentum).
 
@@ -281,6 +289,8 @@ class PlanningProblem(eqx.Module):
         kp, kd: ``()`` or ``(n,)`` tracking gains of the computed-torque executor, 1/s^2, 1/s
             (default: critically damped at ``min(5, 0.25 / dt)`` rad/s).
         checkpoint: static, rematerialise rollout steps in reverse mode (bounded memory).
+        default_gains: static ``(kp, kd)`` flags, each ``True`` where that gain is the default
+            (:meth:`with_duration`, the re-timing planners, derive it again for a new duration).
     """
 
     model: Model
@@ -306,6 +316,7 @@ class PlanningProblem(eqx.Module):
     end_point: int = eqx.field(static=True)
     project_limits: bool = eqx.field(static=True)
     checkpoint: bool = eqx.field(static=True)
+    default_gains: tuple[bool, bool] = eqx.field(static=True)
 
     def __init__(
         self,
@@ -447,19 +458,31 @@ class PlanningProblem(eqx.Module):
         self.limit_weight = float_array(
             "PlanningProblem: limit_weight", limit_weight, shape=(), dtype=dtype, sign="non-negative"
         )
-        # Default gains: natural frequency min(5 rad/s, 0.25 / dt), critically damped, so that
-        # the sampled (zero-order hold) PD loop stays well damped (kd dt <= 0.5).
-        omega = None if is_traced(duration) else min(5.0, 0.25 * num_steps / float(np.asarray(duration)))
+        self.default_gains = (kp is None, kd is None)
         if kp is None or kd is None:
-            if omega is None:
+            if is_traced(duration):
                 raise ValueError("PlanningProblem: give kp and kd when duration is traced")
-            kp = omega**2 if kp is None else kp
-            kd = 2.0 * omega if kd is None else kd
+            default_kp, default_kd = _default_gains(num_steps, duration)
+            kp = default_kp if kp is None else kp
+            kd = default_kd if kd is None else kd
         self.kp = float_array("PlanningProblem: kp", kp, shape=(n,), dtype=dtype, scalar="broadcast")
         self.kd = float_array("PlanningProblem: kd", kd, shape=(n,), dtype=dtype, scalar="broadcast")
         if not is_traced(kp, kd) and (np.any(np.asarray(self.kp) <= 0) or np.any(np.asarray(self.kd) <= 0)):
             raise ValueError("PlanningProblem: kp and kd must be positive")
         self.checkpoint = bool(checkpoint)
+
+    def with_duration(self, duration: Any) -> PlanningProblem:
+        """The same problem over another ``duration`` (s; on the host, not traced): the gains
+        that were defaults are those of the new duration, so the result is the problem
+        ``PlanningProblem(..., duration=duration)`` with the same arguments."""
+        duration = float_array("PlanningProblem.with_duration: duration", duration, shape=(), sign="positive")
+        problem = eqx.tree_at(lambda p: p.duration, self, duration.astype(self.duration.dtype))
+        kp, kd = _default_gains(self.num_steps, duration)
+        if self.default_gains[0]:
+            problem = eqx.tree_at(lambda p: p.kp, problem, jnp.full_like(self.kp, kp))
+        if self.default_gains[1]:
+            problem = eqx.tree_at(lambda p: p.kd, problem, jnp.full_like(self.kd, kd))
+        return problem
 
     @property
     def dt(self) -> Array:
@@ -1496,7 +1519,7 @@ def reactionless_plan(
         # margin keeps the discretisation's change of the peak (measured ~1e-4) from asking for
         # another round.
         duration = problem.duration * np.sqrt(ratio) * (1.0 + _RETIMING_MARGIN)
-        problem = eqx.tree_at(lambda p: p.duration, problem, duration)
+        problem = problem.with_duration(duration)
         plan = _reactionless(problem, plan.coefficients, **settings)
     return plan
 
@@ -1613,7 +1636,7 @@ def minimum_time_plan(
     settings = dict(max_iterations=max_iterations, tolerance=tolerance, damping=damping, max_step=max_step)
 
     def solve(duration: float, start: Any) -> ReactionlessPlan:
-        timed = eqx.tree_at(lambda p: p.duration, problem, jnp.asarray(duration, problem.duration.dtype))
+        timed = problem.with_duration(duration)
         return reactionless_plan(timed, start, enforce_torque_limits=True, **settings)
 
     duration = float(problem.duration)
