@@ -475,8 +475,12 @@ class PlanningProblem(eqx.Module):
         """The same problem over another ``duration`` (s; on the host, not traced): the gains
         that were defaults are those of the new duration, so the result is the problem
         ``PlanningProblem(..., duration=duration)`` with the same arguments."""
+        if is_traced(duration) and any(self.default_gains):
+            raise ValueError("PlanningProblem.with_duration: a traced duration needs a problem with kp and kd given")
         duration = float_array("PlanningProblem.with_duration: duration", duration, shape=(), sign="positive")
         problem = eqx.tree_at(lambda p: p.duration, self, duration.astype(self.duration.dtype))
+        if not any(self.default_gains):
+            return problem
         kp, kd = _default_gains(self.num_steps, duration)
         if self.default_gains[0]:
             problem = eqx.tree_at(lambda p: p.kp, problem, jnp.full_like(self.kp, kp))

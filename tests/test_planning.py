@@ -452,6 +452,8 @@ def test_reactionless_plan_reaches_the_target_without_turning_the_base(arm7_mode
     np.testing.assert_allclose(given.with_duration(4.0).kd, 2 * 0.25 * 20 / 4.0, rtol=1e-15)  # 2 min(5, 0.25 / dt)
     with pytest.raises(ValueError, match="with_duration: duration"):
         problem.with_duration(-1.0)
+    with pytest.raises(ValueError, match="traced duration needs a problem with kp and kd given"):
+        jax.jit(lambda d: problem.with_duration(d).kp)(3.0)
     with pytest.raises(ValueError, match="torque_limit"):
         sdjax.reactionless_plan(make_problem(arm7_model, num_steps=20, duration=1.0), meet_torque_limits=True)
     with pytest.raises(ValueError, match="unknowns"):
