@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import Array, lax
+from jax.custom_derivatives import SymbolicZero
 
 from sdjax.control import ComputedTorque, inverse_kinematics
 from sdjax.dynamics import floating_inverse_dynamics, make_controls
@@ -548,6 +549,11 @@ class PlanEvaluation(eqx.Module):
             over the plan (at the points ``peak_torque`` is taken at), m (0 without obstacles).
         obstacle_depths: ``(k,)`` that deepest penetration per sphere, m (``(0,)`` without
             obstacles; the residual rows of :func:`reactionless_plan`).
+
+    Executed continuously, the peaks and violations taken between the step times are reports:
+    derivatives of an evaluation flow through its step-time values (the loss's), and those of
+    ``peak_torque``, ``torque_violation`` and the obstacle terms through their step-time
+    samples only.
     """
 
     trajectory: Trajectory
@@ -754,7 +760,15 @@ def _reported_samples_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -
     steps = primals[2].time.shape[0]  # (N + 1 step states)
     step_tau_dot = jvp_along_nonzero(_law_at_steps, primals, tangents)[1]
     tau_dot = jnp.concatenate([step_tau_dot, jnp.zeros_like(tau[steps:])])
-    return (states, tau), (jax.tree.map(jnp.zeros_like, states), tau_dot)
+    # the step states are the trajectory's own (their tangents pass through), the rest held
+    step_states_dot = jax.tree.map(
+        lambda t, x: jnp.zeros_like(x) if isinstance(t, SymbolicZero) else t,
+        tangents[2].states,
+        primals[2].states,
+        is_leaf=lambda t: isinstance(t, SymbolicZero),
+    )
+    states_dot = jax.tree.map(lambda d, x: jnp.concatenate([d, jnp.zeros_like(x[steps:])]), step_states_dot, states)
+    return (states, tau), (states_dot, tau_dot)
 
 
 _reported_samples.defjvp(_reported_samples_jvp, symbolic_zeros=True)

@@ -234,6 +234,26 @@ def test_loss_gradient_matches_finite_differences(arm7_model):
         # central differences: O(h^2) truncation plus ~eps*|loss|/h round-off
         assert_close(jnp.vdot(grad, direction), fd, 1e-6 * max(1.0, float(jnp.abs(fd))), "directional derivative")
 
+    # An evaluation's samples between the step times are reports: its own derivative rule
+    # passes the step rows' tangents (those of JAX's autodiff of the plain sampling, to
+    # round-off) and holds the rows between them.
+    trajectory = sdjax.planning._execute(problem, problem.trajectory(coefficients), True, False)
+    tangent = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape)) * 1e-3, trajectory)
+    args = (problem, problem.trajectory(coefficients))
+    _, (states_dot, tau_dot) = jax.jvp(
+        lambda tr: sdjax.planning._reported_samples(*args, tr), (trajectory,), (tangent,)
+    )
+    _, (plain_states_dot, plain_tau_dot) = jax.jvp(
+        lambda tr: sdjax.planning._between_steps(*args, tr), (trajectory,), (tangent,)
+    )
+    rows = problem.num_steps + 1
+    np.testing.assert_allclose(
+        tau_dot[:rows], plain_tau_dot[:rows], rtol=0, atol=1e-12 * float(jnp.max(jnp.abs(plain_tau_dot)))
+    )
+    np.testing.assert_array_equal(states_dot.q[:rows], tangent.states.q)
+    assert float(jnp.max(jnp.abs(tau_dot[rows:]))) == 0.0 and float(jnp.max(jnp.abs(states_dot.q[rows:]))) == 0.0
+    assert float(jnp.max(jnp.abs(plain_tau_dot[rows:]))) > 0.0  # (what the rule leaves out)
+
 
 def test_checkpoint_gives_the_same_gradient(arm7_model):
     coefficients = None
