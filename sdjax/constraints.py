@@ -709,8 +709,7 @@ def _projected(
         )
         return _move(systems, states, y @ correction), None
 
-    # (a loop, not unrolled: one copy of the step in the program, which halves what a
-    # rollout's projection costs to compile)
+    # (a loop, not unrolled: one copy of the Newton step in the program, not one per iteration)
     states, _ = lax.scan(newton_step, states, None, length=iterations)
     return _velocity_projection(systems, states, constraints, mask, regularization)[0]
 
@@ -729,9 +728,11 @@ def project_to_constraints(
     :func:`constraint_impulse`. Each iteration squares the error (quadratic convergence), so
     two remove the drift of one integration step to round-off.
     """
+    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 0:
+        raise ValueError(f"project_to_constraints: iterations must be an int >= 0, got {iterations!r}")
     systems, states, constraints = _systems(model, state, constraints, "project_to_constraints")
     mask = _row_mask(constraints, active, states[0].q.dtype, "project_to_constraints")
-    return systems.pack(_projected(systems, states, constraints, mask, iterations))
+    return systems.pack(_projected(systems, states, constraints, mask, int(iterations)))
 
 
 # ------------------------------------------------------------------------------------------

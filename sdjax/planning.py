@@ -751,7 +751,7 @@ def _reported_samples(problem: PlanningProblem, reference: Any, trajectory: Traj
     only: derivatives flow through those (the first ``N + 1`` rows) and not through the
     samples between them (reported peaks and violations; the Gauss-Newton rows differentiate
     :func:`_between_steps` itself). Reverse mode through the two-pass loop compiled 35-40 % larger
-    gradient programs (`plan_loss`, `optimize_plan`) than the law at the step times alone."""
+    gradient programs (``plan_loss``, ``optimize_plan``) than the law at the step times alone."""
     return _between_steps(problem, reference, trajectory)
 
 
