@@ -68,6 +68,23 @@ def test_names_and_objects_are_the_same_schemes():
         sdjax.Adaptive(solver="euler")
 
 
+def test_runge_kutta4_step_on_a_linear_system_and_its_first_stage_aux():
+    """One RK4 step of y' = A y is the degree-4 Taylor polynomial of exp(A dt) applied to y
+    (closed form); with ``has_aux`` the same step comes back with the first stage's aux, the
+    rate's extra output at (t, y) itself."""
+    from sdjax.integrate import runge_kutta4
+
+    a = jnp.asarray([[0.0, 1.0], [-4.0, -0.3]])
+    y, dt = jnp.asarray([0.7, -0.2]), 0.1
+    taylor = sum(np.linalg.matrix_power(np.asarray(a) * dt, k) / np.prod(np.arange(1, k + 1)) for k in range(5))
+    step = runge_kutta4(lambda x, _: a @ x, y, dt)
+    np.testing.assert_allclose(step, taylor @ np.asarray(y), rtol=0, atol=1e-15)  # round-off of O(1) values
+    with_aux, aux = runge_kutta4(lambda x, offset: (a @ x, (x, offset)), y, dt, has_aux=True)
+    np.testing.assert_allclose(with_aux, step, rtol=0, atol=1e-15)  # the same arithmetic (fusion may differ)
+    np.testing.assert_array_equal(aux[0], y)  # the first stage is at y itself, offset 0
+    assert float(aux[1]) == 0.0
+
+
 def test_simpson_is_third_order():
     """Kutta's method with Simpson's weights: halving the step divides the error by ~8 on a
     free-floating branched tree with gravity and passive joints."""
