@@ -243,8 +243,8 @@ class SplineTrajectory(eqx.Module):
     def knot_times(self) -> Array:
         """``(K - p - 1,)`` interior knot times, s: where the spline's pieces meet and the rate
         of its acceleration jumps (an executed plan's torques have kinks there)."""
-        segments = self.control_points.shape[0] - self.degree
-        return self.duration * jnp.arange(1, segments, dtype=self.coefficients.dtype) / segments
+        interior = _knots(self.control_points.shape[0], self.degree)[self.degree + 1 : -self.degree - 1]
+        return self.duration * jnp.asarray(interior, self.coefficients.dtype)
 
     def sample(self, times: Any) -> tuple[Array, Array, Array]:
         """``(q, qd, qdd)`` at ``(T,)`` times, each ``(T, n)``."""
@@ -613,6 +613,12 @@ def _tracking_rates(executor: ComputedTorque, t: Array, state: State) -> tuple[S
     return rates, tau
 
 
+def _law_at(executor: ComputedTorque, times: Array, states: State) -> tuple[State, Array]:
+    """:func:`_tracking_rates` at ``(T,)`` times and a batch of ``T`` states: ``(T,)`` rates
+    and ``(T, n)`` torques, N m."""
+    return jax.vmap(lambda t, state: _tracking_rates(executor, t, state))(times, states)
+
+
 def _execute(problem: PlanningProblem, reference: Any, continuous: bool, checkpoint: bool) -> Trajectory:
     """The rollout of ``reference`` under the computed-torque executor with the exact model.
 
@@ -727,9 +733,7 @@ def _between_steps(problem: PlanningProblem, reference: Any, trajectory: Traject
 
     def evaluate(step_rates: State, first: Array) -> tuple[State, Array]:
         at = jax.tree.map(lambda a, b: jnp.where(first, pad(a), pad(b)), states, interpolate(step_rates))
-        rates, tau = jax.vmap(lambda t, state: _tracking_rates(executor, t, state))(
-            jnp.where(first, pad(time), pad(between_time)), at
-        )
+        rates, tau = _law_at(executor, jnp.where(first, pad(time), pad(between_time)), at)
         return jax.tree.map(lambda new, old: jnp.where(first, new[: steps + 1], old), rates, step_rates), tau
 
     unknown = jax.tree.map(jnp.zeros_like, states)  # (the first pass computes them)
@@ -741,8 +745,7 @@ def _between_steps(problem: PlanningProblem, reference: Any, trajectory: Traject
 
 def _law_at_steps(problem: PlanningProblem, reference: Any, trajectory: Trajectory) -> Array:
     """``(N + 1, n)`` torques of the computed-torque law at the step states, N m."""
-    executor = _executor(problem, reference)
-    return jax.vmap(lambda t, state: _tracking_rates(executor, t, state)[1])(trajectory.time, trajectory.states)
+    return _law_at(_executor(problem, reference), trajectory.time, trajectory.states)[1]
 
 
 @jax.custom_jvp

@@ -207,7 +207,9 @@ def test_continuous_execution_is_the_computed_torque_closed_loop(arm7_model):
     for j in (1, 2, 3):
         assert np.max(np.abs(inner[j - 1] - fine_tau[:, j])) <= 1.5 * tau_gap
         assert np.max(np.abs(inner_q[j - 1] - fine_q[:, j])) <= 1.5 * q_gap
-    np.testing.assert_allclose(ev.peak_torque, np.max(np.abs(np.asarray(tau)), axis=0))
+    # The peak is the largest of these samples, computed by another compiled program (the
+    # evaluation's): equal up to the round-off of a differently fused law, 1e-12 relative.
+    np.testing.assert_allclose(ev.peak_torque, np.max(np.abs(np.asarray(tau)), axis=0), rtol=1e-12)
 
 
 def test_loss_gradient_matches_finite_differences(arm7_model):
