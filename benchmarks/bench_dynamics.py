@@ -122,6 +122,28 @@ class PinocchioPeer:
         return lambda: fn(threads, self.pool, q, v, third)
 
 
+#: Largest difference of a timed batch's values from the per-sample float64 reference,
+#: relative to the reference's largest entry, by precision and algorithm. float64 paths agree to
+#: ~1e-13 (1e-9 leaves room for the kernel's reassociated arithmetic). float32, measured on the
+#: benchmark's models and states: inverse dynamics and ``H`` 2.7e-7..7.5e-7, forward dynamics
+#: up to 2.8e-4 (the arm's ``H`` has condition numbers up to 6e4 on these states). An H200's
+#: default TF32 products (10-bit mantissas) made ``H`` wrong by 7e-5 and 1 in 16 of the arm's
+#: accelerations NaN; these bounds catch both.
+TOLERANCE = {"float64": 1e-9, "float32": 1e-5, ("float32", "forward_dynamics"): 1e-3}
+
+
+def batch_difference(values: np.ndarray, reference: np.ndarray, rows: int = 4096) -> float:
+    """Max difference of a batch's first and last ``rows`` samples from ``reference`` (the
+    ``d`` distinct samples the batch repeats, row ``k`` being sample ``k mod d``), relative to
+    the reference's largest entry; NaN where a value is not finite."""
+    batch, distinct = values.shape[0], reference.shape[0]
+    index = np.unique(np.concatenate([np.arange(min(rows, batch)), np.arange(max(batch - rows, 0), batch)]))
+    chosen = values[index].astype(np.float64)
+    if not np.all(np.isfinite(chosen)):
+        return float("nan")
+    return float(np.max(np.abs(chosen - reference[index % distinct])) / np.max(np.abs(reference)))
+
+
 def run(
     batches: list[int],
     dtypes: list[str],
@@ -207,6 +229,19 @@ def run(
         paths = [(SDJAX_DEFAULT, "auto", algorithms, batches)]
         if batch_kernel.available() and "forward_dynamics" in algorithms:
             paths.append((SDJAX_XLA, "jax", ("forward_dynamics",), [b for b in batches if b >= batch_kernel.MIN_BATCH]))
+        # The reference every timed batch is checked against: float64 values of the distinct
+        # samples, per sample (no batch path), on the default device.
+        reference = {}
+        for algo in algorithms:
+            one = jax.jit(sdjax_functions(model64)[algo])
+            reference[algo] = np.stack(
+                [
+                    np.asarray(
+                        one(host_states[k], *(jnp.asarray(inputs[key][k]) for key in ("tau", "base_acc", "qdd")))
+                    )
+                    for k in range(distinct)
+                ]
+            )
         for engine, kernel, algorithms, path_batches in paths:
             os.environ[batch_kernel.KERNEL_ENV] = kernel
             jax.clear_caches()  # (the path is chosen when a function is traced)
@@ -224,6 +259,12 @@ def run(
                     )
                     for algo in algorithms:
                         compile_s, compiled = common.compile_seconds(jax.jit(jax.vmap(functions[algo])), *args)
+                        difference = batch_difference(np.asarray(compiled(*args)), reference[algo])
+                        if not difference <= TOLERANCE.get((dtype_name, algo), TOLERANCE[dtype_name]):
+                            sys.exit(
+                                f"{model_name} {algo} {dtype_name} B={batch} ({engine}): the batch differs from "
+                                f"the per-sample float64 values by {difference:.1e} (relative); not timing"
+                            )
                         t = common.time_call(lambda: compiled(*args), repeats=repeats, min_seconds=min_seconds)
                         rate = batch / t["min"]
                         row = dict(
@@ -236,6 +277,7 @@ def run(
                             median_seconds_per_call=t["median"],
                             evals_per_second=rate,
                             compile_seconds=compile_s,
+                            max_relative_difference_to_float64=difference,
                         )
                         if algo in pin_rate:
                             row["ratio_to_pinocchio"] = rate / pin_rate[algo]

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from sdjax.algebra import cross3
+from sdjax.algebra import cross3, matmul
 from sdjax.control import task_jacobian
 from sdjax.dynamics import Controls, make_controls, point_loads
 from sdjax.integrate import as_controls, runge_kutta4, state_derivative
@@ -109,8 +109,10 @@ def _frame_motion(model: Model, state: State, frame: BodyFrame) -> _FrameMotion:
     motion = kinematic_pass(model, state)
     frames, twists = motion.frames, motion.twists
     rotation = frames.rotation[frame.body]
-    position = frames.centroid[frame.body] + rotation @ frame.offset.astype(dtype)
-    return _FrameMotion(position, rotation @ frame.rotation.astype(dtype), twists[frame.body], state.base_position)
+    position = frames.centroid[frame.body] + matmul(rotation, frame.offset.astype(dtype))
+    return _FrameMotion(
+        position, matmul(rotation, frame.rotation.astype(dtype)), twists[frame.body], state.base_position
+    )
 
 
 class VirtualCut(eqx.Module):
@@ -177,7 +179,7 @@ def _cut_loads(cut: VirtualCut, a: _FrameMotion, b: _FrameMotion) -> CutLoads:
     dtype = a.position.dtype
     pa, pb = a.base_position + a.position, b.base_position + b.position
     error = pb - pa
-    phi = matrix_to_rotation_vector(b.rotation @ a.rotation.T)
+    phi = matrix_to_rotation_vector(matmul(b.rotation, a.rotation.T))
     middle = 0.5 * (pa + pb)
     relative_velocity = point_velocity(b.twist, middle - b.base_position) - point_velocity(
         a.twist, middle - a.base_position
@@ -414,9 +416,9 @@ def place_target(
         raise ValueError("place_target: the handle (cut.frame_b) must be on the target's base (body 0)")
     dtype = robot_state.q.dtype
     grasp = _frame_motion(robot, robot_state, cut.frame_a)
-    base_rotation = grasp.rotation @ cut.frame_b.rotation.astype(dtype).T
+    base_rotation = matmul(grasp.rotation, cut.frame_b.rotation.astype(dtype).T)
     handle = robot_state.base_position + grasp.position
-    position = handle - base_rotation @ cut.frame_b.offset.astype(dtype)
+    position = handle - matmul(base_rotation, cut.frame_b.offset.astype(dtype))
     w = jnp.zeros(3, dtype) if angular_velocity is None else jnp.asarray(angular_velocity, dtype)
     v = jnp.zeros(3, dtype) if handle_velocity is None else jnp.asarray(handle_velocity, dtype)
     return make_state(
@@ -484,14 +486,14 @@ class DetumbleLaw(eqx.Module):
         state = pair.robot if isinstance(pair, PairState) else pair
         dtype = state.q.dtype
         jac, _ = task_jacobian(self.model, state, end_point=self.end_point, base="fixed")
-        twist = jac @ state.qd
+        twist = matmul(jac, state.qd)
         gains = jnp.concatenate(
             [jnp.full(3, self.linear_damping.astype(dtype)), jnp.full(3, self.angular_damping.astype(dtype))]
         )
         return (
             self.kp.astype(dtype) * (self.q_hold.astype(dtype) - state.q)
             - self.kd.astype(dtype) * state.qd
-            - jac.T @ (gains * twist)
+            - matmul(jac.T, gains * twist)
         )
 
 

@@ -40,6 +40,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
 
+from sdjax.algebra import matmul
 from sdjax.dynamics import Controls, forward_dynamics_and_factor, inertia_matrix, inverse_dynamics, make_controls
 from sdjax.integrate import as_controls, control_schedule, runge_kutta4
 from sdjax.kinematics import forward_kinematics
@@ -338,8 +339,8 @@ def _errors(systems: _Systems, states: Sequence[State], constraints: Sequence[Co
             continue
         position, rotation = _pose(systems, kins, c.frame, dtype)
         other_position, other_rotation = _pose(systems, kins, c.other, dtype)
-        error_position = other_rotation.T @ (position - other_position) - c.position.astype(dtype)
-        error_rotation = rotation_difference(c.rotation.astype(dtype), other_rotation.T @ rotation)
+        error_position = matmul(other_rotation.T, position - other_position) - c.position.astype(dtype)
+        error_rotation = rotation_difference(c.rotation.astype(dtype), matmul(other_rotation.T, rotation))
         rows.append(jnp.concatenate([error_position, error_rotation])[jnp.asarray(c.axes)])
     return jnp.concatenate(rows) if rows else jnp.zeros(0, dtype)
 
@@ -424,7 +425,7 @@ def _terms(systems: _Systems, states: tuple[State, ...], constraints: tuple[Cons
             jacobian = jacobian.at[row].set(jnp.zeros(offsets[-1], dtype).at[column].set(1.0))
         row += c.num_rows
     velocity = jnp.concatenate([free_motion(m, s.generalized_velocity) for m, s in zip(systems.models, states)])
-    return ConstraintTerms(jacobian, bias, jacobian @ velocity, phi)
+    return ConstraintTerms(jacobian, bias, matmul(jacobian, velocity), phi)
 
 
 @eqx.filter_jit
@@ -444,7 +445,7 @@ def _schur_solve(
     restricted to the active rows (``mask``; inactive rows get zero)."""
     y = jnp.concatenate([jsl.cho_solve((f, True), j.T) for f, j in zip(factors, systems.split(jacobian))])
     m = jacobian.shape[0]
-    s = (jacobian @ y + regularization * jnp.eye(m, dtype=y.dtype)) * (mask[:, None] * mask[None, :]) + jnp.diag(
+    s = (matmul(jacobian, y) + regularization * jnp.eye(m, dtype=y.dtype)) * (mask[:, None] * mask[None, :]) + jnp.diag(
         1.0 - mask
     )
     return y, jsl.cho_solve(jsl.cho_factor(s, lower=True), mask * rhs)
@@ -496,10 +497,10 @@ def _constrained_acceleration(
     target = -terms.acceleration_bias - 2.0 * w * terms.velocity_error - w * w * terms.position_error
     free = jnp.concatenate([free_motion(m, a) for m, (a, _) in zip(systems.models, solved)])
     y, lam = _schur_solve(
-        systems, [f for _, f in solved], terms.jacobian, mask, regularization, target - terms.jacobian @ free
+        systems, [f for _, f in solved], terms.jacobian, mask, regularization, target - matmul(terms.jacobian, free)
     )
-    accelerations = [floating_coordinates(m, a) for m, a in zip(systems.models, systems.split(free + y @ lam))]
-    return accelerations, lam, terms.jacobian.T @ lam
+    accelerations = [floating_coordinates(m, a) for m, a in zip(systems.models, systems.split(free + matmul(y, lam)))]
+    return accelerations, lam, matmul(terms.jacobian.T, lam)
 
 
 def _controls(systems: _Systems, dtype: Any, what: str, **loads: Any) -> list[Controls]:
@@ -581,7 +582,7 @@ def _latched(
     for k, c in enumerate(constraints):
         if isinstance(c, FrameConstraint):
             (p, r), (po, ro) = _pose(systems, kins, c.frame, dtype), _pose(systems, kins, c.other, dtype)
-            position, rotation = ro.T @ (p - po), ro.T @ r
+            position, rotation = matmul(ro.T, p - po), matmul(ro.T, r)
             c = FrameConstraint(
                 c.frame, c.other, c.axes, jnp.where(switched_on[k], position, c.position.astype(position.dtype)),
                 jnp.where(switched_on[k], rotation, c.rotation.astype(rotation.dtype)),
@@ -617,7 +618,7 @@ def constraint_loads(
                 _pose(systems, kins, c.frame, dtype),
                 _pose(systems, kins, c.other, dtype),
             )
-            f, t = rotation @ wrench[:3], rotation @ wrench[3:]
+            f, t = matmul(rotation, wrench[:3]), matmul(rotation, wrench[3:])
             s, i = c.frame[0], systems.models[c.frame[0]].end_point_index(c.frame[1])
             force[s] = force[s].at[i].add(f)
             torque[s] = torque[s].at[i].add(t)
@@ -653,7 +654,7 @@ def _velocity_projection(
         systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.velocity_error
     )
     velocity = jnp.concatenate([free_motion(m, s.generalized_velocity) for m, s in zip(systems.models, states)])
-    return _with_velocities(systems, states, velocity + y @ impulse), impulse
+    return _with_velocities(systems, states, velocity + matmul(y, impulse)), impulse
 
 
 @eqx.filter_jit
@@ -707,7 +708,7 @@ def _projected(
         y, correction = _schur_solve(
             systems, _factors(systems, states), terms.jacobian, mask, regularization, -terms.position_error
         )
-        return _move(systems, states, y @ correction), None
+        return _move(systems, states, matmul(y, correction)), None
 
     # (a loop, not unrolled: one copy of the Newton step in the program, not one per iteration)
     states, _ = lax.scan(newton_step, states, None, length=iterations)
@@ -995,10 +996,10 @@ def constrained_inverse_dynamics(
     #   [C      0  ] [mu ] = [U g    ],   A = D J^T, C = U J^T.
     a, c = drive[:, None] * jt, (1.0 - drive)[:, None] * jt
     num_rows = jt.shape[1]
-    kkt = jnp.block([[a.T @ a, c.T], [c, jnp.zeros((c.shape[0], c.shape[0]), dtype)]])
-    rhs = jnp.concatenate([a.T @ (drive * needed), (1.0 - drive) * needed])
+    kkt = jnp.block([[matmul(a.T, a), c.T], [c, jnp.zeros((c.shape[0], c.shape[0]), dtype)]])
+    rhs = jnp.concatenate([matmul(a.T, drive * needed), (1.0 - drive) * needed])
     lam = jnp.linalg.lstsq(kkt, rhs)[0][:num_rows]
-    force = drive * (needed - jt @ lam)
+    force = drive * (needed - matmul(jt, lam))
     tau = [floating_loads(mo, f)[6:] for mo, f in zip(systems.models, systems.split(force))]
     return systems.pack(tau), lam * mask
 

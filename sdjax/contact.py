@@ -71,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import PRECISION, einsum, matmul
 from sdjax.dynamics import Controls, inertia_matrix, point_loads
 from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import kinematic_pass, point_velocity
@@ -176,7 +177,7 @@ class Plane(eqx.Module):
     def query(self, points: Array) -> tuple[Array, Array]:
         """Signed distance ``(m,)`` (m, positive above) and outward normal ``(m, 3)`` at ``(m, 3)`` points."""
         normal = self.normal.astype(points.dtype)
-        distance = points @ normal - self.offset.astype(points.dtype)
+        distance = matmul(points, normal) - self.offset.astype(points.dtype)
         return distance, jnp.broadcast_to(normal, points.shape)
 
 
@@ -190,7 +191,7 @@ def inclined_plane(angle: Any, downhill: Any = (1.0, 0.0, 0.0), through: Any = (
     u = jnp.asarray(u / np.linalg.norm(u))
     angle = jnp.asarray(angle, jnp.result_type(float))
     normal = jnp.cos(angle) * jnp.array([0.0, 0.0, 1.0]) + jnp.sin(angle) * u
-    return Plane(normal, jnp.dot(normal, jnp.asarray(through, normal.dtype)))
+    return Plane(normal, jnp.dot(normal, jnp.asarray(through, normal.dtype), precision=PRECISION))
 
 
 def _catmull_rom(s: Array) -> tuple[Array, Array]:
@@ -273,9 +274,9 @@ class HeightField(eqx.Module):
         rows = index[:, 0:1] + offsets  # (m, 4)
         cols = index[:, 1:2] + offsets
         patch = h[rows[:, :, None], cols[:, None, :]]  # (m, 4, 4)
-        value = jnp.einsum("mi,mij,mj->m", wx, patch, wy)
-        dx = jnp.einsum("mi,mij,mj->m", dwx, patch, wy) / spacing[0]
-        dy = jnp.einsum("mi,mij,mj->m", wx, patch, dwy) / spacing[1]
+        value = einsum("mi,mij,mj->m", wx, patch, wy)
+        dx = einsum("mi,mij,mj->m", dwx, patch, wy) / spacing[0]
+        dy = einsum("mi,mij,mj->m", wx, patch, dwy) / spacing[1]
         return value, jnp.stack([dx, dy], axis=-1)
 
     def query(self, points: Array) -> tuple[Array, Array]:
@@ -408,7 +409,7 @@ def _contact_state(
     frames, twists = motion.frames, motion.twists
     bodies = jnp.asarray(spheres.bodies, dtype=jnp.int32)
     rotation = frames.rotation[bodies]
-    centre = frames.centroid[bodies] + jnp.einsum("mij,mj->mi", rotation, spheres.offsets.astype(dtype))  # from r0
+    centre = frames.centroid[bodies] + einsum("mij,mj->mi", rotation, spheres.offsets.astype(dtype))  # from r0
     radius = spheres.radii.astype(dtype)
     distance, normal = terrain.query(centre + state.base_position)
     penetration = radius - distance

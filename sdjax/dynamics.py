@@ -62,7 +62,7 @@ from sdjax.model import (
     leader_torques,
     on_independent_joints,
 )
-from sdjax.algebra import cross3, dot, matvec3, small_cholesky_solve
+from sdjax.algebra import cross3, dot, matmul, matvec3, small_cholesky_solve
 from sdjax.rotation import skew
 from sdjax._checks import check_vector
 from sdjax.state import BASE_TWIST_NAMES, State, check_state, with_mimic_relations_checked
@@ -441,7 +441,7 @@ def floating_inverse_dynamics(
     h = inertia_matrix(model, state)
     index = jnp.asarray(model.base_coordinates)
     free = small_cholesky_solve(h[:nb, :nb], applied[index] - wrench[index])  # (no LAPACK call: see it)
-    coupled = on_independent_joints(model, h[:nb, nb:].T @ free)
+    coupled = on_independent_joints(model, matmul(h[:nb, nb:].T, free))
     return jnp.zeros((6,), dtype).at[index].set(free), tau + coupled
 
 

@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax._checks import check_choice, float_array, is_traced
 from sdjax.model import JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model, mimic_tolerance
 from sdjax.rotation import matrix_to_rpy, rot_z, rpy_to_matrix
@@ -162,7 +163,7 @@ def parallel_axis(mass: Any, offset: Any) -> Any:
 
 
 def _rotate(rotation: Any, inertia: Any) -> Any:
-    return rotation @ inertia @ rotation.swapaxes(-1, -2)
+    return matmul(matmul(rotation, inertia), rotation.swapaxes(-1, -2))
 
 
 def rotate_inertia(inertia: Any, rotation: Any) -> Any:
@@ -204,7 +205,7 @@ def transform_body(
     c = _floats("transform_body: centroid", centroid, (3,), xp)
     i = _floats("transform_body: inertia", inertia, (3, 3), xp)
     r = _floats("transform_body: rotation", rotation, (3, 3), xp)
-    moved = (r @ c[..., None])[..., 0]
+    moved = (matmul(r, c[..., None]))[..., 0]
     if translation is not None:
         moved = moved + _floats("transform_body: translation", translation, (3,), xp)
     return m, moved, _rotate(r, i)
@@ -543,7 +544,7 @@ def append_links(
 
 def _rotated_rpy(rotation: Array, rpy: Array) -> Array:
     """RPY angles of ``rotation @ Rx Ry Rz(rpy)`` (a frame carried into another frame)."""
-    return matrix_to_rpy(rotation @ rpy_to_matrix(rpy))
+    return matrix_to_rpy(matmul(rotation, rpy_to_matrix(rpy)))
 
 
 def append_model(
@@ -599,9 +600,9 @@ def append_model(
     end_rpy = other.end_point_rpy.astype(dtype)
     base_inertia = other.base_inertia.astype(dtype)
     if mount is not None:
-        pcj = jnp.where(on_base[:, None], (mount @ pcj[..., None])[..., 0], pcj)
+        pcj = jnp.where(on_base[:, None], (matmul(mount, pcj[..., None]))[..., 0], pcj)
         joint_rpy = jnp.where(on_base[:, None], _rotated_rpy(mount, joint_rpy), joint_rpy)
-        cte = jnp.where(ends_on_base[:, None], (mount @ cte[..., None])[..., 0], cte)
+        cte = jnp.where(ends_on_base[:, None], (matmul(mount, cte[..., None]))[..., 0], cte)
         end_rpy = jnp.where(ends_on_base[:, None], _rotated_rpy(mount, end_rpy), end_rpy)
         base_inertia = _rotate(mount, base_inertia)
     pcj = jnp.where(on_base[:, None], pcj + offset, pcj)
@@ -691,20 +692,20 @@ def _locked_fields(model: Model, locked: tuple[int, ...], q: Array) -> tuple[dic
         turn = rpy_to_matrix(fields["joint_rpy"][j])
         slide = jnp.zeros(3, dtype)
         if fields["joint_type"][j] == "R":
-            turn = turn @ rot_z(q[row])
+            turn = matmul(turn, rot_z(q[row]))
         else:
             slide = slide.at[2].set(q[row])
         # The locked link's centroid from the parent's centroid, parent axes (kinematics' r_i).
-        centroid = fields["parent_centroid_to_joint"][j] + turn @ (slide - fields["centroid_to_joint"][j])
+        centroid = fields["parent_centroid_to_joint"][j] + matmul(turn, slide - fields["centroid_to_joint"][j])
         children = np.asarray([c for c, p in enumerate(fields["parent"]) if p == joint], np.int64)
         if children.size:
             pcj, rpys = fields["parent_centroid_to_joint"], fields["joint_rpy"]
-            fields["parent_centroid_to_joint"] = pcj.at[children].set(centroid + pcj[children] @ turn.T)
+            fields["parent_centroid_to_joint"] = pcj.at[children].set(centroid + matmul(pcj[children], turn.T))
             fields["joint_rpy"] = rpys.at[children].set(_rotated_rpy(turn, rpys[children]))
         ends = np.asarray([e for e, b in enumerate(fields["end_point_link"]) if b == joint], np.int64)
         if ends.size:
             cte, erpy = fields["centroid_to_end_point"], fields["end_point_rpy"]
-            fields["centroid_to_end_point"] = cte.at[ends].set(centroid + cte[ends] @ turn.T)
+            fields["centroid_to_end_point"] = cte.at[ends].set(centroid + matmul(cte[ends], turn.T))
             fields["end_point_rpy"] = erpy.at[ends].set(_rotated_rpy(turn, erpy[ends]))
         renumber = lambda b: parent if b == joint else (b - 1 if b > joint else b)  # noqa: E731
         fields["parent"] = tuple(renumber(p) for c, p in enumerate(fields["parent"]) if c != j)
@@ -808,7 +809,7 @@ def locked_state(model: Model, state: State, joints: Sequence[int]) -> State:
     position, velocity = state.base_position, state.base_linear_velocity
     if _merged_into_base(model, locked):
         _, shift = _locked_fields(model, locked, state.q[rows].astype(model.dtype))
-        offset = state.base_rotation @ shift.astype(position.dtype)
+        offset = matmul(state.base_rotation, shift.astype(position.dtype))
         position, velocity = position + offset, velocity + jnp.cross(state.base_angular_velocity, offset)
     return State(position, state.base_quaternion, velocity, state.base_angular_velocity, state.q[keep], state.qd[keep])
 
@@ -847,7 +848,7 @@ def unlocked_state(model: Model, reduced_state: State, joints: Sequence[int], po
     position, velocity = reduced_state.base_position, reduced_state.base_linear_velocity
     if _merged_into_base(model, locked):
         _, shift = _locked_fields(model, locked, values.astype(model.dtype))
-        offset = reduced_state.base_rotation @ shift.astype(dtype)
+        offset = matmul(reduced_state.base_rotation, shift.astype(dtype))
         position, velocity = position - offset, velocity - jnp.cross(reduced_state.base_angular_velocity, offset)
     return State(position, reduced_state.base_quaternion, velocity, reduced_state.base_angular_velocity, q, qd)
 

@@ -45,6 +45,7 @@ import numpy as np
 import optax
 from jax import Array, lax
 
+from sdjax.algebra import matmul
 from sdjax._checks import check_choice, float_array
 from sdjax._compile import solver_jit
 from sdjax.identification import (
@@ -129,9 +130,9 @@ class FourierExcitation(eqx.Module):
         omega = self.base_frequency * jnp.arange(1, self.harmonics + 1, dtype=dtype)  # (L,)
         sin, cos = jnp.sin(omega * t), jnp.cos(omega * t)
         a, b = self.coefficients[:, 0], self.coefficients[:, 1]  # (n, L)
-        f = a @ sin + b @ cos
-        df = a @ (omega * cos) - b @ (omega * sin)
-        ddf = -(a @ (omega**2 * sin) + b @ (omega**2 * cos))
+        f = matmul(a, sin) + matmul(b, cos)
+        df = matmul(a, omega * cos) - matmul(b, omega * sin)
+        ddf = -(matmul(a, omega**2 * sin) + matmul(b, omega**2 * cos))
         return self.q0 + w * f, dw * f + w * df, ddw * f + 2 * dw * df + w * ddf
 
 

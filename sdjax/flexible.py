@@ -81,6 +81,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax.dynamics import inertia_matrix_blocks
 from sdjax.editing import append_links
 from sdjax.gjm import generalized_inertia_matrix
@@ -434,18 +435,20 @@ def attach_beam(
     segment_inertia_beam = jnp.diag(
         jnp.stack([(section[0] + section[1]) * seg, transverse + section[0] * seg, transverse + section[1] * seg])
     )
-    segment_inertia = last.T @ segment_inertia_beam @ last  # in the segment's (last joint's) frame
+    segment_inertia = matmul(matmul(last.T, segment_inertia_beam), last)  # in the segment's (last joint's) frame
     node_inertia = node_mass * seg**2 / 12.0 * jnp.eye(3, dtype=dtype)
 
     # One node's links (identical for every node; the root node differs in its first joint's
     # placement and in the stiffness factor), then tiled along the chain.
     node_masses = jnp.stack([node_mass] * (per_node - 1) + [rigid_mass])
     node_inertias = jnp.stack([node_inertia] * (per_node - 1) + [segment_inertia])
-    node_to_joint = jnp.stack([zero3] * (per_node - 1) + [-(last.T @ half)])  # centroid l/2 beyond the node
-    node_from_centroid = jnp.stack([last.T @ half] + [zero3] * (per_node - 1))  # previous centroid to the node
-    node_rotations = [last.T @ axis_rot[0]] + [axis_rot[k - 1].T @ axis_rot[k] for k in range(1, per_node)]
+    node_to_joint = jnp.stack([zero3] * (per_node - 1) + [-(matmul(last.T, half))])  # centroid l/2 beyond the node
+    node_from_centroid = jnp.stack([matmul(last.T, half)] + [zero3] * (per_node - 1))  # previous centroid to the node
+    node_rotations = [matmul(last.T, axis_rot[0])] + [
+        matmul(axis_rot[k - 1].T, axis_rot[k]) for k in range(1, per_node)
+    ]
     node_rpy = matrix_to_rpy(jnp.stack(node_rotations))
-    root_rpy = matrix_to_rpy(mount @ axis_rot[0])
+    root_rpy = matrix_to_rpy(matmul(mount, axis_rot[0]))
     node_stiffness = jnp.stack([_stiffness(beam, kind).astype(dtype) for kind in kinds]) / seg
     factor = np.ones((num_nodes, per_node))
     if beam.lumping == "midpoint":
@@ -528,9 +531,9 @@ def beam_root_frame(model: Model, state: State, layout: BeamLayout) -> tuple[Arr
     kin = forward_kinematics(model, state)
     first = layout.joints[0][0]
     parent_rotation = kin.rotation[layout.body]
-    root = kin.centroid[layout.body] + parent_rotation @ model.parent_centroid_to_joint[first - 1]
+    root = kin.centroid[layout.body] + matmul(parent_rotation, model.parent_centroid_to_joint[first - 1])
     axis_rot = _joint_axis_rotation(layout.kinds[0], model.dtype)
-    frame = parent_rotation @ rpy_to_matrix(model.joint_rpy[first - 1]) @ axis_rot.T
+    frame = matmul(matmul(parent_rotation, rpy_to_matrix(model.joint_rpy[first - 1])), axis_rot.T)
     return root, frame
 
 
@@ -539,7 +542,7 @@ def beam_tip_position(model: Model, state: State, layout: BeamLayout) -> Array:
     kin = forward_kinematics(model, state)
     tip_body = layout.segments[-1]
     # The segment is symmetric about its centroid: tip = centroid - (joint - centroid).
-    return kin.centroid[tip_body] - kin.rotation[tip_body] @ model.centroid_to_joint[tip_body - 1]
+    return kin.centroid[tip_body] - matmul(kin.rotation[tip_body], model.centroid_to_joint[tip_body - 1])
 
 
 def beam_tip_deflection(model: Model, state: State, layout: BeamLayout) -> Array:
@@ -551,7 +554,7 @@ def beam_tip_deflection(model: Model, state: State, layout: BeamLayout) -> Array
     root, frame = beam_root_frame(model, state, layout)
     tip = beam_tip_position(model, state, layout)
     length = _beam_length(model, layout)
-    return frame.T @ (tip - root) - jnp.stack([length, jnp.zeros_like(length), jnp.zeros_like(length)])
+    return matmul(frame.T, tip - root) - jnp.stack([length, jnp.zeros_like(length), jnp.zeros_like(length)])
 
 
 def _beam_length(model: Model, layout: BeamLayout) -> Array:

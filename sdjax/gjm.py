@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax import Array
 
-from sdjax.algebra import cross3
+from sdjax.algebra import cross3, matmul
 from sdjax.dynamics import bias_forces, floating_inertia_matrix, inertia_matrix, passive_joint_torques
 from sdjax.jacobians import end_point_jacobians, point_jacobian
 from sdjax.model import Model, check_no_mimic, floating_coordinates, joint_coordinates
@@ -78,7 +78,7 @@ def reduce_inertia(model: Model, h: Array) -> Array:
     """``H* = H_m - H_bm^T H_b^-1 H_bm`` from the inertia matrix of the free coordinates."""
     nb = model.num_base_velocities
     h_bm = h[:nb, nb:]
-    return h[nb:, nb:] - h_bm.T @ solve_base_block(model, h, h_bm)
+    return h[nb:, nb:] - matmul(h_bm.T, solve_base_block(model, h, h_bm))
 
 
 def reduced_equation(model: Model, h: Array, bias: Array) -> tuple[Array, Array]:
@@ -89,8 +89,8 @@ def reduced_equation(model: Model, h: Array, bias: Array) -> tuple[Array, Array]
     nb = model.num_base_velocities
     h_bm = h[:nb, nb:]
     solved = solve_base_block(model, h, jnp.concatenate([h_bm, bias[:nb, None]], axis=1))
-    h_star = h[nb:, nb:] - h_bm.T @ solved[:, :-1]
-    return 0.5 * (h_star + h_star.T), bias[nb:] - h_bm.T @ solved[:, -1]
+    h_star = h[nb:, nb:] - matmul(h_bm.T, solved[:, :-1])
+    return 0.5 * (h_star + h_star.T), bias[nb:] - matmul(h_bm.T, solved[:, -1])
 
 
 # ------------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def system_momentum(model: Model, state: State) -> Array:
     check_state(model, state)
     h = floating_inertia_matrix(model, state)
     nu = state.generalized_velocity
-    about_base = h[:6] @ nu
+    about_base = matmul(h[:6], nu)
     return jnp.concatenate([about_base[:3], about_base[3:] + cross3(state.base_position, about_base[:3])])
 
 
@@ -135,7 +135,7 @@ def base_twist_from_joint_rates(model: Model, state: State, qd: Any = None, mome
         model,
         h,
         free_base_components(model, momentum_about_base(model, state, momentum))
-        - h[:nb, nb:] @ joint_coordinates(model, qd),
+        - matmul(h[:nb, nb:], joint_coordinates(model, qd)),
     )
     return base_twist_from_free(model, free)
 
@@ -179,7 +179,7 @@ def generalized_inertia_derivatives(model: Model, state: State) -> tuple[Array, 
         return generalized_inertia_matrix(model, eqx.tree_at(lambda s: s.q, state, q))
 
     gradient = jax.jacfwd(reduced)(state.q)
-    return gradient, gradient @ state.qd
+    return gradient, matmul(gradient, state.qd)
 
 
 @eqx.filter_jit
@@ -234,7 +234,7 @@ def reduced_forward_dynamics(model: Model, state: State, tau: Any = None, moment
     nb = model.num_base_velocities
     reduced, c_star = reduced_equation(model, h, bias)
     qdd = jsl.cho_solve(jsl.cho_factor(reduced, lower=True), tau + passive_joint_torques(model, consistent) - c_star)
-    return base_twist_from_free(model, -solve_base_block(model, h, bias[:nb] + h[:nb, nb:] @ qdd)), qdd
+    return base_twist_from_free(model, -solve_base_block(model, h, bias[:nb] + matmul(h[:nb, nb:], qdd))), qdd
 
 
 # ------------------------------------------------------------------------------------------
@@ -244,14 +244,15 @@ def reduced_forward_dynamics(model: Model, state: State, tau: Any = None, moment
 def generalized_columns(model: Model, h: Array, jacobian: Array) -> Array:
     """``J_m - J_b H_b^-1 H_bm`` for Jacobians ``(..., 6, nv)`` of the free coordinates."""
     nb = model.num_base_velocities
-    return jacobian[..., nb:] - jacobian[..., :nb] @ solve_base_block(model, h, h[:nb, nb:])
+    return jacobian[..., nb:] - matmul(jacobian[..., :nb], solve_base_block(model, h, h[:nb, nb:]))
 
 
 def momentum_offset(model: Model, state: State, h: Array, jacobian: Array, momentum: Any) -> Array:
     """``J_b H_b^-1 M_r0`` for Jacobians ``(..., 6, nv)``: the velocity due to momentum."""
     nb = model.num_base_velocities
-    return jacobian[..., :nb] @ solve_base_block(
-        model, h, free_base_components(model, momentum_about_base(model, state, momentum))
+    return matmul(
+        jacobian[..., :nb],
+        solve_base_block(model, h, free_base_components(model, momentum_about_base(model, state, momentum))),
     )
 
 

@@ -66,6 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax import editing
 from sdjax.dynamics import inverse_dynamics
 from sdjax.editing import PARAMETER_NAMES
@@ -225,7 +226,7 @@ def from_log_cholesky(theta: Any) -> InertialParameters:
         u = u.at[:, r, c].set(jnp.exp(theta[:, col]))
     for col, (r, c) in enumerate(_OFF):
         u = u.at[:, r, c].set(theta[:, 4 + col])
-    return from_pseudo_inertia(u @ jnp.swapaxes(u, -1, -2))
+    return from_pseudo_inertia(matmul(u, jnp.swapaxes(u, -1, -2)))
 
 
 def to_log_cholesky(params: InertialParameters) -> Array:
@@ -1453,7 +1454,7 @@ class _Problem(eqx.Module):
 
     def full_residual(self, theta: Array) -> Array:
         vector = from_log_cholesky(theta.reshape(-1, 10)).vector().ravel()
-        r = self.offset + self.regressor @ (vector - self.nominal)
+        r = self.offset + matmul(self.regressor, vector - self.nominal)
         return jnp.concatenate([r, jnp.sqrt(self.rho) * (theta - self.theta0)])
 
 

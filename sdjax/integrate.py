@@ -28,6 +28,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
 
+from sdjax.algebra import matmul
 from sdjax import batch_kernel
 from sdjax.dynamics import (
     Controls,
@@ -366,24 +367,28 @@ def implicit_euler_step(
     # One composite-body pass: H = L L^T from the factor the forward dynamics already made.
     acceleration, factor = forward_dynamics_and_factor(model, state, controls)
     explicit = free_motion(model, acceleration)
-    h = factor @ factor.T
+    h = matmul(factor, factor.T)
     nb = model.num_base_velocities
     if model.has_mimic:  # S^T K S and S^T D S on the joint coordinates (S: joint_coordinate_map)
         s = joint_coordinate_map(model).astype(dtype)
-        stiffness = s.T @ (model.joint_stiffness.astype(dtype)[:, None] * s)
-        damping = s.T @ (model.joint_damping.astype(dtype)[:, None] * s)
+        stiffness = matmul(s.T, model.joint_stiffness.astype(dtype)[:, None] * s)
+        damping = matmul(s.T, model.joint_damping.astype(dtype)[:, None] * s)
         lhs = h.at[nb:, nb:].add(dt * damping + dt * dt * stiffness)
-        rhs = (h @ explicit).at[nb:].add(-dt * stiffness @ free_motion(model, state.generalized_velocity)[nb:])
+        rhs = (
+            (matmul(h, explicit))
+            .at[nb:]
+            .add(matmul(-dt * stiffness, free_motion(model, state.generalized_velocity)[nb:]))
+        )
     else:
         joints = jnp.arange(nb, model.num_velocities)
         lhs = h.at[joints, joints].add(
             dt * model.joint_damping.astype(dtype) + dt * dt * model.joint_stiffness.astype(dtype)
         )
-        rhs = (h @ explicit).at[nb:].add(-dt * model.joint_stiffness.astype(dtype) * state.qd)
+        rhs = (matmul(h, explicit)).at[nb:].add(-dt * model.joint_stiffness.astype(dtype) * state.qd)
     if environment is not None and linearize_environment:
         _, by_position, by_velocity = environment_load_derivatives(model, state, environment, t)
         lhs = lhs - dt * by_velocity - dt * dt * by_position
-        rhs = rhs + dt * by_position @ free_motion(model, state.generalized_velocity)
+        rhs = rhs + matmul(dt * by_position, free_motion(model, state.generalized_velocity))
         solved = jnp.linalg.solve(lhs, rhs)
     else:
         solved = jsl.cho_solve(jsl.cho_factor(lhs, lower=True), rhs)

@@ -25,7 +25,7 @@ import numpy as np
 from jax import Array
 
 from sdjax.kinematics import Frames, KinematicPass, end_point_frames, kinematic_pass, motion_cross, point_velocity
-from sdjax.algebra import cross3
+from sdjax.algebra import cross3, matmul
 from sdjax.model import Model, free_coordinates
 from sdjax.rotation import skew
 from sdjax._checks import check_vector
@@ -107,7 +107,7 @@ def _check_body(model: Model, link: Any) -> int:
 
 def _point_on_body(model: Model, frames: Frames, link: int, point: Array) -> Array:
     """Position (relative to r0) of a point given in the link frame relative to its centroid."""
-    return frames.centroid[link] + frames.rotation[link] @ point
+    return frames.centroid[link] + matmul(frames.rotation[link], point)
 
 
 def _checked_pass(model: Model, state: State) -> KinematicPass:

@@ -51,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import PRECISION, einsum, matmul
 from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import Frames, body_inertias, body_masses, relative_frames, world_inertias
 from sdjax._checks import check_choice
@@ -108,7 +109,7 @@ def _body_frames(model: Model, state: State, held: bool, x: Array) -> tuple[Arra
     if model.base != "floating":  # the base coordinates the mode fixes keep the state's values
         x = _all_coordinates(state).at[jnp.asarray(model.velocity_indices)].set(x)
     r0, phi, q = x[:3], x[3:6], x[6:]
-    base_rotation = rotation_vector_to_matrix(phi) @ state.base_rotation
+    base_rotation = matmul(rotation_vector_to_matrix(phi), state.base_rotation)
     return r0, relative_frames(model, base_rotation, q)
 
 
@@ -132,17 +133,17 @@ def _velocity_jacobians(model: Model, state: State, held: bool, x: Array) -> _Ja
 
     (d_r0, d_frames), (r0, frames) = jax.jacfwd(pose, has_aux=True)(x)
     # (dA/dx_k) A^T for every body b and coordinate k, then its axial vector: (n + 1, N, 3).
-    spin = jnp.einsum("bijk,blj->bkil", d_frames.rotation, frames.rotation)
+    spin = einsum("bijk,blj->bkil", d_frames.rotation, frames.rotation)
     return _Jacobians(d_r0[None] + d_frames.centroid, jnp.swapaxes(unskew(spin), -1, -2), r0, frames)
 
 
 def _kinetic(model: Model, jacobians: _Jacobians, xd: Array) -> Array:
     """``T = sum_b 1/2 m_b |v_b|^2 + 1/2 w_b . (A_b I_b A_b^T) w_b``, J (seed 002 eqs 2, 6a-e,
     in the centroidal form), over the base and the links."""
-    velocity, angular_velocity = jacobians.linear @ xd, jacobians.angular @ xd
+    velocity, angular_velocity = matmul(jacobians.linear, xd), matmul(jacobians.angular, xd)
     inertia = world_inertias(model, jacobians.frames)
-    spin = jnp.einsum("bi,bij,bj->", angular_velocity, inertia, angular_velocity)
-    return 0.5 * (body_masses(model) @ jnp.sum(velocity * velocity, axis=-1) + spin)
+    spin = einsum("bi,bij,bj->", angular_velocity, inertia, angular_velocity)
+    return 0.5 * (matmul(body_masses(model), jnp.sum(velocity * velocity, axis=-1)) + spin)
 
 
 def _kinetic_energy(model: Model, state: State, held: bool, x: Array, xd: Array) -> Array:
@@ -163,8 +164,10 @@ def _potential(model: Model, jacobians: _Jacobians) -> tuple[Array, Array]:
     (zero in orbit, seed 002 section 2; sdjax keeps gravity)."""
     masses = body_masses(model)
     centroids = jacobians.frames.centroid
-    potential = -jnp.dot(model.gravity, masses @ centroids + jnp.sum(masses) * jacobians.base_position)
-    return potential, -jnp.einsum("b,bik,i->k", masses, jacobians.linear, model.gravity)
+    potential = -jnp.dot(
+        model.gravity, matmul(masses, centroids) + jnp.sum(masses) * jacobians.base_position, precision=PRECISION
+    )
+    return potential, -einsum("b,bik,i->k", masses, jacobians.linear, model.gravity)
 
 
 # ------------------------------------------------------------------------------------------
@@ -233,7 +236,7 @@ def lagrangian_terms(
     potential, gravity = _potential(model, jacobians)
     return LagrangianTerms(
         inertia=_mass_matrix(model, jacobians),
-        bias=coupling @ xd - 0.5 * (xd @ coupling) + gravity,
+        bias=matmul(coupling, xd) - 0.5 * (matmul(xd, coupling)) + gravity,
         gravity=gravity,
         kinetic_energy=_kinetic(model, jacobians, xd),
         potential_energy=potential,
@@ -276,14 +279,12 @@ def coriolis_matrix(model: Model, state: State, *, base: str | None = None, fixe
     mass_matrix = lambda y: _mass_matrix(model, _velocity_jacobians(model, state, held, y))  # noqa: E731
     inertia, d_inertia = mass_matrix(x), jax.jacfwd(mass_matrix)(x)  # d_inertia[i, j, k] = dM_ij/dx_k
     christoffel = 0.5 * (
-        jnp.einsum("ijk,k->ij", d_inertia, xd)
-        + jnp.einsum("ikj,k->ij", d_inertia, xd)
-        - jnp.einsum("jki,k->ij", d_inertia, xd)
+        einsum("ijk,k->ij", d_inertia, xd) + einsum("ikj,k->ij", d_inertia, xd) - einsum("jki,k->ij", d_inertia, xd)
     )
     if _held(model, held) or model.base == "planar":  # T' = 0: a planar base turns about one fixed axis
         return christoffel
     half_spin = 0.5 * skew(state.base_angular_velocity)  # T' restricted to the w0 block
-    return christoffel.at[:, 3:6].add(-inertia[:, 3:6] @ half_spin)
+    return christoffel.at[:, 3:6].add(matmul(-inertia[:, 3:6], half_spin))
 
 
 # ------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax.dynamics import Controls
 from sdjax.editing import append_links
 from sdjax.model import Model, check_no_mimic
@@ -389,9 +390,9 @@ def realised_base_wrench(
     dtype = force.dtype
     rot = jnp.asarray(base_rotation).astype(dtype)
     torque = jnp.asarray(torque).astype(dtype)
-    f_base = saturate(rot.T @ force, thrusters.force_limit, thrusters.saturation)
-    n_base = saturate(rot.T @ torque, thrusters.torque_limit, thrusters.saturation)
-    return rot @ f_base, rot @ n_base
+    f_base = saturate(matmul(rot.T, force), thrusters.force_limit, thrusters.saturation)
+    n_base = saturate(matmul(rot.T, torque), thrusters.torque_limit, thrusters.saturation)
+    return matmul(rot, f_base), matmul(rot, n_base)
 
 
 # ------------------------------------------------------------------------------------------
@@ -561,7 +562,7 @@ class ManeuverLaw(eqx.Module):
         if self.wheels_control_attitude:
             assert desired_torque is not None  # (wheels_control_attitude: attitude_law is set)
             # Base receives -A0 U tau_w; choose tau_w = -pinv(U) A0^T N (least squares).
-            tau_w = -self.wheel_allocation.astype(dtype) @ (rot.T @ desired_torque)
+            tau_w = matmul(-self.wheel_allocation.astype(dtype), matmul(rot.T, desired_torque))
             tau = tau.at[wheels].set(tau_w)
         if self.thrusters_force or self.thrusters_torque:
             # (maneuver_law checks these; a ManeuverLaw built directly may lack them.)

@@ -38,6 +38,7 @@ import numpy as np
 from jax import Array
 
 from sdjax._checks import check_choice
+from sdjax.algebra import matmul
 from sdjax.tree import TreeIndex, tree_index
 
 __all__ = [
@@ -412,12 +413,6 @@ class Model(eqx.Module):
 # Base modes: between the free coordinates and the floating-base layout.
 
 
-def _times(x: Array, matrix: Array) -> Array:
-    """``x @ matrix`` at full precision (the mimic relations are checked to round-off: no
-    reduced-precision matrix units on accelerators)."""
-    return jnp.matmul(x, matrix, precision=jax.lax.Precision.HIGHEST)
-
-
 def joint_coordinate_map(model: Model) -> Array:
     """``(n, n_c)`` matrix ``S`` of the joint rates in terms of the joint coordinates' rates,
     ``qd = S qd_c``: one 1 per independent joint, each mimic joint's multiplier in its leader's
@@ -447,7 +442,7 @@ def free_coordinates(model: Model, x: Array, axis: int = 0) -> Array:
     if model.has_mimic:
         x = jnp.moveaxis(x, axis, -1)
         base = jnp.take(x[..., :6], jnp.asarray(model.base_coordinates, np.int64), axis=-1)
-        out = jnp.concatenate([base, _times(x[..., 6:], joint_coordinate_map(model).astype(x.dtype))], axis=-1)
+        out = jnp.concatenate([base, matmul(x[..., 6:], joint_coordinate_map(model).astype(x.dtype))], axis=-1)
         return jnp.moveaxis(out, -1, axis)
     if model.base == "floating":
         return x
@@ -475,7 +470,7 @@ def floating_coordinates(model: Model, x: Array) -> Array:
     out = jnp.zeros(x.shape[:-1] + (6,), x.dtype)
     if nb:
         out = out.at[..., jnp.asarray(model.base_coordinates, np.int64)].set(x[..., :nb], unique_indices=True)
-    return jnp.concatenate([out, _times(x[..., nb:], joint_coordinate_map(model).astype(x.dtype).T)], axis=-1)
+    return jnp.concatenate([out, matmul(x[..., nb:], joint_coordinate_map(model).astype(x.dtype).T)], axis=-1)
 
 
 def floating_loads(model: Model, x: Array) -> Array:
@@ -495,7 +490,7 @@ def leader_torques(model: Model, tau: Array) -> Array:
     joints' actuators apply it. ``tau`` itself without mimic joints."""
     if not model.has_mimic:
         return tau
-    return on_independent_joints(model, _times(tau, joint_coordinate_map(model).astype(tau.dtype)))
+    return on_independent_joints(model, matmul(tau, joint_coordinate_map(model).astype(tau.dtype)))
 
 
 #: Tolerance of the mimic relations at float64, relative to ``1 + |q|`` (round-off of
@@ -550,7 +545,7 @@ def joint_positions(model: Model, q: Array) -> Array:
     if not model.has_mimic:
         return q
     offset = jnp.where(np.asarray(model.mimic_leader) > 0, model.mimic_offset, 0.0).astype(q.dtype)
-    return _times(q, joint_coordinate_map(model).astype(q.dtype).T) + offset
+    return matmul(q, joint_coordinate_map(model).astype(q.dtype).T) + offset
 
 
 # --------------------------------------------------------------------------------------

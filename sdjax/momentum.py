@@ -15,7 +15,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import Array
 
-from sdjax.algebra import cross3
+from sdjax.algebra import PRECISION, cross3, einsum, matmul
 from sdjax.kinematics import Frames, body_masses, kinematic_pass, relative_frames, world_inertias
 from sdjax.model import Model
 from sdjax.state import State, check_state
@@ -34,7 +34,7 @@ def _body_motion(model: Model, state: State) -> tuple[Frames, Array, Array]:
 def linear_momentum(model: Model, state: State) -> Array:
     """Total linear momentum ``P = sum m_i v_i``, inertial frame, kg m/s; shape ``(3,)``."""
     _, velocity, _ = _body_motion(model, state)
-    return body_masses(model) @ velocity
+    return matmul(body_masses(model), velocity)
 
 
 @eqx.filter_jit
@@ -53,16 +53,16 @@ def angular_momentum(model: Model, state: State, about: str | Any = "origin") ->
     """
     frames, velocity, angular_velocity = _body_motion(model, state)
     masses = body_masses(model)
-    spin = jnp.einsum("bij,bj->i", world_inertias(model, frames), angular_velocity)
+    spin = einsum("bij,bj->i", world_inertias(model, frames), angular_velocity)
     about_base = spin + jnp.sum(cross3(frames.centroid, masses[:, None] * velocity), axis=0)
-    momentum = masses @ velocity
+    momentum = matmul(masses, velocity)
     if isinstance(about, str):
         if about == "base":
             return about_base
         if about == "origin":  # L_c = L_r0 + (r0 - c) x P with c = 0
             return about_base + cross3(state.base_position, momentum)
         if about == "com":
-            com_from_base = masses @ frames.centroid / jnp.sum(masses)
+            com_from_base = matmul(masses, frames.centroid) / jnp.sum(masses)
             return about_base - cross3(com_from_base, momentum)
         raise ValueError(f"angular_momentum: about must be 'origin', 'com', 'base' or a (3,) point, got {about!r}")
     point = jnp.asarray(about)
@@ -75,8 +75,8 @@ def angular_momentum(model: Model, state: State, about: str | Any = "origin") ->
 def kinetic_energy(model: Model, state: State) -> Array:
     """Kinetic energy ``sum 1/2 m_i |v_i|^2 + 1/2 w_i . I_i w_i``, J; scalar."""
     frames, velocity, angular_velocity = _body_motion(model, state)
-    spin = jnp.einsum("bi,bij,bj->", angular_velocity, world_inertias(model, frames), angular_velocity)
-    return 0.5 * (body_masses(model) @ jnp.sum(velocity**2, axis=-1) + spin)
+    spin = einsum("bi,bij,bj->", angular_velocity, world_inertias(model, frames), angular_velocity)
+    return 0.5 * (matmul(body_masses(model), jnp.sum(velocity**2, axis=-1)) + spin)
 
 
 @eqx.filter_jit
@@ -85,7 +85,9 @@ def potential_energy(model: Model, state: State) -> Array:
     check_state(model, state)
     frames = relative_frames(model, state.base_rotation, state.q)
     masses = body_masses(model)
-    return -jnp.dot(model.gravity, masses @ frames.centroid + jnp.sum(masses) * state.base_position)
+    return -jnp.dot(
+        model.gravity, matmul(masses, frames.centroid) + jnp.sum(masses) * state.base_position, precision=PRECISION
+    )
 
 
 @eqx.filter_jit

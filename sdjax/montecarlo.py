@@ -66,6 +66,7 @@ from jax import Array
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from sdjax.algebra import matmul
 from sdjax import batch_kernel
 from sdjax._checks import float_array
 from sdjax._derivatives import batched_route
@@ -453,7 +454,7 @@ class InertiaRotation(Perturbation):
     def apply(self, model, draw):
         value = getattr(model, self.field)
         rot = rotation_vector_to_matrix(draw["rotation_vector"])
-        rotated = rot @ value @ jnp.swapaxes(rot, -1, -2)
+        rotated = matmul(matmul(rot, value), jnp.swapaxes(rot, -1, -2))
         return eqx.tree_at(lambda m: getattr(m, self.field), model, 0.5 * (rotated + jnp.swapaxes(rotated, -1, -2)))
 
 

@@ -92,7 +92,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from sdjax.algebra import cross3
+from sdjax.algebra import cross3, einsum, matmul
 from sdjax.dynamics import Controls, point_loads
 from sdjax.kinematics import body_masses, link_velocities, relative_frames, world_inertias
 from sdjax.model import Model
@@ -174,9 +174,9 @@ def gravity_gradient_wrenches(
     masses = body_masses(model)
     centroids = frames.centroid + state.base_position
     if about == "com":
-        centroids = centroids - masses @ centroids / jnp.sum(masses)
-    forces = n2 * masses[:, None] * (centroids @ _tidal_tensor(radial))  # T symmetric
-    inertia_radial = jnp.einsum("bij,j->bi", world_inertias(model, frames), radial)
+        centroids = centroids - matmul(masses, centroids) / jnp.sum(masses)
+    forces = n2 * masses[:, None] * (matmul(centroids, _tidal_tensor(radial)))  # T symmetric
+    inertia_radial = einsum("bij,j->bi", world_inertias(model, frames), radial)
     torques = 3.0 * n2 * cross3(radial, inertia_radial)
     return forces, torques
 
@@ -205,7 +205,7 @@ def rotating_frame_wrenches(model: Model, state: State, angular_velocity: Any) -
     inertia = world_inertias(model, frames)
     omega_b = jnp.broadcast_to(omega, centroids.shape)
     forces = -2.0 * masses * cross3(omega_b, velocity) - masses * cross3(omega_b, cross3(omega_b, centroids))
-    inertia_omega = jnp.einsum("bij,j->bi", inertia, omega)
+    inertia_omega = einsum("bij,j->bi", inertia, omega)
     trace = jnp.trace(inertia, axis1=-2, axis2=-1)[:, None]
     torques = trace * cross3(spin, omega_b) - 2.0 * cross3(spin, inertia_omega) - cross3(omega_b, inertia_omega)
     return forces, torques
@@ -288,14 +288,14 @@ class GravityGradient(eqx.Module):
         masses = body_masses(model)
         centroids = frames.centroid + state.base_position
         if self.about == "com":
-            centroids = centroids - masses @ centroids / jnp.sum(masses)
+            centroids = centroids - matmul(masses, centroids) / jnp.sum(masses)
         energy = jnp.zeros((), dtype)
         if self.tidal_force:
-            energy = energy - 0.5 * n2 * jnp.einsum("b,bi,ij,bj->", masses, centroids, _tidal_tensor(radial), centroids)
+            energy = energy - 0.5 * n2 * einsum("b,bi,ij,bj->", masses, centroids, _tidal_tensor(radial), centroids)
         if self.torque:
             inertia = world_inertias(model, frames)
             energy = energy + n2 * jnp.sum(
-                1.5 * jnp.einsum("i,bij,j->b", radial, inertia, radial) - 0.5 * jnp.trace(inertia, axis1=-2, axis2=-1)
+                1.5 * einsum("i,bij,j->b", radial, inertia, radial) - 0.5 * jnp.trace(inertia, axis1=-2, axis2=-1)
             )
         return energy
 
@@ -339,8 +339,8 @@ class RotatingFrame(eqx.Module):
         centroids = frames.centroid + state.base_position
         omega = self.angular_velocity
         arm = cross3(jnp.broadcast_to(omega, centroids.shape), centroids)
-        spin = jnp.einsum("i,bij,j->", omega, world_inertias(model, frames), omega)
-        return -0.5 * (body_masses(model) @ jnp.sum(arm * arm, axis=-1) + spin)
+        spin = einsum("i,bij,j->", omega, world_inertias(model, frames), omega)
+        return -0.5 * (matmul(body_masses(model), jnp.sum(arm * arm, axis=-1)) + spin)
 
 
 class EnvironmentSum(eqx.Module):

@@ -56,6 +56,7 @@ import optax
 from jax import Array, lax
 from jax.custom_derivatives import SymbolicZero
 
+from sdjax.algebra import matmul
 from sdjax.control import ComputedTorque, inverse_kinematics
 from sdjax.dynamics import floating_inverse_dynamics, make_controls
 from sdjax.integrate import Trajectory, rollout, runge_kutta4
@@ -234,9 +235,9 @@ class SplineTrajectory(eqx.Module):
         # instant takes its left limit, so RK4's last stage integrates the motion, not the rest
         # after it (taken as zero there, the final joint rates were off by dt/6 times the jump).
         moving = (t >= 0) & (t <= duration * (1 + 8 * jnp.finfo(dtype).eps))
-        q = n0 @ points
-        qd = jnp.where(moving, n1 @ points / duration, 0.0)
-        qdd = jnp.where(moving, n2 @ points / duration**2, 0.0)
+        q = matmul(n0, points)
+        qd = jnp.where(moving, matmul(n1, points) / duration, 0.0)
+        qdd = jnp.where(moving, matmul(n2, points) / duration**2, 0.0)
         return q, qd, qdd
 
     @property
@@ -802,7 +803,7 @@ def _score(problem: PlanningProblem, reference: Any, trajectory: Trajectory, con
     loss = problem.position_weight * jnp.sum(position_error**2)
     if problem.target_rotation is not None:
         rotation_error = matrix_to_rotation_vector(
-            problem.target_rotation @ kin.end_point_rotation[problem.end_point].T
+            matmul(problem.target_rotation, kin.end_point_rotation[problem.end_point].T)
         )
         loss = loss + problem.orientation_weight * jnp.sum(rotation_error**2)
         orientation_error = _safe_norm(rotation_error)
@@ -992,7 +993,9 @@ def _task_residual(problem: PlanningProblem, final: State) -> Array:
     kin = forward_kinematics(problem.model, final)
     parts = [problem.target_position - kin.end_point_position[problem.end_point]]
     if problem.target_rotation is not None:
-        parts.append(matrix_to_rotation_vector(problem.target_rotation @ kin.end_point_rotation[problem.end_point].T))
+        parts.append(
+            matrix_to_rotation_vector(matmul(problem.target_rotation, kin.end_point_rotation[problem.end_point].T))
+        )
     return jnp.concatenate(parts)
 
 

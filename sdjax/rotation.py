@@ -25,7 +25,7 @@ import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
 
-from sdjax.algebra import cross3
+from sdjax.algebra import cross3, matmul
 
 __all__ = [
     "euler313_to_matrix",
@@ -406,7 +406,7 @@ def rotation_vector_to_matrix(rotation_vector: Array) -> Array:
     k = skew(rotation_vector)
     sinc, cosc = _rotation_coefficients(jnp.sum(rotation_vector**2, axis=-1))
     eye = jnp.eye(3, dtype=k.dtype)
-    return eye + sinc[..., None, None] * k + cosc[..., None, None] * (k @ k)
+    return eye + sinc[..., None, None] * k + cosc[..., None, None] * (matmul(k, k))
 
 
 def rotation_vector_to_quat(rotation_vector: Array) -> Array:
@@ -442,4 +442,4 @@ def rodrigues_update(base_rotation: Array, angular_velocity: Array, dt: Array) -
     Returns:
         ``(..., 3, 3)`` updated rotation.
     """
-    return rotation_vector_to_matrix(angular_velocity * dt) @ base_rotation
+    return matmul(rotation_vector_to_matrix(angular_velocity * dt), base_rotation)

@@ -81,6 +81,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from sdjax.algebra import matmul
 from sdjax._checks import check_choice, check_vector, is_traced
 
 #: Forms of the damped system solved by :func:`damped_solve`: ``"auto"`` (the smaller of the
@@ -124,12 +125,12 @@ def damped_solve(
     if form == "min_norm" or (form == "auto" and m <= n):
         # x = D^-1 J^T (J D^-1 J^T + mu E)^-1 b: an m x m system.
         scaled = jacobian.T if diagonal is None else jacobian.T / diagonal[:, None]
-        gram = jacobian @ scaled
-        return scaled @ jnp.linalg.solve(gram + damping * jnp.eye(m, dtype=gram.dtype), rhs)
+        gram = matmul(jacobian, scaled)
+        return matmul(scaled, jnp.linalg.solve(gram + damping * jnp.eye(m, dtype=gram.dtype), rhs))
     # (J^T J + mu D) x = J^T b: an n x n system.
-    gram = jacobian.T @ jacobian
+    gram = matmul(jacobian.T, jacobian)
     penalty = jnp.eye(n, dtype=gram.dtype) if diagonal is None else jnp.diag(diagonal)
-    return jnp.linalg.solve(gram + damping * penalty, jacobian.T @ rhs)
+    return jnp.linalg.solve(gram + damping * penalty, matmul(jacobian.T, rhs))
 
 
 def marquardt_scaling(jacobian: Array) -> Array:
@@ -147,7 +148,7 @@ def marquardt_scaling(jacobian: Array) -> Array:
     Returns:
         ``(n,)`` positive diagonal ``d``.
     """
-    diag = jnp.diag(jacobian.T @ jacobian)
+    diag = jnp.diag(matmul(jacobian.T, jacobian))
     return diag + jnp.finfo(jacobian.dtype).eps * (1.0 + jnp.max(diag))
 
 
@@ -281,7 +282,7 @@ def solve_damped_least_squares(
         root = jnp.sqrt(weights)
         jac, b = root[:, None] * jac, root * b
     wide = m <= n
-    gram = jac @ jac.T if wide else jac.T @ jac
+    gram = matmul(jac, jac.T) if wide else matmul(jac.T, jac)
     # The smallest eigenvalue of the Gram matrix is sigma_min^2; symmetrised so that eigvalsh
     # reads a symmetric matrix (the product is symmetric only up to round-off).
     sigma_sq = jnp.maximum(jnp.linalg.eigvalsh(0.5 * (gram + gram.T))[0], 0.0)

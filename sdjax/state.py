@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax._checks import is_traced
 from sdjax.model import Model, joint_coordinate_map, joint_positions, mimic_tolerance
 from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_matrix, rpy_to_matrix
@@ -147,7 +148,7 @@ def make_state(
             coordinates = jnp.asarray(value, dtype)
             if name == "q":
                 return joint_positions(model, coordinates)
-            return coordinates @ joint_coordinate_map(model).astype(dtype).T
+            return matmul(coordinates, joint_coordinate_map(model).astype(dtype).T)
         if value is None and name == "q":
             return joint_positions(model, jnp.zeros((model.num_joint_coordinates,), dtype))
         return vec(name, value, n)

@@ -35,6 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from sdjax.algebra import einsum
+
 __all__ = ["DENSE_MAX_LINKS", "TreeIndex", "accumulate_up", "propagate_down", "tree_index"]
 
 #: Trees with at most this many links use the dense support matrix for subtree sums.
@@ -141,7 +143,7 @@ def accumulate_up(tree: TreeIndex, body_values: Any) -> Any:
     if n <= DENSE_MAX_LINKS:
 
         def dense(x):
-            links = jnp.einsum("ji,j...->i...", jnp.asarray(tree.support, x.dtype), x[1:])
+            links = einsum("ji,j...->i...", jnp.asarray(tree.support, x.dtype), x[1:])
             return jnp.concatenate([jnp.sum(x, axis=0, keepdims=True), links])
 
         return jax.tree.map(dense, body_values)

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax.control.references import Reference, _as_reference, _evaluate_reference
 from sdjax.control.task_space import CONTROL_BASES
 from sdjax.dynamics import bias_forces, inertia_matrix, inverse_dynamics, passive_joint_torques
@@ -137,7 +138,7 @@ def computed_torque(
     if base == "fixed":
         return inverse_dynamics(model, _at_rest(state), None, u)[1]
     h, c = computed_torque_terms(model, state, base=base, momentum=momentum)
-    return h @ u + c
+    return matmul(h, u) + c
 
 
 class ComputedTorque(eqx.Module):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from sdjax.algebra import matmul
 from sdjax.control.task_space import CONTROL_BASES, TASKS, _task_kinematics, _task_point, task_error
 from sdjax.dynamics import inertia_matrix
 from sdjax.gjm import base_twist_from_free, solve_base_block
@@ -79,7 +80,7 @@ def _base_attitude_along(model: Model, q: Array, dq: Array, quat: Array, substep
     def rate(s, quat):
         zero3 = jnp.zeros((3,), dtype)
         h = inertia_matrix(model, State(zero3, quat, zero3, zero3, q + s * dq, jnp.zeros_like(q)))
-        twist = base_twist_from_free(model, -solve_base_block(model, h, h[:nb, nb:] @ dq))
+        twist = base_twist_from_free(model, -solve_base_block(model, h, matmul(h[:nb, nb:], dq)))
         return quat_rate(quat, twist[3:])
 
     ds = jnp.asarray(1.0 / substeps, dtype)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax.dynamics import inertia_matrix
 from sdjax.gjm import base_twist_from_free, solve_base_block
 from sdjax.model import Model, check_no_mimic
@@ -49,7 +50,7 @@ def reaction_null_space_projector(model: Model, state: State) -> Array:
     check_no_mimic(model, "reaction_null_space_projector")
     check_state(model, state)
     coupling = _base_angular_coupling(model, state)
-    projector = jnp.eye(model.num_joints, dtype=coupling.dtype) - jnp.linalg.pinv(coupling) @ coupling
+    projector = jnp.eye(model.num_joints, dtype=coupling.dtype) - matmul(jnp.linalg.pinv(coupling), coupling)
     return 0.5 * (projector + projector.T)
 
 
@@ -67,7 +68,7 @@ def reaction_null_space_rates(model: Model, state: State, qd_desired: Any) -> Ar
     """
     check_state(model, state)
     qd = check_vector("reaction_null_space_rates: qd_desired", qd_desired, (model.num_joints,), state.q.dtype)
-    return reaction_null_space_projector(model, state) @ qd
+    return matmul(reaction_null_space_projector(model, state), qd)
 
 
 __all__ = ["reaction_null_space_projector", "reaction_null_space_rates"]

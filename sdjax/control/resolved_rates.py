@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax.control.computed_torque_laws import RateServo
 from sdjax.control.references import _quintic
 from sdjax.control.task_space import TASKS, _check_base_momentum, _task_kinematics, _task_point, task_error
@@ -107,7 +108,7 @@ def _resolved_motion_rates(
         joint_rates=dls.solution,
         damping=dls.damping,
         manipulability=manipulability(weighted),
-        task_velocity=jac @ dls.solution + offset,
+        task_velocity=matmul(jac, dls.solution) + offset,
     )
 
 

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import matmul
 from sdjax.dynamics import inertia_matrix
 from sdjax.gjm import generalized_columns, momentum_offset
 from sdjax.jacobians import point_jacobian
@@ -76,7 +77,7 @@ def _task_kinematics(model: Model, state: State, spec: tuple[Any, Any, Any], bas
     link, point, offset_rotation = _task_point(model, *spec, dtype)
     frames = relative_frames(model, state.base_rotation, state.q)
     rotation = frames.rotation[link]
-    x = frames.centroid[link] + rotation @ point
+    x = frames.centroid[link] + matmul(rotation, point)
     columns = point_jacobian(model, state, link, point)  # (6, nv), free coordinates
     if base == "floating":
         h = inertia_matrix(model, state)
@@ -84,7 +85,7 @@ def _task_kinematics(model: Model, state: State, spec: tuple[Any, Any, Any], bas
         offset = momentum_offset(model, state, h, columns, momentum)
     else:
         jacobian, offset = columns[:, model.num_base_velocities :], jnp.zeros((6,), dtype)
-    return _Task(state.base_position + x, rotation @ offset_rotation, jacobian, offset)
+    return _Task(state.base_position + x, matmul(rotation, offset_rotation), jacobian, offset)
 
 
 def task_error(
@@ -100,7 +101,7 @@ def task_error(
     if task in ("pose", "orientation"):
         if target_rotation is None:
             raise ValueError(f"task_error: task {task!r} needs target_rotation")
-        parts.append(matrix_to_rotation_vector(target_rotation @ rotation.T))
+        parts.append(matrix_to_rotation_vector(matmul(target_rotation, rotation.T)))
     return jnp.concatenate(parts)
 
 
@@ -152,7 +153,9 @@ def task_pose(
     link_index, offset, offset_rotation = _task_point(model, end_point, link, point, dtype)
     frames = relative_frames(model, state.base_rotation, state.q)
     rotation = frames.rotation[link_index]
-    return state.base_position + frames.centroid[link_index] + rotation @ offset, rotation @ offset_rotation
+    return state.base_position + frames.centroid[link_index] + matmul(rotation, offset), matmul(
+        rotation, offset_rotation
+    )
 
 
 def _check_base_momentum(name: str, base: str, momentum: Any) -> None:

@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from sdjax.algebra import matmul
 from sdjax.editing import merge_payload
 from sdjax.solvers import solve_damped_least_squares
 from sdjax.integrate import runge_kutta4
@@ -443,15 +444,15 @@ def interaction_loads(system: MasslessArmSystem, state: MasslessArmState, tau: A
     tau = check_vector("interaction_loads: tau", tau, (6,), kin.jacobian.dtype)
     wrench = _solve(system, kin.jacobian.T, tau)
     force, moment = wrench[:3], wrench[3:]
-    b21 = quat_to_matrix(state.payload_quaternion).T @ quat_to_matrix(state.orbiter_quaternion)
-    payload_force = b21 @ force
+    b21 = matmul(quat_to_matrix(state.payload_quaternion).T, quat_to_matrix(state.orbiter_quaternion))
+    payload_force = matmul(b21, force)
     return InteractionLoads(
         end_effector_force=force,
         end_effector_moment=moment,
         orbiter_force=-force,
         orbiter_moment=-moment - jnp.cross(kin.tip_position, force),
         payload_force=payload_force,
-        payload_moment=b21 @ moment + jnp.cross(system.payload_to_tip.astype(force.dtype), payload_force),
+        payload_moment=matmul(b21, moment) + jnp.cross(system.payload_to_tip.astype(force.dtype), payload_force),
     )
 
 
@@ -470,12 +471,12 @@ def relative_velocity(system: MasslessArmSystem, state: MasslessArmState) -> Arr
 def _relative_velocity(system: MasslessArmSystem, state: MasslessArmState, kin: ArmKinematics) -> Array:
     b1 = quat_to_matrix(state.orbiter_quaternion)
     b2 = quat_to_matrix(state.payload_quaternion)
-    p1 = b1 @ kin.tip_position
-    p2 = b2 @ system.payload_to_tip.astype(p1.dtype)
+    p1 = matmul(b1, kin.tip_position)
+    p2 = matmul(b2, system.payload_to_tip.astype(p1.dtype))
     w1, w2 = state.orbiter_angular_velocity, state.payload_angular_velocity
     tip_2 = state.payload_velocity + jnp.cross(w2, p2)
     tip_1 = state.orbiter_velocity + jnp.cross(w1, p1)
-    return jnp.concatenate([b1.T @ (tip_2 - tip_1), b1.T @ (w2 - w1)])
+    return jnp.concatenate([matmul(b1.T, tip_2 - tip_1), matmul(b1.T, w2 - w1)])
 
 
 def joint_rates(system: MasslessArmSystem, state: MasslessArmState) -> Array:
@@ -487,9 +488,9 @@ def joint_rates(system: MasslessArmSystem, state: MasslessArmState) -> Array:
 
 def _euler_rate(inertia: Array, rotation: Array, omega: Array, moment: Array) -> Array:
     """Inertial ``dw/dt`` from Euler's equations in body axes: ``A dw_b/dt + w_b x A w_b = M_b``."""
-    wb = rotation.T @ omega
-    mb = rotation.T @ moment
-    return rotation @ jnp.linalg.solve(inertia, mb - jnp.cross(wb, inertia @ wb))
+    wb = matmul(rotation.T, omega)
+    mb = matmul(rotation.T, moment)
+    return matmul(rotation, jnp.linalg.solve(inertia, mb - jnp.cross(wb, matmul(inertia, wb))))
 
 
 def two_body_state_derivative(
@@ -514,10 +515,10 @@ def two_body_state_derivative(
     b1 = quat_to_matrix(state.orbiter_quaternion)
     b2 = quat_to_matrix(state.payload_quaternion)
     wrench = _solve(system, kin.jacobian.T, tau)  # eq 2-3, orbiter frame
-    force = b1 @ wrench[:3]  # F_e, inertial
-    moment = b1 @ wrench[3:]  # M_e, inertial
-    p1 = b1 @ kin.tip_position
-    p2 = b2 @ system.payload_to_tip.astype(dtype)
+    force = matmul(b1, wrench[:3])  # F_e, inertial
+    moment = matmul(b1, wrench[3:])  # M_e, inertial
+    p1 = matmul(b1, kin.tip_position)
+    p2 = matmul(b2, system.payload_to_tip.astype(dtype))
     m1, m2 = system.orbiter_mass.astype(dtype), system.payload_mass.astype(dtype)
     # eqs 2-4 and 2-8: translation (external forces in the inertial frame here).
     a1 = (loads.orbiter_force - force) / m1 + loads.orbiter_gravity
@@ -565,8 +566,8 @@ def payload_pose(
     r1 = check_vector("payload_pose: orbiter_position", orbiter_position, (3,), dtype)
     b1 = check_vector("payload_pose: orbiter_rotation", orbiter_rotation, (3, 3), dtype)
     kin = arm_kinematics(system, q)
-    b2 = b1 @ kin.tip_rotation @ system.payload_rotation
-    return r1 + b1 @ kin.tip_position - b2 @ system.payload_to_tip, b2
+    b2 = matmul(matmul(b1, kin.tip_rotation), system.payload_rotation)
+    return r1 + matmul(b1, kin.tip_position) - matmul(b2, system.payload_to_tip), b2
 
 
 def closure_error(system: MasslessArmSystem, state: MasslessArmState) -> tuple[Array, Array]:
@@ -577,7 +578,7 @@ def closure_error(system: MasslessArmSystem, state: MasslessArmState) -> tuple[A
         ``R2`` minus the arm's, and the rotation vector of ``B2 B2_arm^T``.
     """
     r2, b2 = payload_pose(system, state.orbiter_position, quat_to_matrix(state.orbiter_quaternion), state.q)
-    attitude = matrix_to_rotation_vector(quat_to_matrix(state.payload_quaternion) @ b2.T)
+    attitude = matrix_to_rotation_vector(matmul(quat_to_matrix(state.payload_quaternion), b2.T))
     return state.payload_position - r2, attitude
 
 
@@ -615,10 +616,10 @@ def make_massless_state(
     w1 = check_vector("make_massless_state: orbiter_angular_velocity", orbiter_angular_velocity, (3,), dtype)
     kin = arm_kinematics(system, q)
     r2, b2 = payload_pose(system, r1, b1, q)
-    relative = kin.jacobian @ qd  # [V_R; w_R], orbiter frame
-    w2 = w1 + b1 @ relative[3:]
-    tip = v1 + jnp.cross(w1, b1 @ kin.tip_position) + b1 @ relative[:3]
-    v2 = tip - jnp.cross(w2, b2 @ system.payload_to_tip)
+    relative = matmul(kin.jacobian, qd)  # [V_R; w_R], orbiter frame
+    w2 = w1 + matmul(b1, relative[3:])
+    tip = v1 + jnp.cross(w1, matmul(b1, kin.tip_position)) + matmul(b1, relative[:3])
+    v2 = tip - jnp.cross(w2, matmul(b2, system.payload_to_tip))
     return MasslessArmState(
         orbiter_position=r1,
         orbiter_quaternion=matrix_to_quat(b1),
@@ -655,8 +656,8 @@ def two_body_kinetic_energy(system: MasslessArmSystem, state: MasslessArmState) 
             state.payload_angular_velocity,
         ),
     ):
-        wb = quat_to_matrix(quat).T @ w
-        total = total + 0.5 * m * (v @ v) + 0.5 * wb @ (inertia @ wb)
+        wb = matmul(quat_to_matrix(quat).T, w)
+        total = total + 0.5 * m * (matmul(v, v)) + matmul(0.5 * wb, matmul(inertia, wb))
     return total
 
 
@@ -685,7 +686,7 @@ def momentum(system: MasslessArmSystem, state: MasslessArmState) -> Array:
     ):
         rot = quat_to_matrix(quat)
         p = p + m * v
-        angular = angular + m * jnp.cross(r, v) + rot @ (inertia @ (rot.T @ w))
+        angular = angular + m * jnp.cross(r, v) + matmul(rot, matmul(inertia, matmul(rot.T, w)))
     return jnp.concatenate([p, angular])
 
 
@@ -701,18 +702,18 @@ def joint_space_inertia(system: MasslessArmSystem, state: MasslessArmState) -> A
     dtype = state.q.dtype
     kin = arm_kinematics(system, state.q)
     b1 = quat_to_matrix(state.orbiter_quaternion)
-    b12 = b1.T @ quat_to_matrix(state.payload_quaternion)
+    b12 = matmul(b1.T, quat_to_matrix(state.payload_quaternion))
     eye, zero = jnp.eye(3, dtype=dtype), jnp.zeros((3, 3), dtype)
     mobility = jnp.zeros((6, 6), dtype)
     for m, inertia, lever in (
         (system.orbiter_mass, system.orbiter_inertia, kin.tip_position),
-        (system.payload_mass, b12 @ system.payload_inertia @ b12.T, b12 @ system.payload_to_tip),
+        (system.payload_mass, matmul(matmul(b12, system.payload_inertia), b12.T), matmul(b12, system.payload_to_tip)),
     ):
         shift = jnp.block([[eye, -skew(lever)], [zero, eye]])
         inverse_mass = jnp.block([[eye / m, zero], [zero, jnp.linalg.inv(inertia)]])
-        mobility = mobility + shift @ inverse_mass @ shift.T
+        mobility = mobility + matmul(matmul(shift, inverse_mass), shift.T)
     jac = kin.jacobian
-    return jac.T @ jnp.linalg.solve(mobility, jac)
+    return matmul(jac.T, jnp.linalg.solve(mobility, jac))
 
 
 # ------------------------------------------------------------------------------------------
@@ -850,9 +851,9 @@ def full_multibody_model(system: MasslessArmSystem) -> Model:
     arm = system.arm
     tip_in_link = arm.centroid_to_end_point[0]  # from link 6 centroid, link 6 frame
     ee_in_link = rpy_to_matrix(arm.end_point_rpy[0])
-    payload_in_link = ee_in_link @ system.payload_rotation  # payload frame -> link 6 frame
-    centroid = tip_in_link - payload_in_link @ system.payload_to_tip
-    inertia = payload_in_link @ system.payload_inertia @ payload_in_link.T
+    payload_in_link = matmul(ee_in_link, system.payload_rotation)  # payload frame -> link 6 frame
+    centroid = tip_in_link - matmul(payload_in_link, system.payload_to_tip)
+    inertia = matmul(matmul(payload_in_link, system.payload_inertia), payload_in_link.T)
     return merge_payload(arm, 6, system.payload_mass, centroid, inertia)
 
 
@@ -876,5 +877,5 @@ def multibody_payload_pose(system: MasslessArmSystem, model: Model, state: State
     """Payload centre of mass ``(3,)`` and attitude ``B2 (3, 3)`` in a state of
     :func:`full_multibody_model` (from its end-effector frame, unaffected by the merge)."""
     kin = forward_kinematics(model, state)
-    b2 = kin.end_point_rotation[0] @ system.payload_rotation
-    return kin.end_point_position[0] - b2 @ system.payload_to_tip, b2
+    b2 = matmul(kin.end_point_rotation[0], system.payload_rotation)
+    return kin.end_point_position[0] - matmul(b2, system.payload_to_tip), b2

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import einsum, matmul
 from sdjax.massless_arm.dynamics import MasslessArmSystem, _arm_kinematics, _check_q, _solve
 from sdjax.rotation import skew
 from sdjax._checks import check_vector, is_traced
@@ -190,8 +191,8 @@ def chain_flexibility(beam_matrices: Any, beam_rotations: Any, beam_ends: Any, t
     zero = jnp.zeros((nb, 3, 3), ys.dtype)
     r6 = jnp.concatenate([jnp.concatenate([rot, zero], -1), jnp.concatenate([zero, rot], -1)], -2)
     shifts = jnp.stack([shift_matrix(tip - ends[b]) for b in range(nb)])
-    carried = shifts @ r6
-    return jnp.sum(carried @ ys @ jnp.swapaxes(carried, -1, -2), axis=0)
+    carried = matmul(shifts, r6)
+    return jnp.sum(matmul(matmul(carried, ys), jnp.swapaxes(carried, -1, -2)), axis=0)
 
 
 class ArmFlexibility(eqx.Module):
@@ -238,8 +239,8 @@ def arm_flexibility_matrix(system: MasslessArmSystem, flexibility: ArmFlexibilit
     origins = jnp.concatenate([jnp.zeros((1, 3), q.dtype), kin.joint_position])  # body frame origins
     bodies = np.asarray(flexibility.body)
     body_rot = kin.link_rotation[bodies]
-    rot = body_rot @ flexibility.rotation.astype(q.dtype)
-    ends = origins[bodies] + jnp.einsum("bij,bj->bi", body_rot, flexibility.end.astype(q.dtype))
+    rot = matmul(body_rot, flexibility.rotation.astype(q.dtype))
+    ends = origins[bodies] + einsum("bij,bj->bi", body_rot, flexibility.end.astype(q.dtype))
     return chain_flexibility(beam_flexibility(flexibility.terms.astype(q.dtype)), rot, ends, kin.tip_position)
 
 
@@ -309,7 +310,7 @@ def motor_flexibility_terms(joint_flexibility: Any) -> Array:
     rows = jnp.arange(6)
     y22 = yj[_OTHERS[:, :, None], _OTHERS[:, None, :]]  # (6, 5, 5)
     y21 = yj[rows[:, None], _OTHERS]  # (6, 5)
-    return jnp.diagonal(yj) - jnp.einsum("ij,ij->i", y21, jnp.linalg.solve(y22, y21[..., None])[..., 0])
+    return jnp.diagonal(yj) - einsum("ij,ij->i", y21, jnp.linalg.solve(y22, y21[..., None])[..., 0])
 
 
 class PassiveFlexibility(eqx.Module):

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sdjax.algebra import einsum
 from sdjax.massless_arm.dynamics import MasslessArmSystem, _arm_kinematics, _check_q
 from sdjax._checks import check_vector
 
@@ -69,7 +70,7 @@ def member_loads(system: MasslessArmSystem, q: Any, wrench: Any) -> MemberLoads:
     outboard = jnp.concatenate([kin.joint_position[1:], kin.tip_position[None]])  # r_k+1 (tip for k = 6)
     moment_in = moment + jnp.cross(kin.tip_position - inboard, force)
     moment_out = -(moment + jnp.cross(kin.tip_position - outboard, force))
-    in_frame = lambda v: jnp.einsum("kij,kj->ki", to_link, jnp.broadcast_to(v, (6, 3)))  # noqa: E731
+    in_frame = lambda v: einsum("kij,kj->ki", to_link, jnp.broadcast_to(v, (6, 3)))  # noqa: E731
     return MemberLoads(
         inboard_force=in_frame(force),
         inboard_moment=in_frame(moment_in),
