@@ -205,7 +205,7 @@ def transform_body(
     c = _floats("transform_body: centroid", centroid, (3,), xp)
     i = _floats("transform_body: inertia", inertia, (3, 3), xp)
     r = _floats("transform_body: rotation", rotation, (3, 3), xp)
-    moved = (matmul(r, c[..., None]))[..., 0]
+    moved = matmul(r, c[..., None])[..., 0]
     if translation is not None:
         moved = moved + _floats("transform_body: translation", translation, (3,), xp)
     return m, moved, _rotate(r, i)
@@ -600,9 +600,9 @@ def append_model(
     end_rpy = other.end_point_rpy.astype(dtype)
     base_inertia = other.base_inertia.astype(dtype)
     if mount is not None:
-        pcj = jnp.where(on_base[:, None], (matmul(mount, pcj[..., None]))[..., 0], pcj)
+        pcj = jnp.where(on_base[:, None], matmul(mount, pcj[..., None])[..., 0], pcj)
         joint_rpy = jnp.where(on_base[:, None], _rotated_rpy(mount, joint_rpy), joint_rpy)
-        cte = jnp.where(ends_on_base[:, None], (matmul(mount, cte[..., None]))[..., 0], cte)
+        cte = jnp.where(ends_on_base[:, None], matmul(mount, cte[..., None])[..., 0], cte)
         end_rpy = jnp.where(ends_on_base[:, None], _rotated_rpy(mount, end_rpy), end_rpy)
         base_inertia = _rotate(mount, base_inertia)
     pcj = jnp.where(on_base[:, None], pcj + offset, pcj)

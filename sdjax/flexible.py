@@ -442,7 +442,7 @@ def attach_beam(
     # placement and in the stiffness factor), then tiled along the chain.
     node_masses = jnp.stack([node_mass] * (per_node - 1) + [rigid_mass])
     node_inertias = jnp.stack([node_inertia] * (per_node - 1) + [segment_inertia])
-    node_to_joint = jnp.stack([zero3] * (per_node - 1) + [-(matmul(last.T, half))])  # centroid l/2 beyond the node
+    node_to_joint = jnp.stack([zero3] * (per_node - 1) + [-matmul(last.T, half)])  # centroid l/2 beyond the node
     node_from_centroid = jnp.stack([matmul(last.T, half)] + [zero3] * (per_node - 1))  # previous centroid to the node
     node_rotations = [matmul(last.T, axis_rot[0])] + [
         matmul(axis_rot[k - 1].T, axis_rot[k]) for k in range(1, per_node)

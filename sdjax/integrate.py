@@ -374,17 +374,14 @@ def implicit_euler_step(
         stiffness = matmul(s.T, model.joint_stiffness.astype(dtype)[:, None] * s)
         damping = matmul(s.T, model.joint_damping.astype(dtype)[:, None] * s)
         lhs = h.at[nb:, nb:].add(dt * damping + dt * dt * stiffness)
-        rhs = (
-            (matmul(h, explicit))
-            .at[nb:]
-            .add(matmul(-dt * stiffness, free_motion(model, state.generalized_velocity)[nb:]))
-        )
+        joint_rates = free_motion(model, state.generalized_velocity)[nb:]
+        rhs = matmul(h, explicit).at[nb:].add(matmul(-dt * stiffness, joint_rates))
     else:
         joints = jnp.arange(nb, model.num_velocities)
         lhs = h.at[joints, joints].add(
             dt * model.joint_damping.astype(dtype) + dt * dt * model.joint_stiffness.astype(dtype)
         )
-        rhs = (matmul(h, explicit)).at[nb:].add(-dt * model.joint_stiffness.astype(dtype) * state.qd)
+        rhs = matmul(h, explicit).at[nb:].add(-dt * model.joint_stiffness.astype(dtype) * state.qd)
     if environment is not None and linearize_environment:
         _, by_position, by_velocity = environment_load_derivatives(model, state, environment, t)
         lhs = lhs - dt * by_velocity - dt * dt * by_position

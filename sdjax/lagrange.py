@@ -236,7 +236,7 @@ def lagrangian_terms(
     potential, gravity = _potential(model, jacobians)
     return LagrangianTerms(
         inertia=_mass_matrix(model, jacobians),
-        bias=matmul(coupling, xd) - 0.5 * (matmul(xd, coupling)) + gravity,
+        bias=matmul(coupling, xd) - 0.5 * matmul(xd, coupling) + gravity,
         gravity=gravity,
         kinetic_energy=_kinetic(model, jacobians, xd),
         potential_energy=potential,

@@ -175,7 +175,7 @@ def gravity_gradient_wrenches(
     centroids = frames.centroid + state.base_position
     if about == "com":
         centroids = centroids - matmul(masses, centroids) / jnp.sum(masses)
-    forces = n2 * masses[:, None] * (matmul(centroids, _tidal_tensor(radial)))  # T symmetric
+    forces = n2 * masses[:, None] * matmul(centroids, _tidal_tensor(radial))  # T symmetric
     inertia_radial = einsum("bij,j->bi", world_inertias(model, frames), radial)
     torques = 3.0 * n2 * cross3(radial, inertia_radial)
     return forces, torques

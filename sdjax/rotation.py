@@ -406,7 +406,7 @@ def rotation_vector_to_matrix(rotation_vector: Array) -> Array:
     k = skew(rotation_vector)
     sinc, cosc = _rotation_coefficients(jnp.sum(rotation_vector**2, axis=-1))
     eye = jnp.eye(3, dtype=k.dtype)
-    return eye + sinc[..., None, None] * k + cosc[..., None, None] * (matmul(k, k))
+    return eye + sinc[..., None, None] * k + cosc[..., None, None] * matmul(k, k)
 
 
 def rotation_vector_to_quat(rotation_vector: Array) -> Array:

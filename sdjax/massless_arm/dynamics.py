@@ -657,7 +657,7 @@ def two_body_kinetic_energy(system: MasslessArmSystem, state: MasslessArmState) 
         ),
     ):
         wb = matmul(quat_to_matrix(quat).T, w)
-        total = total + 0.5 * m * (matmul(v, v)) + matmul(0.5 * wb, matmul(inertia, wb))
+        total = total + 0.5 * m * matmul(v, v) + matmul(0.5 * wb, matmul(inertia, wb))
     return total
 
 
