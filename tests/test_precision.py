@@ -59,6 +59,7 @@ def _programs():
     float32 on a 7-joint arm and a branched tree with prismatic joints."""
     arm = free_flying_arm_7dof().astype(jnp.float32)
     tree = random_model(5, 9, prismatic_probability=0.4).astype(jnp.float32)
+    assert "P" in tree.joint_type and len(set(tree.parent)) < tree.num_joints  # prismatic, branched
     programs = {}
     for label, model in (("arm", arm), ("tree", tree)):
         n = model.num_joints
