@@ -1,4 +1,5 @@
-"""Small dense linear algebra (3x3 matrices, 3-vectors) tuned for XLA's CPU backend.
+"""Small dense linear algebra (3x3 matrices, 3-vectors) tuned for XLA's CPU backend, and the
+full-precision matrix products (:func:`matmul`, :func:`einsum`) every module uses.
 
 Two forms of the same arithmetic are used, each where it is fast:
 

@@ -162,8 +162,13 @@ def parallel_axis(mass: Any, offset: Any) -> Any:
     return _parallel_axis(xp, m, d)
 
 
-def _rotate(rotation: Any, inertia: Any) -> Any:
-    return matmul(matmul(rotation, inertia), rotation.swapaxes(-1, -2))
+def _product(xp: Any, a: Any, b: Any) -> Any:
+    """``a @ b`` in the arrays' namespace: NumPy's (float64, NumPy out) or at full precision."""
+    return np.matmul(a, b) if xp is np else matmul(a, b)
+
+
+def _rotate(xp: Any, rotation: Any, inertia: Any) -> Any:
+    return _product(xp, _product(xp, rotation, inertia), rotation.swapaxes(-1, -2))
 
 
 def rotate_inertia(inertia: Any, rotation: Any) -> Any:
@@ -181,7 +186,7 @@ def rotate_inertia(inertia: Any, rotation: Any) -> Any:
     xp = _namespace(inertia, rotation)
     i = _floats("rotate_inertia: inertia", inertia, (3, 3), xp)
     r = _floats("rotate_inertia: rotation", rotation, (3, 3), xp)
-    return _rotate(r, i)
+    return _rotate(xp, r, i)
 
 
 def transform_body(
@@ -205,10 +210,10 @@ def transform_body(
     c = _floats("transform_body: centroid", centroid, (3,), xp)
     i = _floats("transform_body: inertia", inertia, (3, 3), xp)
     r = _floats("transform_body: rotation", rotation, (3, 3), xp)
-    moved = matmul(r, c[..., None])[..., 0]
+    moved = _product(xp, r, c[..., None])[..., 0]
     if translation is not None:
         moved = moved + _floats("transform_body: translation", translation, (3,), xp)
-    return m, moved, _rotate(r, i)
+    return m, moved, _rotate(xp, r, i)
 
 
 def _combine(xp: Any, mass: Any, centroid: Any, inertia: Any) -> tuple[Any, Any, Any]:
@@ -604,7 +609,7 @@ def append_model(
         joint_rpy = jnp.where(on_base[:, None], _rotated_rpy(mount, joint_rpy), joint_rpy)
         cte = jnp.where(ends_on_base[:, None], matmul(mount, cte[..., None])[..., 0], cte)
         end_rpy = jnp.where(ends_on_base[:, None], _rotated_rpy(mount, end_rpy), end_rpy)
-        base_inertia = _rotate(mount, base_inertia)
+        base_inertia = _rotate(jnp, mount, base_inertia)
     pcj = jnp.where(on_base[:, None], pcj + offset, pcj)
     cte = jnp.where(ends_on_base[:, None], cte + offset, cte)
     clash = sorted(set(model.link_names) & {prefix + s for s in other.link_names})
@@ -714,7 +719,7 @@ def _locked_fields(model: Model, locked: tuple[int, ...], q: Array) -> tuple[dic
             0 if b == joint else (b - 1 if b > joint else b) for c, b in enumerate(fields["mimic_leader"]) if c != j
         )
         fields["end_point_link"] = tuple(renumber(b) for b in fields["end_point_link"])
-        mass, inertia = fields["link_mass"][j], _rotate(turn, fields["link_inertia"][j])
+        mass, inertia = fields["link_mass"][j], _rotate(jnp, turn, fields["link_inertia"][j])
         for field in LINK_FIELDS:
             fields[field] = jnp.delete(fields[field], j, axis=0)
         fields["joint_type"] = fields["joint_type"][:j] + fields["joint_type"][j + 1 :]

@@ -112,6 +112,23 @@ def test_combine_bodies_matches_the_point_cloud():
     assert_close(inertia2[1], want[2], ROUND_OFF, "JAX, batched")
 
 
+def test_numpy_in_numpy_float64_out_whatever_the_x64_flag():
+    """The body algebra on NumPy arrays stays in NumPy float64 (the file readers rely on it),
+    also with JAX's x64 flag off, where a JAX product would round to float32 (1e-7)."""
+    rng = np.random.default_rng(3)
+    rotation, centroid = _rpy(rng.normal(size=3)), rng.normal(size=3)
+    inertia = _box(2.0, (0.3, 0.5, 0.7)) + 0.01 * np.ones((3, 3))
+    with jax.enable_x64(False):
+        rotated = rotate_inertia(inertia, rotation)
+        _, moved, moved_inertia = transform_body(2.0, centroid, inertia, rotation, np.ones(3))
+    for value in (rotated, moved, moved_inertia):
+        assert isinstance(value, np.ndarray) and value.dtype == np.float64
+    # NumPy's own products, in float64: equal to round-off
+    assert_close(rotated, rotation @ inertia @ rotation.T, ROUND_OFF, "R I R^T")
+    assert_close(moved_inertia, rotated, ROUND_OFF, "transform_body's inertia")
+    assert_close(moved, rotation @ centroid + 1.0, ROUND_OFF, "R c + t")
+
+
 def test_two_boxes_make_one_box():
     """Two equal boxes a x b x c side by side along x are one box 2a x b x c (closed form),
     also after a rigid move of both (the union moves with them)."""
