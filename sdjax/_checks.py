@@ -141,6 +141,42 @@ def float_array(
     return arr
 
 
+#: Largest ``|R^T R - E|`` entry of a float64 rotation matrix given by the caller. A rotation
+#: of a lower precision gets ``64 eps`` of that precision when larger (float32: 7.6e-6; one
+#: rounding of an exact rotation to float32 is already 6e-8 off).
+ROTATION_TOL = 1e-9
+
+
+def rotation_defect(matrix: np.ndarray, tolerance: float) -> str:
+    """Why ``matrix`` (3, 3) is not a proper rotation (``R^T R = E`` within ``tolerance`` entry by
+    entry, ``det R = +1``), or ``""`` when it is one."""
+    error = float(np.max(np.abs(matrix.T @ matrix - np.eye(3))))
+    if not error <= tolerance:
+        return f"R^T R differs from the identity by {error:.1e} (more than {tolerance:.1e})"
+    if not np.linalg.det(matrix) > 0:
+        return "det R = -1 (a reflection)"
+    return ""
+
+
+def rotation_matrix(name: str, value: Any, dtype: Any = None) -> Array:
+    """``value`` as a ``(3, 3)`` rotation matrix of ``dtype`` (default: its own floating
+    dtype), checked to be a proper rotation when concrete: ``R^T R = E`` within
+    :data:`ROTATION_TOL`, or ``64 eps`` of the coarser of the given and the result's precision.
+
+    Raises:
+        TypeError: not numbers.
+        ValueError: not ``(3, 3)``, not finite, or not a proper rotation.
+    """
+    given = float_array(name, value, shape=(3, 3))
+    matrix = given if dtype is None else given.astype(dtype)
+    if not is_traced(matrix):
+        eps = max(float(jnp.finfo(given.dtype).eps), float(jnp.finfo(matrix.dtype).eps))
+        defect = rotation_defect(np.asarray(matrix, np.float64), max(ROTATION_TOL, 64 * eps))
+        if defect:
+            raise ValueError(f"{name}: expected a proper rotation matrix, got {np.asarray(matrix).tolist()}: {defect}")
+    return matrix
+
+
 def check_vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
     """An input acting on a state (a load, a torque, a rate): converted to the state's ``dtype``
     and checked for ``shape``; ``None`` gives zeros. Values are not checked (NaN propagates, as
@@ -153,4 +189,14 @@ def check_vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> A
     return arr
 
 
-__all__ = ["SCALARS", "SIGNS", "check_choice", "check_vector", "float_array", "is_traced"]
+__all__ = [
+    "ROTATION_TOL",
+    "SCALARS",
+    "SIGNS",
+    "check_choice",
+    "check_vector",
+    "float_array",
+    "is_traced",
+    "rotation_defect",
+    "rotation_matrix",
+]

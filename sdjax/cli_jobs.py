@@ -333,8 +333,12 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
             "target_position", "give exactly one of target_position (inertial, m) and target_offset (from the start, m)"
         )
     rotation = problem_t.matrix3("target_rotation", None)
-    if rotation is not None and not np.allclose(rotation @ rotation.T, np.eye(3), atol=1e-6):
-        raise problem_t.fail("target_rotation", "not a rotation matrix (R R^T != I)")
+    from sdjax._checks import rotation_defect
+
+    # 1e-6: a rotation typed into a text file with six or seven digits
+    defect = "" if rotation is None else rotation_defect(rotation, 1e-6)
+    if defect:
+        raise problem_t.fail("target_rotation", f"not a proper rotation matrix: {defect}")
     problem_t.done()
     limits = config.table("limits")
     lower = limits.vector("joint_lower", None, size=n)

@@ -55,7 +55,7 @@ import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
-from sdjax._checks import check_choice, float_array, is_traced
+from sdjax._checks import ROTATION_TOL, check_choice, float_array, is_traced, rotation_matrix
 from sdjax.model import JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model, mimic_tolerance
 from sdjax.rotation import matrix_to_rpy, rot_z, rpy_to_matrix
 from sdjax.state import State, check_state
@@ -65,9 +65,6 @@ from sdjax.state import State, check_state
 #: reference point (Pinocchio's ``Inertia.toDynamicParameters`` holds the same numbers with the
 #: inertia entries ordered ``xx, xy, yy, xz, yz, zz``).
 PARAMETER_NAMES = ("m", "hx", "hy", "hz", "Ixx", "Iyy", "Izz", "Ixy", "Ixz", "Iyz")
-
-#: Tolerance on ``R^T R = E`` and ``det R = 1`` of a rotation matrix given by the caller.
-ROTATION_TOL = 1e-9
 
 # (row, column) of the inertia entries of a parameter vector, in PARAMETER_NAMES order.
 _INERTIA_ENTRIES = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))
@@ -118,12 +115,7 @@ def _rotation_argument(name: str, rpy: Any, rotation: Any, dtype: Any) -> Array 
     if rpy is not None and rotation is not None:
         raise ValueError(f"{name}: give rpy or rotation, not both")
     if rotation is not None:
-        matrix = float_array(f"{name}: rotation", rotation, shape=(3, 3), dtype=dtype)
-        if not is_traced(matrix):
-            r = np.asarray(matrix, np.float64)
-            if not np.allclose(r.T @ r, np.eye(3), atol=ROTATION_TOL) or not np.linalg.det(r) > 0:
-                raise ValueError(f"{name}: rotation is not a proper rotation matrix: {r.tolist()}")
-        return matrix
+        return rotation_matrix(f"{name}: rotation", rotation, dtype)
     if rpy is not None:
         return rpy_to_matrix(float_array(f"{name}: rpy", rpy, shape=(3,), dtype=dtype))
     return None

@@ -88,7 +88,7 @@ from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_rpy, rot_x, rot_y, rpy_to_matrix
-from sdjax._checks import check_choice, float_array, is_traced
+from sdjax._checks import check_choice, float_array, is_traced, rotation_matrix
 from sdjax.state import State, make_state
 
 __all__ = [
@@ -404,14 +404,7 @@ def attach_beam(
     if rpy is not None and rotation is not None:
         raise ValueError("attach_beam: give rpy or rotation, not both")
     if rotation is not None:
-        mount = jnp.asarray(rotation)
-        if mount.shape != (3, 3):
-            raise ValueError(f"attach_beam: rotation expected shape (3, 3), got {mount.shape}")
-        if not is_traced(rotation):
-            r = np.asarray(rotation, np.float64)
-            if not np.allclose(r.T @ r, np.eye(3), atol=1e-9) or np.linalg.det(r) < 0:
-                raise ValueError(f"attach_beam: rotation is not a proper rotation matrix: {r.tolist()}")
-        mount = mount.astype(dtype)
+        mount = rotation_matrix("attach_beam: rotation", rotation, dtype)
     else:
         angles = jnp.zeros(3, dtype) if rpy is None else jnp.asarray(rpy)
         if angles.shape != (3,):

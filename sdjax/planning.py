@@ -70,7 +70,7 @@ from sdjax.rotation import (
     quat_rate,
     quat_to_rotation_vector,
 )
-from sdjax._checks import float_array, is_traced
+from sdjax._checks import float_array, is_traced, rotation_matrix
 from sdjax._compile import solver_jit
 from sdjax._derivatives import jvp_along_nonzero
 from sdjax.solvers import levenberg_marquardt
@@ -367,7 +367,7 @@ class PlanningProblem(eqx.Module):
         self.target_rotation = (
             None
             if target_rotation is None
-            else float_array("PlanningProblem: target_rotation", target_rotation, shape=(3, 3), dtype=dtype)
+            else rotation_matrix("PlanningProblem: target_rotation", target_rotation, dtype)
         )
         self.duration = float_array("PlanningProblem: duration", duration, shape=(), dtype=dtype, sign="positive")
         if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdjax._checks import check_choice, check_vector, float_array, is_traced
+from sdjax._checks import ROTATION_TOL, check_choice, check_vector, float_array, is_traced, rotation_matrix
+from sdjax.rotation import rpy_to_matrix
 
 
 def test_float_array_converts_and_keeps_floating_dtypes():
@@ -82,3 +83,27 @@ def test_check_choice_and_vector():
         check_vector("tau", np.ones(3), (2,), jnp.float64)
     with pytest.raises(ValueError, match=r"float_array: scalar: unknown value 'always'"):
         float_array("x", 1.0, scalar="always")
+
+
+def test_rotation_matrix_tolerance_follows_the_precision():
+    exact = np.asarray(rpy_to_matrix(jnp.array([0.3, -1.2, 2.0])))
+    # float64: a rotation off by 1e-8 is refused, one off by 1e-10 accepted
+    with pytest.raises(ValueError, match=r"^R: expected a proper rotation matrix, got .*: R\^T R differs"):
+        rotation_matrix("R", exact * (1 + 1e-8))
+    np.testing.assert_array_equal(rotation_matrix("R", exact * (1 + 1e-10)), exact * (1 + 1e-10))
+    # The same rotation rounded to float32 is ~6e-8 off, beyond the float64 bound: accepted for a
+    # float32 result and for a float32 input (the coarser precision decides), as a float32
+    # model's rotation (append_model, srms_system(dtype=float32)) must be.
+    rounded = exact.astype(np.float32)
+    assert np.max(np.abs(rounded.astype(np.float64).T @ rounded - np.eye(3))) > ROTATION_TOL
+    assert rotation_matrix("R", exact, jnp.float32).dtype == jnp.float32
+    assert rotation_matrix("R", rounded, jnp.float64).dtype == jnp.float64
+    # ... but float32 does not make anything a rotation
+    with pytest.raises(ValueError, match="differs from the identity"):
+        rotation_matrix("R", exact * (1 + 1e-4), jnp.float32)
+    with pytest.raises(ValueError, match=r"det R = -1 \(a reflection\)"):
+        rotation_matrix("R", np.diag([1.0, 1.0, -1.0]))
+    with pytest.raises(ValueError, match=r"R: expected shape \(3, 3\), got shape \(3,\)"):
+        rotation_matrix("R", np.ones(3))
+    # traced: shape checked, value not (nothing concrete to check)
+    assert jax.jit(lambda r: rotation_matrix("R", 2.0 * r))(exact).shape == (3, 3)

@@ -336,6 +336,14 @@ REFUSALS = [
     (PLAN.replace("[0.1, 0.0, 0.0]", "[0.1, 0.0]"), "problem.target_offset: expected 3 values, got 2"),
     (PLAN.replace("[0.1, 0.0, 0.0]", '[0.1, "x", 0.0]'), "problem.target_offset[1]: expected a number"),
     (
+        PLAN.replace("duration", "target_rotation = [[1, 0, 0], [0, 1, 0], [0, 0, -1]]\nduration"),
+        "problem.target_rotation: not a proper rotation matrix: det R = -1 (a reflection)",
+    ),
+    (
+        PLAN.replace("duration", "target_rotation = [[1, 0, 0], [0, 1, 0], [0, 0, 1.01]]\nduration"),
+        "problem.target_rotation: not a proper rotation matrix: R^T R differs from the identity by 2.0e-02",
+    ),
+    (
         PLAN.replace('"straight_line"', '"magic"'),
         "planner.method: expected one of reactionless, minimum_time, straight_line, optimize",
     ),

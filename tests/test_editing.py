@@ -624,7 +624,7 @@ def test_refusals(sample_model):
         append_model(model, model, 1)
     with pytest.raises(ValueError, match="append_model: give rpy or rotation, not both"):
         append_model(model, model, 1, rpy=[0, 0, 0], rotation=np.eye(3), prefix="x/")
-    with pytest.raises(ValueError, match="append_model: rotation is not a proper rotation matrix"):
+    with pytest.raises(ValueError, match="append_model: rotation: expected a proper rotation matrix"):
         append_model(model, model, 1, rotation=np.diag([1.0, 1.0, -1.0]), prefix="x/")
     with pytest.raises(ValueError, match=r"combine_bodies: expected shapes \(\.\.\., k\)"):
         combine_bodies(np.ones(2), np.zeros((3, 3)), np.zeros((2, 3, 3)))

@@ -297,7 +297,7 @@ def test_bad_parameters_raise(sample_model):
     beam = Beam(1.0, 1.0, 1.0, 2, planar=True)
     with pytest.raises(ValueError, match="body must be a static index"):
         attach_beam(sample_model, beam, body=7)
-    with pytest.raises(ValueError, match="not a proper rotation"):
+    with pytest.raises(ValueError, match="attach_beam: rotation: expected a proper rotation"):
         attach_beam(sample_model, beam, rotation=2.0 * np.eye(3))
     with pytest.raises(ValueError, match="rpy or rotation, not both"):
         attach_beam(sample_model, beam, rpy=[0.0, 0.0, 0.0], rotation=np.eye(3))

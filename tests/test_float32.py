@@ -53,3 +53,22 @@ def test_float32_model_with_float64_inputs_is_computed_in_the_state_dtype():
     state = as32(random_state(model, 2))
     base_acc, qdd = sdjax.forward_dynamics(model, state, np.ones(6))  # NumPy float64 torques
     assert qdd.dtype == jnp.float32
+
+
+def test_float32_models_take_rotations():
+    # A rotation rounded to float32 is ~6e-8 off R^T R = E, beyond the 1e-9 a float64 rotation
+    # must meet; float32 models were refused every rotation by append_model and srms_system.
+    from sdjax.editing import append_model
+    from sdjax.models.srms import srms_system
+
+    rotation = np.asarray(sdjax.rotation.rpy_to_matrix(jnp.array([0.3, 0.2, 0.1])))
+    model = spacedyn_sample()
+    joined32 = append_model(model.astype(jnp.float32), model.astype(jnp.float32), 1, rotation=rotation, prefix="b/")
+    joined64 = append_model(model, model, 1, rotation=rotation, prefix="b/")
+    state = random_state(joined64, 2)
+    # float32 kinematics of 12 links: ~1e-6 relative (as the inertia matrix above)
+    assert_close(sdjax.inertia_matrix(joined32, as32(state)), sdjax.inertia_matrix(joined64, state), 1e-5, "H")
+    system32, system64 = srms_system(dtype=jnp.float32), srms_system()
+    assert system32.payload_rotation.dtype == jnp.float32
+    # one rounding of the float64 values: float32 eps
+    assert_close(system32.payload_rotation, system64.payload_rotation, 1e-6, "payload rotation")

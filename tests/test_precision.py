@@ -19,7 +19,11 @@ from jax import lax
 
 import sdjax
 from sdjax import constraints as C
+from sdjax import contact as sc
+from sdjax import identification as ident
+from sdjax import massless_arm as ma
 from sdjax.models import free_flying_arm_7dof, random_model
+from sdjax.models.srms import GRAPPLE_Q, srms_system
 
 
 def _sub_jaxprs(value):
@@ -112,7 +116,51 @@ def _programs():
         lambda s, t: C.constrained_forward_dynamics(arm, s, t, tip_lock),
         (arm_state, 0.1 * jnp.ones(7, jnp.float32)),
     )
-    return programs
+    return programs | _feature_programs(arm, arm_state)
+
+
+def _feature_programs(arm, state):
+    """The feature layer's own programs on the float32 arm: planning's loss gradient, the
+    identification regressor, a rollout in contact, the massless arm's two-body rates, the
+    reduced dynamics and manipulability of the generalized Jacobian."""
+    tau = 0.1 * jnp.ones(7, jnp.float32)
+    problem = sdjax.PlanningProblem(arm, state, jnp.asarray([0.5, 0.3, 0.2]), duration=0.2, num_steps=4)
+    coefficients = sdjax.initial_coefficients(problem, state.q + 0.1, 1)[0]
+    record = sdjax.rollout(arm, state, jnp.float32(0.01), 4, lambda t, s: tau)
+    data = ident.Dataset(record.time, record.states, jnp.broadcast_to(tau, (4, 7)))
+    nominal = ident.link_parameters(arm, (6,))
+    contact = sc.contact_environment(
+        arm, sc.ContactSpheres([0], [[0.0, 0.0, 0.0]], 0.1), sc.Plane(), sc.ContactParameters(2.0e4, 40.0, friction=0.4)
+    )
+    srms = srms_system(dtype=jnp.float32)
+    return {
+        "planning: gradient of the plan loss": (
+            jax.grad(lambda c: sdjax.plan_loss(problem, c)),
+            (coefficients,),
+        ),
+        "identification: regressor": (
+            lambda d: ident.regressor(arm, d, ident.Unknowns(links=(6,)), nominal, residual="both"),
+            (data,),
+        ),
+        "contact: rollout on a plane": (
+            lambda s: sdjax.rollout(arm, s, jnp.float32(0.01), 3, environment=contact).states,
+            (state,),
+        ),
+        "massless arm: two-body rates": (
+            lambda s, t: ma.two_body_state_derivative(srms, s, t),
+            (
+                ma.make_massless_state(srms, q=GRAPPLE_Q, qd=0.01 * np.ones(6)),
+                jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32),
+            ),
+        ),
+        "gjm: reduced dynamics and manipulability": (
+            lambda s: (
+                sdjax.gjm.reduced_forward_dynamics(arm, s, tau),
+                sdjax.gjm.manipulability(sdjax.generalized_jacobian(arm, s, 7)),
+            ),
+            (state,),
+        ),
+    }
 
 
 PROGRAMS = _programs()

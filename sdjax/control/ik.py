@@ -31,7 +31,7 @@ from sdjax.solvers import (
     limit_step,
     solve_damped_least_squares,
 )
-from sdjax._checks import check_choice, check_vector, is_traced
+from sdjax._checks import check_choice, check_vector, is_traced, rotation_matrix
 from sdjax.state import State, check_state
 
 
@@ -188,7 +188,7 @@ def inverse_kinematics(
         else check_vector("inverse_kinematics: target_position", target_position, (3,), dtype)
     )
     if target_rotation is not None:
-        target_rotation = check_vector("inverse_kinematics: target_rotation", target_rotation, (3, 3), dtype)
+        target_rotation = rotation_matrix("inverse_kinematics: target_rotation", target_rotation, dtype)
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
         raise ValueError(f"inverse_kinematics: max_iterations must be an int >= 1, got {max_iterations!r}")
     if isinstance(substeps, bool) or not isinstance(substeps, (int, np.integer)) or substeps < 1:

@@ -70,7 +70,7 @@ from sdjax.rotation import (
     rpy_to_matrix,
     skew,
 )
-from sdjax._checks import check_vector, is_traced
+from sdjax._checks import check_vector, is_traced, rotation_matrix
 from sdjax.state import State, make_state
 
 __all__ = [
@@ -214,11 +214,7 @@ class MasslessArmSystem(eqx.Module):
         if not float(self.payload_mass) > 0:
             raise ValueError(f"MasslessArmSystem.payload_mass: mass must be positive, got {float(self.payload_mass)}")
         check_inertia("payload_inertia", "the payload", np.asarray(self.payload_inertia, np.float64))
-        rot = np.asarray(self.payload_rotation, np.float64)
-        if np.max(np.abs(rot @ rot.T - np.eye(3))) > 1e-9 or np.linalg.det(rot) < 0:
-            raise ValueError(
-                f"MasslessArmSystem.payload_rotation: expected a proper rotation matrix, got {rot.tolist()}"
-            )
+        rotation_matrix("MasslessArmSystem.payload_rotation", self.payload_rotation)
         for name in ("singular_threshold", "max_damping"):
             if not float(getattr(self, name)) >= 0:
                 raise ValueError(f"MasslessArmSystem.{name}: must be non-negative, got {float(getattr(self, name))}")
