@@ -1427,17 +1427,24 @@ def identify(
 def _least_squares_start(y: np.ndarray, r: np.ndarray, nominal: InertialParameters) -> InertialParameters:
     """Unconstrained linear least-squares estimate from the regressor ``y`` and the residual
     ``r`` at ``nominal`` (the residual is affine in the parameters), projected onto physically
-    consistent bodies by clipping the pseudo-inertia's eigenvalues."""
+    consistent bodies by clipping the pseudo-inertia's eigenvalues: to a thousandth of the
+    nominal body's smallest, and at least ``64 eps`` of the body's largest in the parameters'
+    precision, so the body stays consistent once rounded to it (in float32 a floor below
+    ``eps`` of the largest eigenvalue is lost in the rounding, and the start was refused)."""
     delta = equilibrated_lstsq(y, -r, rcond=1e-10)
     vector = np.asarray(nominal.vector(), np.float64) + delta.reshape(-1, 10)
-    pseudo = np.asarray(pseudo_inertia(InertialParameters.from_vector(jnp.asarray(vector))), np.float64)
+    # (in NumPy float64 whatever JAX's precision: editing's body algebra takes NumPy arrays)
+    _, _, inertia = editing.from_inertial_vector(np.concatenate([np.zeros_like(vector[:, :4]), vector[:, 4:]], axis=1))
+    sigma = 0.5 * np.trace(inertia, axis1=-2, axis2=-1)[:, None, None] * np.eye(3) - inertia
+    pseudo = np.block([[sigma, vector[:, 1:4, None]], [vector[:, None, 1:4], vector[:, None, :1]]])
     nominal_pseudo = np.asarray(pseudo_inertia(nominal), np.float64)
+    dtype = nominal.mass.dtype
+    resolution = 64 * float(jnp.finfo(dtype).eps)
     fixed = []
     for j, j0 in zip(pseudo, nominal_pseudo):
         eig, vec = np.linalg.eigh(j)
-        floor = 1e-3 * np.linalg.eigvalsh(j0).min()
+        floor = max(1e-3 * np.linalg.eigvalsh(j0).min(), resolution * eig.max())
         fixed.append((vec * np.maximum(eig, floor)) @ vec.T)
-    dtype = nominal.mass.dtype
     return from_pseudo_inertia(jnp.asarray(np.stack(fixed), dtype))
 
 

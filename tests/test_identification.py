@@ -568,3 +568,27 @@ def test_dataset_file_round_trip_and_refusals(payload_data, tmp_path):
         ident.Dataset.load(tmp_path / "junk.npz")
     with pytest.raises(ValueError, match=r"the model has 6"):
         ident.Dataset.load(path, num_joints=6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_least_squares_start_is_a_body_in_the_parameters_precision(dtype):
+    """The unconstrained start is projected onto consistent bodies by raising the pseudo-inertia's
+    small eigenvalues to a floor. A floor below the precision of the largest eigenvalue is lost
+    when the body is rounded to float32: the float32 inertia-identification notebook was refused
+    its start (``to_log_cholesky``: eigenvalues [-4.5e-4, 3.9e-4, 218, 31138])."""
+    rng = np.random.default_rng(3)
+    basis = np.linalg.qr(rng.normal(size=(4, 4)))[0]
+    estimate = (basis * np.array([-1e-3, 1e-4, 217.0, 31138.0])) @ basis.T  # two eigenvalues near 0
+    target = np.asarray(ident.from_pseudo_inertia(jnp.asarray(estimate[None])).vector(), np.float64)
+    nominal = ident.link_parameters(free_flying_arm_7dof().astype(dtype), (1,))
+    # an identity regressor: the least-squares estimate is the target itself
+    offset = -(target - np.asarray(nominal.vector(), np.float64)).ravel()
+    start = ident._least_squares_start(np.eye(10), offset, nominal)
+    assert start.mass.dtype == dtype
+    theta = ident.to_log_cholesky(start)  # refused before for float32
+    assert np.all(np.isfinite(np.asarray(theta)))
+    # the large eigenvalues are kept to the precision (relative 1e-5 in float32, 1e-12 in float64)
+    eig = np.linalg.eigvalsh(np.asarray(ident.pseudo_inertia(start), np.float64)[0])
+    tol = 1e-5 if dtype == jnp.float32 else 1e-12
+    np.testing.assert_allclose(eig[2:], [217.0, 31138.0], rtol=tol)
+    assert eig[0] > 0
