@@ -68,6 +68,7 @@ __all__ = [
     "leader_torques",
     "mimic_tolerance",
     "on_independent_joints",
+    "singular_rtol",
     "stack_models",
     "validate",
     "violates_triangle_inequality",
@@ -820,9 +821,15 @@ def check_inertia(
 
 
 #: Relative size (to the largest eigenvalue) below which the inertia matrix of a model with
-#: massless or inertia-less links counts as singular, at float64 (float32: scaled by the
-#: ratio of the two machine epsilons).
+#: massless or inertia-less links counts as singular, at float64; in a lower precision the
+#: larger of this and ``10 N eps`` of that precision (``N`` the size of ``H``: an exactly
+#: singular ``H`` computed in float32 has its smallest eigenvalue within about ``N eps`` of zero).
 SINGULAR_RTOL = 1e-10
+
+
+def singular_rtol(size: int, dtype: Any) -> float:
+    """:data:`SINGULAR_RTOL` for an ``(size, size)`` inertia matrix computed in ``dtype``."""
+    return max(SINGULAR_RTOL, 10 * size * float(np.finfo(np.dtype(dtype)).eps))
 
 
 def check_well_posed(model: Model) -> None:
@@ -851,16 +858,16 @@ def check_well_posed(model: Model) -> None:
     from sdjax.dynamics import inertia_matrix  # the dynamics build on this module
     from sdjax.state import make_state
 
-    eps_ratio = float(np.finfo(np.dtype(model.dtype)).eps / np.finfo(np.float64).eps)
     nc = model.num_joint_coordinates
+    rtol = singular_rtol(model.num_velocities, model.dtype)
     for q in (np.zeros(nc), 0.37 + 0.61 * np.arange(nc)):
         h = np.asarray(inertia_matrix(model, make_state(model, q=q.astype(np.dtype(model.dtype)))), np.float64)
         values, vectors = np.linalg.eigh(0.5 * (h + h.T))
-        if not values[0] > SINGULAR_RTOL * eps_ratio * values[-1]:
+        if not values[0] > rtol * values[-1]:
             k = int(model.independent_joints[np.argmax(np.abs(vectors[model.num_base_velocities :, 0]))]) if nc else 0
             precision = (
                 f" at {np.dtype(model.dtype).name} precision (enable float64: jax.config.update('jax_enable_x64', True))"
-                if eps_ratio > 1
+                if rtol > SINGULAR_RTOL
                 else ""
             )
             raise ValueError(

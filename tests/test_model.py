@@ -488,3 +488,27 @@ def test_make_state_attitude_inputs(sample_model):
         sdjax.make_state(sample_model, base_quaternion=np.zeros(4))
     with pytest.raises(ValueError, match=r"State.q/State.qd: expected shape \(6,\)"):
         sdjax.inertia_matrix(sample_model, random_state(free_flying_arm_7dof(), 0))
+
+
+def test_massless_links_in_float32():
+    """The singularity check of ``H`` in float32 judges against float32's round-off (``10 N eps``),
+    not float64's bound scaled by the ratio of the two epsilons (which refused every float32
+    model with a massless link whose ``H`` had a condition number above 18). (The 42-DOF
+    human.urdf of example-robot-data, condition 7e4, stays refused in float32: its smallest
+    eigenvalue is within 3x of float32's round-off, 10 N eps = 5e-5 of the largest.)"""
+    inertia = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
+    inertia[1] = 0.0
+    tilted = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [np.pi / 2, 0.0, 0.0]]
+    kwargs = base_kwargs(link_mass=[1.0, 0.0, 1.0], link_inertia=inertia, joint_rpy=tilted)
+    model = sdjax.Model(**kwargs, dtype=jnp.float32)
+    h = np.asarray(sdjax.inertia_matrix(model, sdjax.make_state(model)), np.float64)
+    values = np.linalg.eigvalsh(h)
+    assert 1e2 < values[-1] / values[0] < 1e4  # well within float32's reach (refused before)
+    # and singular models are still refused in float32, naming the precision
+    with pytest.raises(ValueError, match=r"singular at float32 precision .*mostly along joint [23]"):
+        sdjax.Model(**base_kwargs(link_mass=[1.0, 0.0, 1.0], link_inertia=inertia), dtype=jnp.float32)
+    rod = np.tile(np.diag([0.1, 0.1, 0.05]), (3, 1, 1))
+    rod[2] = np.diag([0.1, 0.1, 0.0])
+    with pytest.raises(ValueError, match=r"singular at float32 precision .*mostly along joint 3"):
+        sdjax.Model(**base_kwargs(link_inertia=rod), dtype=jnp.float32)
+    assert sdjax.model.singular_rtol(13, jnp.float64) == sdjax.model.SINGULAR_RTOL  # float64 unchanged
