@@ -822,14 +822,15 @@ def check_inertia(
 
 #: Relative size (to the largest eigenvalue) below which the inertia matrix of a model with
 #: massless or inertia-less links counts as singular, at float64; in a lower precision the
-#: larger of this and ``10 N eps`` of that precision (``N`` the size of ``H``: an exactly
-#: singular ``H`` computed in float32 has its smallest eigenvalue within about ``N eps`` of zero).
+#: larger of this and ``2 N eps`` of that precision (``N`` the size of ``H``: the round-off of
+#: ``H``'s entries, sums of about ``N`` terms, moves its eigenvalues by up to about ``N eps`` of
+#: the largest, so a smaller eigenvalue cannot be told from an exactly singular ``H``).
 SINGULAR_RTOL = 1e-10
 
 
 def singular_rtol(size: int, dtype: Any) -> float:
     """:data:`SINGULAR_RTOL` for an ``(size, size)`` inertia matrix computed in ``dtype``."""
-    return max(SINGULAR_RTOL, 10 * size * float(np.finfo(np.dtype(dtype)).eps))
+    return max(SINGULAR_RTOL, 2 * size * float(np.finfo(np.dtype(dtype)).eps))
 
 
 def check_well_posed(model: Model) -> None:

@@ -4,6 +4,8 @@ matrix and bias of fixed-base models, and a round trip through sdjax's own expor
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -294,3 +296,21 @@ def test_load_model_reads_mjcf(tmp_path):
     model = sdjax.load_model(path)
     assert model.num_joints == 5 and model.base == "floating"
     assert sdjax.load_model(path, base="fixed").base == "fixed"
+
+
+def test_floating_mjcf_in_float32():
+    """The servicer (a massless frame link, ``H`` of condition 1.2e5) loads in float32: the check
+    that ``H`` is not singular was float64's bound scaled to float32 (condition 18) and refused it."""
+    model64 = import_mjcf(FLOATING).model
+    model32 = import_mjcf(FLOATING, dtype=jnp.float32).model
+    assert model32.link_mass.dtype == jnp.float32
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        q = rng.uniform(-1.0, 1.0, model64.num_joint_coordinates)
+        state = sdjax.make_state(model64, q=q, qd=rng.normal(size=model64.num_joints))
+        tau = rng.normal(size=model64.num_joints)
+        expected = np.concatenate(sdjax.forward_dynamics(model64, state, tau))
+        state32 = jax.tree.map(lambda x: x.astype(jnp.float32), state)
+        got = np.concatenate(sdjax.forward_dynamics(model32, state32, tau.astype(np.float32)))
+        # float32 round-off times the condition number: 1.4e-2 at worst, measured up to 1.2e-4
+        assert_close(got, expected, 1e-3, "float32 accelerations")
