@@ -198,12 +198,14 @@ def pseudo_inertia(params: InertialParameters) -> Array:
     """``(k, 4, 4)`` pseudo-inertia ``J = [[Sigma, h], [h^T, m]]``, ``Sigma = tr(I)/2 1 - I``.
 
     ``J`` is positive definite exactly when the parameters belong to a rigid body with a
-    positive mass and a non-degenerate mass distribution (Wensing et al. 2017)."""
-    eye = jnp.eye(3, dtype=params.mass.dtype)
-    sigma = 0.5 * jnp.trace(params.inertia, axis1=-2, axis2=-1)[:, None, None] * eye - params.inertia
-    top = jnp.concatenate([sigma, params.first_moment[:, :, None]], axis=-1)
-    bottom = jnp.concatenate([params.first_moment, params.mass[:, None]], axis=-1)[:, None, :]
-    return jnp.concatenate([top, bottom], axis=-2)
+    positive mass and a non-degenerate mass distribution (Wensing et al. 2017). NumPy fields
+    give a NumPy result (host-side checks in float64 whatever JAX's precision)."""
+    xp = editing._namespace(params.mass, params.first_moment, params.inertia)
+    eye = xp.eye(3, dtype=params.mass.dtype)
+    sigma = 0.5 * xp.trace(params.inertia, axis1=-2, axis2=-1)[:, None, None] * eye - params.inertia
+    top = xp.concatenate([sigma, params.first_moment[:, :, None]], axis=-1)
+    bottom = xp.concatenate([params.first_moment, params.mass[:, None]], axis=-1)[:, None, :]
+    return xp.concatenate([top, bottom], axis=-2)
 
 
 def from_pseudo_inertia(pseudo: Any) -> InertialParameters:
@@ -1433,10 +1435,10 @@ def _least_squares_start(y: np.ndarray, r: np.ndarray, nominal: InertialParamete
     ``eps`` of the largest eigenvalue is lost in the rounding, and the start was refused)."""
     delta = equilibrated_lstsq(y, -r, rcond=1e-10)
     vector = np.asarray(nominal.vector(), np.float64) + delta.reshape(-1, 10)
-    # (in NumPy float64 whatever JAX's precision: editing's body algebra takes NumPy arrays)
+    # In NumPy float64 whatever JAX's precision (the body algebra keeps NumPy in NumPy); the
+    # inertia entries as InertialParameters.from_vector reads them.
     _, _, inertia = editing.from_inertial_vector(np.concatenate([np.zeros_like(vector[:, :4]), vector[:, 4:]], axis=1))
-    sigma = 0.5 * np.trace(inertia, axis1=-2, axis2=-1)[:, None, None] * np.eye(3) - inertia
-    pseudo = np.block([[sigma, vector[:, 1:4, None]], [vector[:, None, 1:4], vector[:, None, :1]]])
+    pseudo = pseudo_inertia(InertialParameters(mass=vector[:, 0], first_moment=vector[:, 1:4], inertia=inertia))
     nominal_pseudo = np.asarray(pseudo_inertia(nominal), np.float64)
     dtype = nominal.mass.dtype
     resolution = 64 * float(jnp.finfo(dtype).eps)

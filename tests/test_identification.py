@@ -587,7 +587,9 @@ def test_least_squares_start_is_a_body_in_the_parameters_precision(dtype):
     assert start.mass.dtype == dtype
     theta = ident.to_log_cholesky(start)  # refused before for float32
     assert np.all(np.isfinite(np.asarray(theta)))
-    # the large eigenvalues are kept to the precision (relative 1e-5 in float32, 1e-12 in float64)
+    # the large eigenvalues are kept: the floor moves only the small ones, and rounding the body to
+    # its precision moves the large ones by a few eps (float32 1.2e-7, float64 2.2e-16) times the
+    # entries' spread: 1e-5 and 1e-12 leave two orders of margin
     eig = np.linalg.eigvalsh(np.asarray(ident.pseudo_inertia(start), np.float64)[0])
     tol = 1e-5 if dtype == jnp.float32 else 1e-12
     np.testing.assert_allclose(eig[2:], [217.0, 31138.0], rtol=tol)

@@ -11,6 +11,8 @@ walking their jaxprs (sub-programs, derivative rules and batching rules included
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,8 +61,9 @@ def _batch(tree, size=3):
 
 
 def _programs():
-    """``name -> (function, arguments)``: the core's programs, batched and differentiated, in
-    float32 on a 7-joint arm and a branched tree with prismatic joints."""
+    """``(core, features)``: the core's programs (``name -> (function, arguments)``), batched and
+    differentiated, in float32 on a 7-joint arm and a branched tree with prismatic joints, and
+    the feature layer's (``name -> builder``, :func:`_feature_programs`)."""
     arm = free_flying_arm_7dof().astype(jnp.float32)
     tree = random_model(5, 9, prismatic_probability=0.4).astype(jnp.float32)
     assert "P" in tree.joint_type and len(set(tree.parent)) < tree.num_joints  # prismatic, branched
@@ -116,59 +119,80 @@ def _programs():
         lambda s, t: C.constrained_forward_dynamics(arm, s, t, tip_lock),
         (arm_state, 0.1 * jnp.ones(7, jnp.float32)),
     )
-    return programs | _feature_programs(arm, arm_state)
+    return programs, _feature_programs(arm, arm_state)
 
 
 def _feature_programs(arm, state):
-    """The feature layer's own programs on the float32 arm: planning's loss gradient, the
-    identification regressor, a rollout in contact, the massless arm's two-body rates, the
-    reduced dynamics and manipulability of the generalized Jacobian."""
+    """The feature layer's own programs on the float32 arm, as ``name -> builder`` (a builder
+    returns ``(function, arguments)``; their set-up runs rollouts and compiles, so it is done
+    by the test that uses it, not when the module is collected on every worker): planning's
+    loss gradient, the identification regressor, a rollout in contact, the massless arm's
+    two-body rates, the reduced dynamics and manipulability of the generalized Jacobian."""
     tau = 0.1 * jnp.ones(7, jnp.float32)
-    problem = sdjax.PlanningProblem(arm, state, jnp.asarray([0.5, 0.3, 0.2]), duration=0.2, num_steps=4)
-    coefficients = sdjax.initial_coefficients(problem, state.q + 0.1, 1)[0]
-    record = sdjax.rollout(arm, state, jnp.float32(0.01), 4, lambda t, s: tau)
-    data = ident.Dataset(record.time, record.states, jnp.broadcast_to(tau, (4, 7)))
-    nominal = ident.link_parameters(arm, (6,))
-    contact = sc.contact_environment(
-        arm, sc.ContactSpheres([0], [[0.0, 0.0, 0.0]], 0.1), sc.Plane(), sc.ContactParameters(2.0e4, 40.0, friction=0.4)
-    )
-    srms = srms_system(dtype=jnp.float32)
-    return {
-        "planning: gradient of the plan loss": (
-            jax.grad(lambda c: sdjax.plan_loss(problem, c)),
-            (coefficients,),
-        ),
-        "identification: regressor": (
+
+    def planning():
+        problem = sdjax.PlanningProblem(arm, state, jnp.asarray([0.5, 0.3, 0.2]), duration=0.2, num_steps=4)
+        coefficients = sdjax.initial_coefficients(problem, state.q + 0.1, 1)[0]
+        return jax.grad(lambda c: sdjax.plan_loss(problem, c)), (coefficients,)
+
+    def identification():
+        record = sdjax.rollout(arm, state, jnp.float32(0.01), 4, lambda t, s: tau)
+        data = ident.Dataset(record.time, record.states, jnp.broadcast_to(tau, (4, 7)))
+        nominal = ident.link_parameters(arm, (6,))
+        return (
             lambda d: ident.regressor(arm, d, ident.Unknowns(links=(6,)), nominal, residual="both"),
             (data,),
-        ),
-        "contact: rollout on a plane": (
-            lambda s: sdjax.rollout(arm, s, jnp.float32(0.01), 3, environment=contact).states,
-            (state,),
-        ),
-        "massless arm: two-body rates": (
+        )
+
+    def contact():
+        environment = sc.contact_environment(
+            arm,
+            sc.ContactSpheres([0], [[0.0, 0.0, 0.0]], 0.1),
+            sc.Plane(),
+            sc.ContactParameters(2.0e4, 40.0, friction=0.4),
+        )
+        return lambda s: sdjax.rollout(arm, s, jnp.float32(0.01), 3, environment=environment).states, (state,)
+
+    def massless_arm():
+        srms = srms_system(dtype=jnp.float32)
+        return (
             lambda s, t: ma.two_body_state_derivative(srms, s, t),
             (
                 ma.make_massless_state(srms, q=GRAPPLE_Q, qd=0.01 * np.ones(6)),
                 jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32),
             ),
-        ),
-        "gjm: reduced dynamics and manipulability": (
+        )
+
+    def reduced():
+        return (
             lambda s: (
                 sdjax.gjm.reduced_forward_dynamics(arm, s, tau),
                 sdjax.gjm.manipulability(sdjax.generalized_jacobian(arm, s, 7)),
             ),
             (state,),
-        ),
+        )
+
+    return {
+        "planning: gradient of the plan loss": planning,
+        "identification: regressor": identification,
+        "contact: rollout on a plane": contact,
+        "massless arm: two-body rates": massless_arm,
+        "gjm: reduced dynamics and manipulability": reduced,
     }
 
 
-PROGRAMS = _programs()
+CORE_PROGRAMS, FEATURE_PROGRAMS = _programs()
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@functools.cache
+def _program(name):
+    """``(function, arguments)`` of the program ``name`` (a feature program built once per process)."""
+    return CORE_PROGRAMS[name] if name in CORE_PROGRAMS else FEATURE_PROGRAMS[name]()
+
+
+@pytest.mark.parametrize("name", sorted(CORE_PROGRAMS | FEATURE_PROGRAMS))
 def test_every_product_is_full_precision(name):
-    function, arguments = PROGRAMS[name]
+    function, arguments = _program(name)
     products = _products(jax.make_jaxpr(function)(*arguments).jaxpr)
     full = lax.Precision.HIGHEST
     reduced = sorted({where for precision, where in products if precision != (full, full)})
@@ -188,5 +212,6 @@ def test_the_walk_sees_products_and_their_precision():
     full = lax.Precision.HIGHEST
     assert sorted(precision == (full, full) for precision, _ in products) == [False, True]
     # and every program above has products to check
-    for name, (function, arguments) in PROGRAMS.items():
+    for name in CORE_PROGRAMS | FEATURE_PROGRAMS:
+        function, arguments = _program(name)
         assert _products(jax.make_jaxpr(function)(*arguments).jaxpr), name
