@@ -36,7 +36,8 @@ __all__ = ["PRECISION", "cross3", "dot", "einsum", "matmul", "matmul3", "matvec3
 #: round them first (TF32's 10-bit mantissas on NVIDIA GPUs, bfloat16 passes on TPUs): on an
 #: H200, at batch 131,072 in float32, the inertia matrix of a 7-joint arm came out 7e-5 off
 #: (relative) and indefinite for 1 in 16 states, whose accelerations were then NaN. No effect on
-#: a CPU or in float64. ``tests/test_precision.py`` checks every product of the core's programs.
+#: a CPU or in float64. ``tests/test_precision.py`` checks the products of the core's programs
+#: and of the feature layer's (planning's gradient, identification, contact, the massless arm).
 PRECISION = lax.Precision.HIGHEST
 
 
