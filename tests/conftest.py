@@ -31,7 +31,7 @@ import tempfile
 # a batched forward dynamics; two models) compiled in 4.4-5.0 s against 5.7-5.8 s (three
 # interleaved runs); four test modules (identities, gjm, control, constraints; -n 2, cold cache)
 # in 157 s against 166 s and 198 s against 205 s, two paired runs (the machine's speed drifted
-# between the pairs). Only the scheduling of code generation changes; the tests pass unchanged.
+# between the pairs). The same kernels, generated in one LLVM module; the tests pass unchanged.
 _COMPILE_FAST = ["--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1"]
 if os.environ.get("SDJAX_TEST_XLA_OPT", "fast") != "default":
     _COMPILE_FAST += ["--xla_backend_optimization_level=0", "--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_COMPILE"]
