@@ -7,7 +7,9 @@ This module owns every edit of a :class:`~sdjax.Model` that is more than replaci
 - **inertial-parameter algebra** of rigid bodies: :func:`parallel_axis` (an inertia moved to
   another point), :func:`rotate_inertia` and :func:`transform_body` (a body expressed in another
   frame), :func:`combine_bodies` (rigid bodies joined into one), and the 10-parameter vector
-  (:func:`inertial_vector`, :func:`from_inertial_vector`) that is linear in the dynamics;
+  (:func:`inertial_vector`, :func:`from_inertial_vector`) that is linear in the dynamics, and
+  its pseudo-inertia (:func:`pseudo_inertia`, :func:`from_pseudo_inertia`), positive definite
+  exactly for the parameters of a physical body;
 - **editing a body**: :func:`set_inertial_parameters` (replace bodies, keeping every frame where
   it is) and :func:`merge_payload` (a rigid payload welded to a body);
 - **editing the tree**: :func:`append_links` (links given as arrays), :func:`append_model` (the
@@ -294,6 +296,61 @@ def from_inertial_vector(vector: Any) -> tuple[Any, Any, Any]:
     safe = xp.where(positive, mass, xp.ones_like(mass))
     centroid = xp.where(positive[..., None], first_moment / safe[..., None], xp.zeros_like(first_moment))
     return mass, centroid, about_origin - _parallel_axis(xp, mass, centroid)
+
+
+def pseudo_inertia(mass: Any, first_moment: Any, inertia: Any) -> Any:
+    """The ``4 x 4`` pseudo-inertia of bodies: ``J = [[Sigma, h], [h^T, m]]``,
+    ``Sigma = tr(I_o)/2 E - I_o`` (Wensing, Kim and Slotine 2017).
+
+    ``J`` is the second moment of the mass distribution in homogeneous coordinates,
+    ``J = integral [x; 1][x; 1]^T dm`` (a point mass ``m`` at ``c``: ``m [c; 1][c; 1]^T``), so it
+    is positive definite exactly when the parameters belong to a rigid body with a positive mass
+    and a mass distribution that is not flat; it is linear in the 10 parameters.
+
+    Arguments:
+        mass: ``(...)`` masses, kg (any sign: the test of an estimate is what ``J`` is for).
+        first_moment: ``(..., 3)`` first moments ``h = m c`` about the frame origin, kg m.
+        inertia: ``(..., 3, 3)`` inertias ``I_o`` about the frame origin, frame axes, kg m^2.
+
+    Returns:
+        ``(..., 4, 4)`` pseudo-inertias, SI units (NumPy float64 for NumPy input).
+
+    Raises:
+        ValueError: leading shapes that differ, a non-finite value.
+    """
+    xp = _namespace(mass, first_moment, inertia)
+    m = _floats("pseudo_inertia: mass", mass, (), xp)
+    h = _floats("pseudo_inertia: first_moment", first_moment, (3,), xp)
+    i = _floats("pseudo_inertia: inertia", inertia, (3, 3), xp)
+    if h.shape != m.shape + (3,) or i.shape != m.shape + (3, 3):
+        raise ValueError(
+            f"pseudo_inertia: expected shapes (...), (..., 3), (..., 3, 3), got {tuple(m.shape)}, "
+            f"{tuple(h.shape)}, {tuple(i.shape)}"
+        )
+    eye = xp.eye(3, dtype=i.dtype)
+    sigma = 0.5 * xp.trace(i, axis1=-2, axis2=-1)[..., None, None] * eye - i
+    top = xp.concatenate([sigma, h[..., :, None]], axis=-1)
+    bottom = xp.concatenate([h, m[..., None]], axis=-1)[..., None, :]
+    return xp.concatenate([top, bottom], axis=-2)
+
+
+def from_pseudo_inertia(pseudo: Any) -> tuple[Any, Any, Any]:
+    """Inverse of :func:`pseudo_inertia`: ``(mass, first_moment, inertia about the origin)``,
+    ``I_o = tr(Sigma) E - Sigma`` from the upper-left block (the upper-right column gives ``h``).
+
+    Arguments:
+        pseudo: ``(..., 4, 4)`` pseudo-inertias.
+
+    Returns:
+        ``mass (...)`` kg, ``first_moment (..., 3)`` kg m, ``inertia (..., 3, 3)`` about the frame
+        origin, kg m^2.
+    """
+    xp = _namespace(pseudo)
+    j = _floats("from_pseudo_inertia: pseudo", pseudo, (4, 4), xp)
+    sigma = j[..., :3, :3]
+    eye = xp.eye(3, dtype=j.dtype)
+    inertia = xp.trace(sigma, axis1=-2, axis2=-1)[..., None, None] * eye - sigma
+    return j[..., 3, 3], j[..., :3, 3], inertia
 
 
 # ------------------------------------------------------------------------------------------
@@ -857,11 +914,13 @@ __all__ = [
     "append_model",
     "combine_bodies",
     "from_inertial_vector",
+    "from_pseudo_inertia",
     "inertial_vector",
     "lock_joints",
     "locked_state",
     "merge_payload",
     "parallel_axis",
+    "pseudo_inertia",
     "rotate_inertia",
     "set_inertial_parameters",
     "transform_body",

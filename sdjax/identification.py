@@ -195,26 +195,19 @@ class InertialParameters(eqx.Module):
 
 
 def pseudo_inertia(params: InertialParameters) -> Array:
-    """``(k, 4, 4)`` pseudo-inertia ``J = [[Sigma, h], [h^T, m]]``, ``Sigma = tr(I)/2 1 - I``.
+    """``(k, 4, 4)`` pseudo-inertia ``J = [[Sigma, h], [h^T, m]]``, ``Sigma = tr(I)/2 1 - I``
+    (:func:`sdjax.editing.pseudo_inertia`).
 
     ``J`` is positive definite exactly when the parameters belong to a rigid body with a
     positive mass and a non-degenerate mass distribution (Wensing et al. 2017). NumPy fields
     give a NumPy result (host-side checks in float64 whatever JAX's precision)."""
-    xp = editing._namespace(params.mass, params.first_moment, params.inertia)
-    eye = xp.eye(3, dtype=params.mass.dtype)
-    sigma = 0.5 * xp.trace(params.inertia, axis1=-2, axis2=-1)[:, None, None] * eye - params.inertia
-    top = xp.concatenate([sigma, params.first_moment[:, :, None]], axis=-1)
-    bottom = xp.concatenate([params.first_moment, params.mass[:, None]], axis=-1)[:, None, :]
-    return xp.concatenate([top, bottom], axis=-2)
+    return editing.pseudo_inertia(params.mass, params.first_moment, params.inertia)
 
 
 def from_pseudo_inertia(pseudo: Any) -> InertialParameters:
-    """Inverse of :func:`pseudo_inertia` (``I = tr(Sigma) 1 - Sigma``)."""
-    j = jnp.asarray(pseudo)
-    sigma = j[:, :3, :3]
-    eye = jnp.eye(3, dtype=j.dtype)
-    inertia = jnp.trace(sigma, axis1=-2, axis2=-1)[:, None, None] * eye - sigma
-    return InertialParameters(mass=j[:, 3, 3], first_moment=j[:, :3, 3], inertia=inertia)
+    """Inverse of :func:`pseudo_inertia` (:func:`sdjax.editing.from_pseudo_inertia`)."""
+    mass, first_moment, inertia = editing.from_pseudo_inertia(jnp.asarray(pseudo))
+    return InertialParameters(mass=mass, first_moment=first_moment, inertia=inertia)
 
 
 def from_log_cholesky(theta: Any) -> InertialParameters:

@@ -171,6 +171,40 @@ def test_parallel_axis_and_the_ten_parameters_match_the_point_cloud():
     assert np.all(np.isfinite(zero[1])) and np.all(zero[1] == 0)
 
 
+def test_pseudo_inertia_is_the_second_moment_of_the_point_cloud():
+    """The pseudo-inertia of bodies is their second moment in homogeneous coordinates,
+    ``sum m [p; 1][p; 1]^T`` over a point cloud (its definition, summed point by point): from the
+    ten parameters about the origin, in NumPy and in JAX (batched), and back."""
+    rng = np.random.default_rng(4)
+    clouds = [(rng.uniform(0.1, 2.0, size=7), rng.normal(size=(7, 3)) + rng.normal(size=3)) for _ in range(3)]
+    want = np.stack([sum(m * np.outer(np.append(x, 1.0), np.append(x, 1.0)) for m, x in zip(*c)) for c in clouds])
+    vector = np.stack([inertial_vector(*_cloud(*c)) for c in clouds])
+    mass, first_moment = vector[:, 0], vector[:, 1:4]
+    _, _, about_origin = from_inertial_vector(np.concatenate([np.zeros((3, 4)), vector[:, 4:]], axis=1))
+    pseudo = editing.pseudo_inertia(mass, first_moment, about_origin)
+    assert isinstance(pseudo, np.ndarray) and pseudo.dtype == np.float64
+    assert_close(pseudo, want, ROUND_OFF, "pseudo-inertia")
+    batched = editing.pseudo_inertia(*(jnp.asarray(np.stack([x, x])) for x in (mass, first_moment, about_origin)))
+    assert isinstance(batched, jax.Array) and batched.shape == (2, 3, 4, 4)
+    assert_close(batched[1], want, ROUND_OFF, "JAX, batched")
+    back = editing.from_pseudo_inertia(want)
+    for got, expected, what in zip(back, (mass, first_moment, about_origin), ("mass", "first moment", "inertia")):
+        assert_close(got, expected, ROUND_OFF, what)
+    # A body spread in 3-D has a positive definite J; a flat one (point masses in the plane
+    # z = 0) is on the boundary: J's z row and column vanish (to round-off of O(1) entries).
+    assert np.linalg.eigvalsh(pseudo).min() > 0.0
+    masses, points = clouds[0][0], clouds[0][1] * [1.0, 1.0, 0.0]
+    flat_vector = inertial_vector(*_cloud(masses, points))
+    _, _, flat_inertia = from_inertial_vector(np.concatenate([np.zeros(4), flat_vector[4:]]))
+    flat = editing.pseudo_inertia(flat_vector[0], flat_vector[1:4], flat_inertia)
+    eig = np.linalg.eigvalsh(flat)
+    assert abs(eig[0]) < ROUND_OFF * eig[-1] and eig[1] > 0.0
+    with pytest.raises(ValueError, match=r"pseudo_inertia: expected shapes"):
+        editing.pseudo_inertia(mass, first_moment[:2], about_origin)
+    with pytest.raises(ValueError, match=r"from_pseudo_inertia: pseudo: expected shape \(\.\.\., 4, 4\)"):
+        editing.from_pseudo_inertia(np.eye(3))
+
+
 def test_massless_union_and_derivatives():
     mass, centroid, inertia = combine_bodies(np.zeros(2), np.ones((2, 3)), np.stack([np.eye(3), 2 * np.eye(3)]))
     assert mass == 0 and np.all(centroid == 0)
