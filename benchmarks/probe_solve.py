@@ -38,8 +38,10 @@ def routes(model: sdjax.Model):
     n = model.num_joints
 
     def applied_minus_bias(s, tau):
-        bias = sdjax.bias_forces(model, s)
-        return jnp.concatenate([jnp.zeros(6, tau.dtype), tau]) - bias
+        # The joints' own springs and dampers act beside the applied torques, as in
+        # forward_dynamics (free-floating base: no base force or torque applied).
+        applied = tau + sdjax.passive_joint_torques(model, s)
+        return jnp.concatenate([jnp.zeros(6, tau.dtype), applied]) - sdjax.bias_forces(model, s)
 
     return {
         "inertia_matrix": lambda s, tau: sdjax.inertia_matrix(model, s),
