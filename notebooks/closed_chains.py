@@ -138,7 +138,7 @@ gripper = sdjax.forward_kinematics(servicer, s0)
 handle_rotation = np.asarray(gripper.end_point_rotation[0])
 target_position = np.asarray(gripper.end_point_position[0]) - handle_rotation @ np.asarray(TARGET_HANDLE_OFFSET)
 t0 = sdjax.make_state(target, base_position=target_position, base_rotation=handle_rotation, base_linear_velocity=[0.02, -0.01, 0.0], base_angular_velocity=[0.05, -0.08, 0.1])
-grasp = [C.weld_constraint((1, "handle"), (0, "gripper"))] + [C.JointLock(i) for i in range(7)]
+grasp = [C.weld_constraint((1, "handle"), (0, "gripper"))] + [C.JointLock(i) for i in range(1, 8)]
 dt, steps, capture_step = 2e-3, 250 if QUICK else 1000, 100
 schedule = jnp.broadcast_to(jnp.arange(steps)[:, None] >= capture_step, (steps, len(grasp)))
 # latch=True: the gripper closes on the handle wherever it is at capture (the weld holds that pose).

@@ -897,7 +897,7 @@ def montecarlo_job(args: argparse.Namespace, load_model: Callable[[str], Any], m
     scenario = mc.ControlScenario(
         model, q_goal=q_goal, kp=kp, kd=kd, dt=dt, num_steps=steps, initial_state=state0,
         controller=controller, torque_limit=torque_limit,
-        constraints=[JointLock(joint - 1) for joint, _ in brakes],
+        constraints=[JointLock(joint) for joint, _ in brakes],
         active=np.stack(engaged, axis=1) if brakes else None,
     )  # fmt: skip
     res = mc.run_monte_carlo(

@@ -83,7 +83,8 @@ class FrameConstraint(eqx.Module):
 
 
 class JointLock(eqx.Module):
-    """Hold joint ``joint`` (0-based index into ``q``) of system ``system`` at rest:
+    """Hold joint ``joint`` (1..n, SpaceDyn's numbering: joint ``i`` is ``q[i - 1]``, as in
+    :func:`sdjax.lock_joints` and ``Model.mimic_leader``) of system ``system`` at rest:
     ``qd_i = 0`` (SpaceDyn C++ ``ch_conf``: a brake, a clamped joint)."""
 
     joint: int = eqx.field(static=True)
@@ -101,7 +102,8 @@ class JointCoupling(eqx.Module):
     as in Pinocchio's mimic joints.
 
     Attributes:
-        follower, leader: 0-based joint indices (static).
+        follower, leader: joint numbers 1..n (static; joint ``i`` is ``q[i - 1]``, as in
+            ``Model.mimic_leader``).
         multiplier: ``()`` ratio (dimensionless, or m/rad between a prismatic follower and a
             revolute leader).
         offset: ``()`` rad or m.
@@ -280,8 +282,8 @@ def _systems(
                 raise ValueError(f"{what}: constraint {index} acts on system {c.system}; there are {k}")
             joints = systems.models[c.system].num_joints
             named = (c.joint,) if isinstance(c, JointLock) else (c.follower, c.leader)
-            if not all(0 <= j < joints for j in named):
-                raise ValueError(f"{what}: constraint {index} names joint(s) {list(named)}; joints are 0..{joints - 1}")
+            if not all(1 <= j <= joints for j in named):
+                raise ValueError(f"{what}: constraint {index} names joint(s) {list(named)}; joints are 1..{joints}")
             if isinstance(c, JointCoupling) and c.follower == c.leader:
                 raise ValueError(f"{what}: constraint {index} couples joint {c.leader} to itself")
         else:
@@ -335,7 +337,8 @@ def _errors(systems: _Systems, states: Sequence[State], constraints: Sequence[Co
             continue
         if isinstance(c, JointCoupling):
             q = states[c.system].q
-            rows.append((q[c.follower] - c.multiplier.astype(dtype) * q[c.leader] - c.offset.astype(dtype))[None])
+            follower, leader = q[c.follower - 1], q[c.leader - 1]  # joint i is q[i - 1]
+            rows.append((follower - c.multiplier.astype(dtype) * leader - c.offset.astype(dtype))[None])
             continue
         position, rotation = _pose(systems, kins, c.frame, dtype)
         other_position, other_rotation = _pose(systems, kins, c.other, dtype)
@@ -421,7 +424,7 @@ def _terms(systems: _Systems, states: tuple[State, ...], constraints: tuple[Cons
     row = 0
     for c in constraints:  # joint locks: the row e_i of the joint's free coordinate
         if isinstance(c, JointLock):
-            column = offsets[c.system] + systems.models[c.system].num_base_velocities + c.joint
+            column = offsets[c.system] + systems.models[c.system].num_base_velocities + c.joint - 1
             jacobian = jacobian.at[row].set(jnp.zeros(offsets[-1], dtype).at[column].set(1.0))
         row += c.num_rows
     velocity = jnp.concatenate([free_motion(m, s.generalized_velocity) for m, s in zip(systems.models, states)])

@@ -216,7 +216,7 @@ def test_weld_forces_are_the_loads_that_hold_the_frame(base):
 def test_locked_joints_are_deleted_coordinates():
     model = random_model(7, 6, gravity=True, passive=True)
     state = random_state(model, 8)
-    locks = (C.JointLock(1), C.JointLock(4))
+    locks = (C.JointLock(2), C.JointLock(5))
     state, _ = C.constraint_impulse(model, state, locks)
     assert_close(state.qd[jnp.array([1, 4])], np.zeros(2), 1e-14, "locked rates")
     tau = jnp.linspace(-1.0, 1.0, model.num_joints)
@@ -238,7 +238,7 @@ def test_locked_joints_are_deleted_coordinates():
 def test_lock_in_a_rollout_conserves_momentum():
     model = random_model(11, 5, gravity=False)
     state = random_state(model, 12)
-    locks = (C.JointLock(0), C.JointLock(3))
+    locks = (C.JointLock(1), C.JointLock(4))
     schedule = jnp.zeros((300, 2), bool).at[100:, 0].set(True).at[200:, 1].set(True)
     traj = C.constrained_rollout(model, state, 2e-3, 300, None, locks, active=schedule)
     qd = traj.states.qd  # state k + 1 follows step k; the lock acts from the start of step 100
@@ -305,7 +305,7 @@ def test_rigid_capture_matches_the_rigid_body_closed_form():
     assert energy(after) < energy(states)
     # Capture with the arm's brakes on: servicer and target become one rigid body, whose motion
     # momentum alone fixes: v_com = P / M, w = I_com^-1 L_com.
-    rigid = grasp + tuple(C.JointLock(i) for i in range(servicer.num_joints))
+    rigid = grasp + tuple(C.JointLock(i) for i in range(1, servicer.num_joints + 1))
     after, _ = C.constraint_impulse(models, states, rigid)
     centroids, velocities, omegas, inertias, masses = [], [], [], [], []
     for m, s in zip(models, after):
@@ -374,8 +374,8 @@ def test_constraint_errors_name_the_problem():
         C.constrained_forward_dynamics(model, state, None, (C.point_constraint("tip"),))
     with pytest.raises(ValueError, match="axes"):
         C.point_constraint("coupler_tip", axes=("rx",))
-    with pytest.raises(ValueError, match="joints are 0..2"):
-        C.constrained_forward_dynamics(model, state, None, (C.JointLock(3),))
+    with pytest.raises(ValueError, match=r"names joint\(s\) \[4\]; joints are 1..3"):
+        C.constrained_forward_dynamics(model, state, None, (C.JointLock(4),))
     with pytest.raises(ValueError, match="active"):
         C.constrained_forward_dynamics(model, state, None, LOOP, active=[True, False])
     with pytest.raises(ValueError, match="itself"):
@@ -452,7 +452,7 @@ def test_joint_coupling_in_a_rollout():
     momentum conserved (the coupling torque is internal), and the coupling torque is what the
     follower needs beyond its own (inverse dynamics)."""
     model = random_model(31, 5, gravity=False)
-    gear = (C.JointCoupling(3, 1, -1.5, 0.2),)
+    gear = (C.JointCoupling(4, 2, -1.5, 0.2),)
     state = random_state(model, 32)
     state = C.project_to_constraints(model, state, gear)
     assert abs(float(state.q[3] + 1.5 * state.q[1] - 0.2)) < 1e-14
@@ -489,7 +489,7 @@ def test_batched_with_vmap():
     # Locking a joint at a different step in each sample: the schedules are data.
     arm = random_model(41, 3, gravity=False)
     start = random_state(arm, 42)
-    locks = (C.JointLock(1),)
+    locks = (C.JointLock(2),)
     schedules = jnp.stack([jnp.arange(60)[:, None] >= step for step in (10, 30, 50)])
 
     def run(schedule):

@@ -37,7 +37,7 @@ def _models(base: str = "floating", passive: bool = False):
 
 def _couplings(model):
     return [
-        C.JointCoupling(k, leader - 1, float(model.mimic_multiplier[k]), float(model.mimic_offset[k]))
+        C.JointCoupling(k + 1, leader, float(model.mimic_multiplier[k]), float(model.mimic_offset[k]))
         for k, leader in enumerate(model.mimic_leader)
         if leader
     ]

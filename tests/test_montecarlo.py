@@ -259,7 +259,7 @@ def test_scenario_with_a_brake_engaging_mid_manoeuvre():
     schedule[6:] = True
     scenario = mc.ControlScenario(
         model, q_goal=np.full(6, 0.3), kp=2.0, kd=1.0, dt=0.01, num_steps=10,
-        constraints=[C.JointLock(1)], active=schedule,
+        constraints=[C.JointLock(2)], active=schedule,
     )  # fmt: skip
     metrics = {
         "braked_rate_after": lambda traj, m, p: jnp.max(jnp.abs(traj.states.qd[7:, 1])),
@@ -283,7 +283,7 @@ def test_scenario_with_a_brake_engaging_mid_manoeuvre():
     np.testing.assert_allclose(res.metrics["final_q1"][2], float(traj.states.q[-1, 1]), rtol=1e-12)
     with pytest.raises(ValueError, match=r"ControlScenario: active must have shape \(1,\) or \(num_steps, 1\)"):
         mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=3,
-                           constraints=[C.JointLock(1)], active=np.ones((4, 1), bool))  # fmt: skip
+                           constraints=[C.JointLock(2)], active=np.ones((4, 1), bool))  # fmt: skip
     with pytest.raises(ValueError, match="ControlScenario: active schedules constraints; none were given"):
         mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=3, active=[True])
 

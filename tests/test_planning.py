@@ -562,7 +562,7 @@ def test_reactionless_plan_with_a_locked_joint_holds_on_the_braked_arm(arm7_mode
     ours = sdjax.rollout(reduced, start, dt, 40, tau)
     full_tau = jnp.zeros((40, 7)).at[:, np.array([0, 1, 2, 4, 5, 6])].set(tau)
     braked = sdjax.constraints.constrained_rollout(
-        arm7_model, state, dt, 40, full_tau, [sdjax.constraints.JointLock(3)]
+        arm7_model, state, dt, 40, full_tau, [sdjax.constraints.JointLock(4)]
     )
     mapped = jax.vmap(lambda s: sdjax.locked_state(arm7_model, s, locked))(braked.states)
     # Two formulations of one ODE under RK4 (the constrained one projected after each step):

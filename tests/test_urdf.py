@@ -650,17 +650,17 @@ def test_mimic_joints_against_pinocchio():
     info = import_urdf(path, gravity=gravity, mimic="constraints")
     model, couplings = info.model, info.couplings
     n = model.num_joints
-    followers = {c.follower: c for c in couplings}
+    followers = {c.follower - 1: c for c in couplings}  # by column of q (joint i is q[i - 1])
     assert [(c.follower, c.leader, float(c.multiplier), float(c.offset)) for c in couplings] == [
-        (2, 1, 2.0, 0.1),
-        (5, 4, 1.0, 0.005),
+        (3, 2, 2.0, 0.1),  # joint numbers 1..n
+        (6, 5, 1.0, 0.005),
     ]
     independent = [k for k in range(n) if k not in followers]
     g = np.zeros((n, len(independent)))  # qd = G qd_independent
     for col, k in enumerate(independent):
         g[k, col] = 1.0
     for c in couplings:
-        g[c.follower] = float(c.multiplier) * g[c.leader]
+        g[c.follower - 1] = float(c.multiplier) * g[c.leader - 1]
     pm_full, pm = pin.buildModelFromUrdf(str(path)), pin.buildModelFromUrdf(str(path), mimic=True)
     pm.gravity = pin.Motion(gravity, np.zeros(3))
     assert pm.nv == len(independent)
@@ -672,7 +672,7 @@ def test_mimic_joints_against_pinocchio():
         q = np.zeros(n)
         q[independent] = rng.uniform(-1.0, 1.0, size=len(independent))
         for c in couplings:
-            q[c.follower] = float(c.multiplier) * q[c.leader] + float(c.offset)
+            q[c.follower - 1] = float(c.multiplier) * q[c.leader - 1] + float(c.offset)
         qd = g @ rng.normal(size=len(independent))
         state = sdjax.make_state(model, base_position=info.root_to_base, q=q, qd=qd)
         assert np.max(np.abs(np.asarray(C.position_errors(model, state, couplings)))) < 1e-15

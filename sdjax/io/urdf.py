@@ -698,10 +698,10 @@ def _mimic_fields(relations: list[tuple[int, int, float, float]], n: int) -> dic
 
 
 def _couplings(relations: list[tuple[int, int, float, float]]) -> tuple[Any, ...]:
-    """The relations as :class:`sdjax.constraints.JointCoupling`."""
+    """The relations (0-based joints) as :class:`sdjax.constraints.JointCoupling` (joints 1..n)."""
     from sdjax.constraints import JointCoupling
 
-    return tuple(JointCoupling(*relation) for relation in relations)
+    return tuple(JointCoupling(follower + 1, lead + 1, scale, shift) for follower, lead, scale, shift in relations)
 
 
 def model_from_urdf(
