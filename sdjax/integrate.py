@@ -932,7 +932,6 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
     return batched_route(scan, batched)
 
 
-@eqx.filter_jit
 def rollout(
     model: Model,
     initial_state: State,
@@ -975,9 +974,39 @@ def rollout(
     Returns:
         :class:`Trajectory` with ``N + 1`` states.
     """
+    # The name resolved before the compiled program: "rk4" and RK4() are one program, compiled once.
+    scheme = as_integrator(integrator, "rollout")
+    return _rollout(
+        model,
+        initial_state,
+        dt,
+        num_steps,
+        control,
+        scheme=scheme,
+        t0=t0,
+        checkpoint=checkpoint,
+        check=check,
+        environment=environment,
+    )
+
+
+@eqx.filter_jit
+def _rollout(
+    model: Model,
+    initial_state: State,
+    dt: Any,
+    num_steps: int,
+    control: ControlLaw | Array | Controls | None,
+    *,
+    scheme: Integrator,
+    t0: Any,
+    checkpoint: bool,
+    check: bool,
+    environment: EnvironmentLoads | None,
+) -> Trajectory:
+    """:func:`rollout` with its integrator resolved (one compiled program per scheme)."""
     check_state(model, initial_state)
     initial_state = with_base_motion_checked(model, initial_state, "rollout: initial_state")
-    scheme = as_integrator(integrator, "rollout")
     dtype = initial_state.q.dtype
     law, sequence, dt_array = control_schedule(model, control, num_steps, dt, dtype, "rollout")
     t0 = jnp.asarray(t0, dtype)
