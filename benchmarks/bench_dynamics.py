@@ -226,11 +226,11 @@ def run(
                         flush=True,
                     )
         # The default path (the compiled kernel of sdjax.batch_kernel for large batches when
-        # Numba is installed), then, for comparison in the same run, forward dynamics on the
+        # Numba is installed), then, for comparison in the same run, every algorithm on the
         # XLA path alone (SDJAX_KERNEL=jax) at the batches the kernel would take.
         paths = [(SDJAX_DEFAULT, "auto", algorithms, batches)]
-        if batch_kernel.available() and "forward_dynamics" in algorithms:
-            paths.append((SDJAX_XLA, "jax", ("forward_dynamics",), [b for b in batches if b >= batch_kernel.MIN_BATCH]))
+        if batch_kernel.available():
+            paths.append((SDJAX_XLA, "jax", algorithms, [b for b in batches if b >= batch_kernel.MIN_BATCH]))
         # The reference every timed batch is checked against: float64 values of the distinct
         # samples, per sample (no batch path), on the default device.
         reference = {}

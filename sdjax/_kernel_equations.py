@@ -12,6 +12,9 @@ One compiled forward dynamics serves every entry:
   with :func:`computed_torque_range`;
 - :func:`forward_dynamics`: that for a batch of states (the batched solve of
   :mod:`sdjax.dynamics`);
+- :func:`inverse_dynamics_range` and :func:`inertia_matrix_range`: the Newton-Euler inverse
+  dynamics and the inertia matrix alone, from the same pieces (batched
+  :func:`sdjax.inverse_dynamics` and :func:`sdjax.inertia_matrix`);
 - :func:`computed_torque_range`: the computed-torque law of a floating-base controller model
   (the joint torques that give commanded joint accelerations at zero momentum);
 - :func:`rk4_rollout`: rollouts of a range of samples with classical RK4 (the scheme of
@@ -36,6 +39,8 @@ __all__ = [
     "computed_torque_range",
     "forward_dynamics",
     "forward_dynamics_range",
+    "inertia_matrix_range",
+    "inverse_dynamics_range",
     "rk4_rollout",
     "scratch",
 ]
@@ -242,6 +247,27 @@ def _body_moments(body, m, world, pos, mass, first, second):  # pragma: no cover
         for k in range(3):
             second[body, r, k] = world[r, k] - first[body, r] * pos[body, k]
         second[body, r, r] += rr
+
+
+@_inline
+def _subtract_end_point_loads(end_point_link, centroid_to_end_point, force, torque, rot, pos, wrench):
+    """Subtracts the loads applied at the end points (``force``, ``torque``: ``(ne, 3)``, on
+    the robot, inertial frame; ``centroid_to_end_point (ne, 3)``) from the body wrenches (force,
+    moment about r0): applied loads are not required of the motion."""
+    for e in range(end_point_link.shape[0]):
+        body = end_point_link[e]
+        ce = centroid_to_end_point[e]
+        fe = force[e]
+        te = torque[e]
+        px = pos[body, 0] + rot[body, 0, 0] * ce[0] + rot[body, 0, 1] * ce[1] + rot[body, 0, 2] * ce[2]
+        py = pos[body, 1] + rot[body, 1, 0] * ce[0] + rot[body, 1, 1] * ce[1] + rot[body, 1, 2] * ce[2]
+        pz = pos[body, 2] + rot[body, 2, 0] * ce[0] + rot[body, 2, 1] * ce[1] + rot[body, 2, 2] * ce[2]
+        wrench[body, 0] -= fe[0]
+        wrench[body, 1] -= fe[1]
+        wrench[body, 2] -= fe[2]
+        wrench[body, 3] -= te[0] + py * fe[2] - pz * fe[1]
+        wrench[body, 4] -= te[1] + pz * fe[0] - px * fe[2]
+        wrench[body, 5] -= te[2] + px * fe[1] - py * fe[0]
 
 
 @_inline
@@ -478,7 +504,6 @@ def forward_dynamics_range(
     )
     n = parent.shape[0]
     nv = free.shape[0]
-    ne = end_point_link.shape[0]
     size = 6 + n
     # The dense Cholesky factorisation where the factor is returned or the tree is a chain.
     dense = factor_out.shape[0] > 0 or dof_parent.shape[0] == 0
@@ -570,21 +595,15 @@ def forward_dynamics_range(
                     world[k, r] = value
             _body_wrench(body, m, world, g, pos, twist, accel, wrench)
             _body_moments(body, m, world, pos, mass, first, second)
-        # End-point loads are applied, not required: subtract them.
-        for e in range(ne):
-            body = end_point_link[e]
-            ce = centroid_to_end_point[bce, e]
-            fe = end_point_force[bef, sef, e]
-            te = end_point_torque[bet, set_, e]
-            px = pos[body, 0] + rot[body, 0, 0] * ce[0] + rot[body, 0, 1] * ce[1] + rot[body, 0, 2] * ce[2]
-            py = pos[body, 1] + rot[body, 1, 0] * ce[0] + rot[body, 1, 1] * ce[1] + rot[body, 1, 2] * ce[2]
-            pz = pos[body, 2] + rot[body, 2, 0] * ce[0] + rot[body, 2, 1] * ce[1] + rot[body, 2, 2] * ce[2]
-            wrench[body, 0] -= fe[0]
-            wrench[body, 1] -= fe[1]
-            wrench[body, 2] -= fe[2]
-            wrench[body, 3] -= te[0] + py * fe[2] - pz * fe[1]
-            wrench[body, 4] -= te[1] + pz * fe[0] - px * fe[2]
-            wrench[body, 5] -= te[2] + px * fe[1] - py * fe[0]
+        _subtract_end_point_loads(
+            end_point_link,
+            centroid_to_end_point[bce],
+            end_point_force[bef, sef],
+            end_point_torque[bet, set_],
+            rot,
+            pos,
+            wrench,
+        )
         # Subtree sums, leaves to root (eqs 3.32-3.35; parents have smaller numbers).
         for i in range(n - 1, -1, -1):
             _moments_to_parent(i, parent, mass, first, second)
@@ -687,6 +706,64 @@ def forward_dynamics(
 
 
 @_inline
+def _frames_and_inertia_matrix(
+    b,
+    parent,
+    revolute,
+    quaternion,
+    q,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    rot,
+    pos,
+    axis,
+    mass,
+    first,
+    second,
+    world,
+    jp,
+    tmp,
+    h,
+):  # pragma: no cover - compiled by Numba
+    """Sample ``b``'s body frames (``rot``, ``pos``), joint motion axes (``axis``), subtree mass
+    moments and ``(6 + n, 6 + n)`` inertia matrix ``h`` (eqs 3.1, 3.18-3.28)."""
+    n = parent.shape[0]
+    bj, bf, bpj, bcj = _pick(b, q), _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
+    bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
+    _base_frame(quaternion, _pick(b, quaternion), rot, pos)
+    for i in range(n):
+        _link_frame(
+            i,
+            parent,
+            revolute,
+            q,
+            bj,
+            joint_frame,
+            bf,
+            parent_to_joint,
+            bpj,
+            centroid_to_joint,
+            bcj,
+            rot,
+            pos,
+            axis,
+            tmp,
+            jp,
+        )
+    for body in range(n + 1):
+        m = _body_inertia(body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world)
+        _body_moments(body, m, world, pos, mass, first, second)
+    for i in range(n - 1, -1, -1):
+        _moments_to_parent(i, parent, mass, first, second)
+    _inertia_matrix(parent, axis, mass, first, second, h)
+
+
+@_inline
 def _pick(b, array):  # pragma: no cover - compiled by Numba
     """Sample ``b``'s index into an array with a leading axis of ``B`` or 1 (shared)."""
     return b if array.shape[0] > 1 else 0
@@ -749,36 +826,31 @@ def computed_torque_range(
     for b in range(start, stop):
         bj, bd = _pick(b, q), _pick(b, qd)
         bm, bbm = _pick(b, link_mass), _pick(b, base_mass)
-        bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
         bbi, bli = _pick(b, base_inertia), _pick(b, link_inertia)
-        _base_frame(quaternion, _pick(b, quaternion), rot, pos)
-        for i in range(n):
-            _link_frame(
-                i,
-                parent,
-                revolute,
-                q,
-                bj,
-                joint_frame,
-                bf,
-                parent_to_joint,
-                bpj,
-                centroid_to_joint,
-                bcj,
-                rot,
-                pos,
-                axis,
-                tmp,
-                jp,
-            )
-        for body in range(n + 1):
-            m = _body_inertia(
-                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
-            )
-            _body_moments(body, m, world, pos, mass, first, second)
-        for i in range(n - 1, -1, -1):
-            _moments_to_parent(i, parent, mass, first, second)
-        _inertia_matrix(parent, axis, mass, first, second, h)
+        _frames_and_inertia_matrix(
+            b,
+            parent,
+            revolute,
+            quaternion,
+            q,
+            base_mass,
+            base_inertia,
+            link_mass,
+            link_inertia,
+            joint_frame,
+            parent_to_joint,
+            centroid_to_joint,
+            rot,
+            pos,
+            axis,
+            mass,
+            first,
+            second,
+            world,
+            jp,
+            tmp,
+            h,
+        )
         _cholesky(h, base, 6, factor)
         # Base twist at zero momentum (eq 109): H_b [v0; w0] = -H_bm qd.
         for a in range(6):
@@ -814,6 +886,180 @@ def computed_torque_range(
                 value += h[a, 6 + i] * y[a]
             # minus tau_passive = -K q - D qd
             tau_out[b, i] = value + stiffness[bk, i] * q[bj, i] + damping[bdd, i] * qd[bd, i]
+
+
+@_jit
+def inverse_dynamics_range(
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    dof_parent,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    base_acceleration,
+    qdd,
+    end_point_force,
+    end_point_torque,
+    base_wrench_out,
+    tau_out,
+    start,
+    stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
+    """Recursive Newton-Euler inverse dynamics (:func:`sdjax.inverse_dynamics` of a model
+    without mimic joints, eqs 3.30-3.39) of the samples ``start <= b < stop``.
+
+    Inputs as :func:`forward_dynamics_range`'s (``free`` and ``dof_parent`` are not read), with
+    ``base_acceleration (.., 6)`` ``[dv0/dt, dw0/dt]`` and ``qdd (.., n)``; the end-point loads
+    have a step axis of 1. Outputs: ``base_wrench_out (B, 6)`` ``[F0, N0]`` (force at and
+    torque about the base centroid, inertial frame) and ``tau_out (B, n)``, the actuator loads
+    (the Newton-Euler joint loads less the passive torques ``-K q - D qd``).
+    """
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(
+        parent.shape[0], free.shape[0], q
+    )
+    n = parent.shape[0]
+    for b in range(start, stop):
+        bj, bd, bdd = _pick(b, q), _pick(b, qd), _pick(b, qdd)
+        bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
+        bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
+        _base_frame(quaternion, _pick(b, quaternion), rot, pos)
+        _base_motion(
+            angular_velocity[_pick(b, angular_velocity)], linear_velocity[_pick(b, linear_velocity)], twist, accel
+        )
+        # The base's spatial acceleration (dw0/dt, dv0/dt - w0 x v0).
+        ba = base_acceleration[_pick(b, base_acceleration)]
+        for a in range(3):
+            accel[0, a] += ba[3 + a]
+            accel[0, 3 + a] += ba[a]
+        # Kinematics, root to leaves (eq 3.1; twists and accelerations eqs 3.8-3.15).
+        for i in range(n):
+            _link_frame(
+                i,
+                parent,
+                revolute,
+                q,
+                bj,
+                joint_frame,
+                bf,
+                parent_to_joint,
+                bpj,
+                centroid_to_joint,
+                bcj,
+                rot,
+                pos,
+                axis,
+                tmp,
+                jp,
+            )
+            _link_motion(i, parent, qd, bd, axis, twist, accel)
+            qddi = qdd[bdd, i]
+            for a in range(6):
+                accel[i + 1, a] += axis[i, a] * qddi
+        g = gravity[_pick(b, gravity)]
+        for body in range(n + 1):
+            m = _body_inertia(
+                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
+            )
+            _body_wrench(body, m, world, g, pos, twist, accel, wrench)
+        _subtract_end_point_loads(
+            end_point_link,
+            centroid_to_end_point[_pick(b, centroid_to_end_point)],
+            end_point_force[_pick(b, end_point_force), 0],
+            end_point_torque[_pick(b, end_point_torque), 0],
+            rot,
+            pos,
+            wrench,
+        )
+        # Subtree sums, leaves to root (eqs 3.32-3.35); the base's is the whole system's (eqs
+        # 3.38-3.39), each joint's load its axis . its subtree wrench (eqs 3.36-3.37).
+        for i in range(n - 1, -1, -1):
+            _wrench_to_parent(i, parent, wrench)
+        for a in range(6):
+            base_wrench_out[b, a] = wrench[0, a]
+        bk, bdamp = _pick(b, stiffness), _pick(b, damping)
+        for i in range(n):
+            # minus tau_passive = -K q - D qd
+            tau_out[b, i] = _joint_bias(axis, wrench, i) + stiffness[bk, i] * q[bj, i] + damping[bdamp, i] * qd[bd, i]
+
+
+@_jit
+def inertia_matrix_range(
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    dof_parent,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    h_out,
+    start,
+    stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
+    """The inertia matrix (:func:`sdjax.inertia_matrix` of a model without mimic joints, eqs
+    3.18-3.28) of the samples ``start <= b < stop``, in the base mode's free coordinates
+    ``free (nv,)``: ``h_out (B, nv, nv)``. Inputs as :func:`forward_dynamics_range`'s (the
+    velocities, end points, passive joints and gravity are not read)."""
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(
+        parent.shape[0], free.shape[0], q
+    )
+    nv = free.shape[0]
+    for b in range(start, stop):
+        _frames_and_inertia_matrix(
+            b,
+            parent,
+            revolute,
+            quaternion,
+            q,
+            base_mass,
+            base_inertia,
+            link_mass,
+            link_inertia,
+            joint_frame,
+            parent_to_joint,
+            centroid_to_joint,
+            rot,
+            pos,
+            axis,
+            mass,
+            first,
+            second,
+            world,
+            jp,
+            tmp,
+            h,
+        )
+        for r in range(nv):
+            for c in range(nv):
+                h_out[b, r, c] = h[free[r], free[c]]
 
 
 #: Joint laws of :func:`rk4_rollout`, evaluated at the start of each step and held over it

@@ -515,8 +515,29 @@ def inertia_matrix(model: Model, state: State) -> Array:
         for a planar base (``H_b`` 3 x 3); ``qd`` for a fixed base (``H = H_m``).
     """
     check_state(model, state)
+    return _free_inertia_matrix(model, state)
+
+
+def _plain_free_inertia_matrix(model: Model, state: State) -> Array:
+    """:func:`inertia_matrix` of a checked state (the per-sample JAX code)."""
     h = floating_inertia_matrix(model, state)
     return free_coordinates(model, free_coordinates(model, h, 0), 1)
+
+
+def _batched_inertia_matrix(
+    axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
+) -> Any:
+    """Batched evaluation of :func:`_plain_free_inertia_matrix` (primal values only): the
+    compiled kernel where it serves (:func:`_kernel_serves`), otherwise one vectorised program
+    (chunks of 128 to 2048 samples timed the same as the whole batch within this machine's
+    noise: :data:`INVERSE_DYNAMICS_CHUNK_BUDGET`)."""
+    model, state = args
+    if _kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+        return batch_kernel.inertia_matrix(axis_size, model, state, in_batched)
+    return jax.vmap(lambda leaves: _plain_free_inertia_matrix(*rebuild(leaves)), axis_size=axis_size)(mapped)
+
+
+_free_inertia_matrix = batched_route(_plain_free_inertia_matrix, _batched_inertia_matrix)
 
 
 def inertia_matrix_blocks(model: Model, state: State) -> tuple[Array, Array, Array]:
@@ -659,25 +680,27 @@ def _map_in_chunks(one: Any, mapped: list[Any], axis_size: int, chunk: int) -> A
     return jax.vmap(one, axis_size=axis_size)(mapped)
 
 
-def _chunked_under_vmap(fun: Any, chunk_size: Any) -> Any:
-    """``fun`` (array outputs), evaluated in chunks of ``chunk_size(*args)`` samples under
-    ``vmap`` (:func:`_map_in_chunks`). Only evaluation is chunked: derivatives of every order
-    are those of ``fun`` itself (:func:`sdjax._derivatives.batched_route`)."""
+def _kernel_serves(model: Model, mapped: list[Any], axis_size: int, min_bodies: int = 0) -> bool:
+    """Whether a batch goes to the compiled kernel (:mod:`sdjax.batch_kernel`): something is
+    batched, the batch is at least :data:`sdjax.batch_kernel.MIN_BATCH` samples and
+    ``min_bodies`` bodies in all, the kernel is available (Numba, the CPU), and the model has no
+    mimic joints (which the kernel does not know)."""
+    return (
+        bool(mapped)
+        and axis_size >= batch_kernel.MIN_BATCH
+        and axis_size * model.num_bodies >= min_bodies
+        and batch_kernel.available()
+        and not model.has_mimic
+    )
 
-    def in_chunks(
-        axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
-    ) -> Any:
-        return _map_in_chunks(lambda leaves: fun(*rebuild(leaves)), mapped, axis_size, chunk_size(*args))
 
-    return batched_route(fun, in_chunks)
-
-
-#: Working-set budget of one chunk of a batched inverse dynamics, in units of bodies
-#: (``n + 1``) per sample (its frames, twists, accelerations and wrenches grow as the number of
-#: bodies): ``2^13`` gives 1024 samples for the 7-joint arm, 256 for a 30-link tree (measured at
-#: batch 8192, float64, 2-core AMD EPYC: 1.8x and 3.3x the unchunked program, within 0.86x and
-#: 0.98x of batch 1024 per sample). :func:`inertia_matrix` under ``vmap`` is not chunked: chunks
-#: of 128 to 2048 samples timed the same as the whole batch within this machine's noise.
+#: Working-set budget of one chunk of a batched inverse dynamics on the XLA path (without the
+#: compiled kernel), in units of bodies (``n + 1``) per sample (its frames, twists,
+#: accelerations and wrenches grow as the number of bodies): ``2^13`` gives 1024 samples for
+#: the 7-joint arm, 256 for a 30-link tree (measured at batch 8192, float64, 2-core AMD EPYC:
+#: 1.8x and 3.3x the unchunked program, within 0.86x and 0.98x of batch 1024 per sample).
+#: :func:`inertia_matrix` on the XLA path is not chunked: chunks of 128 to 2048 samples timed
+#: the same as the whole batch within this machine's noise.
 INVERSE_DYNAMICS_CHUNK_BUDGET = 1 << 13
 
 
@@ -687,10 +710,23 @@ def _power_of_two_chunk(budget: int, per_sample: int) -> int:
     return 1 << (size.bit_length() - 1)
 
 
-_inverse_dynamics = _chunked_under_vmap(
-    _newton_euler_inverse,
-    lambda model, *_: _power_of_two_chunk(INVERSE_DYNAMICS_CHUNK_BUDGET, model.num_bodies),
-)
+def _batched_inverse_dynamics(
+    axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
+) -> Any:
+    """Batched evaluation of :func:`_newton_euler_inverse` (primal values only: derivatives are
+    the plain function's): the compiled kernel where it serves (:func:`_kernel_serves`),
+    otherwise, on the CPU, chunks of :data:`INVERSE_DYNAMICS_CHUNK_BUDGET` bodies' worth of
+    samples (``lax.map``), each vectorised, and one vectorised program on an accelerator."""
+    model, state, base_acceleration, qdd, end_point_force, end_point_torque = args
+    if _kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+        return batch_kernel.inverse_dynamics(
+            axis_size, model, state, base_acceleration, qdd, end_point_force, end_point_torque, in_batched
+        )
+    chunk = _power_of_two_chunk(INVERSE_DYNAMICS_CHUNK_BUDGET, model.num_bodies)
+    return _map_in_chunks(lambda leaves: _newton_euler_inverse(*rebuild(leaves)), mapped, axis_size, chunk)
+
+
+_inverse_dynamics = batched_route(_newton_euler_inverse, _batched_inverse_dynamics)
 
 
 def _batched_solve(
@@ -714,7 +750,7 @@ def _batched_solve(
     each a few dozen kernel launches (measured on an H200 with chunks: a flat 10 M evaluations/s
     from batch 1024 to 10^6 for the 7-joint arm, against 180 M/s for the inverse dynamics)."""
     model, state, controls = args
-    if mapped and axis_size >= batch_kernel.MIN_BATCH and batch_kernel.available() and not model.has_mimic:
+    if _kernel_serves(model, mapped, axis_size):
         acceleration, factor = batch_kernel.solve_forward_dynamics(
             axis_size, model, state, controls, in_batched, with_factor=with_factor
         )

@@ -26,9 +26,10 @@ pytest.importorskip("numba")
 
 @pytest.fixture(autouse=True)
 def _kernel_for_small_batches(monkeypatch):
-    """The public path gives batches of MIN_BATCH and more to the kernel; these tests use
+    """The public path gives batches of MIN_BATCH (and MIN_BATCH_BODIES) and more to the kernel; these tests use
     small batches, so every batch goes there (traces made otherwise are dropped)."""
     monkeypatch.setattr(batch_kernel, "MIN_BATCH", 1)
+    monkeypatch.setattr(batch_kernel, "MIN_BATCH_BODIES", 1)
     monkeypatch.setattr(batch_kernel, "MIN_ROLLOUT_BATCH", 1)
     jax.clear_caches()
     yield
@@ -241,6 +242,116 @@ def test_batch_of_leaves_the_dynamics_does_not_read():
     )(positions)
     expected = dynamics._solve_forward_dynamics(model, state, dynamics.make_controls(model))[0]
     assert_close(ours, jnp.broadcast_to(expected, ours.shape), RTOL[jnp.float64], "batch over the base position")
+
+
+# ------------------------------------------------------------------------------------------
+# Inverse dynamics and the inertia matrix in the kernel.
+
+
+def _motion_batch(model, batch, seed, dtype):
+    """States, base and joint accelerations (the base's only along its free components) and
+    end-point loads of ``batch`` random samples."""
+    states, controls = _batch(model, batch, seed, dtype)
+    free = np.isin(np.arange(6), model.base_coordinates).astype(np.dtype(dtype))
+    rng = np.random.default_rng(seed + 1)
+    base_acceleration = jnp.asarray(rng.normal(size=(batch, 6)) * free, dtype)
+    qdd = jnp.asarray(rng.normal(size=(batch, model.num_joints)), dtype)
+    return states, base_acceleration, qdd, controls.end_point_force, controls.end_point_torque
+
+
+def _inverse_dynamics(model):
+    def one(state, base_acceleration, qdd, force, torque):
+        return sdjax.inverse_dynamics(
+            model, state, base_acceleration, qdd, end_point_force=force, end_point_torque=torque
+        )
+
+    return one
+
+
+def _per_sample(fun, *batched):
+    """``fun`` on each sample of ``batched`` (leading axis), jit without vmap: the XLA path,
+    stacked."""
+    one = jax.jit(fun)
+    outs = [one(*jax.tree.map(lambda x: x[k], batched)) for k in range(jax.tree.leaves(batched)[0].shape[0])]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("base", ["floating", "planar", "fixed"])
+def test_inverse_dynamics_and_inertia_matrix_kernels_equal_reference(base, dtype, monkeypatch):
+    """``jit(vmap(inverse_dynamics))`` and ``jit(vmap(inertia_matrix))`` run in the kernel
+    (counted) and equal the per-sample XLA code on a branched tree with prismatic joints,
+    gravity, passive joints, base and joint accelerations and end-point loads, in each base
+    mode; the inertia matrix in the base mode's free coordinates."""
+    kernels = _counting_kernels(monkeypatch)
+    model = sdjax.edit_model(random_model(11, 12, gravity=True, passive=True), base=base).astype(dtype)
+    inputs = _motion_batch(model, 23, 4, dtype)
+    inverse = _inverse_dynamics(model)
+    ours = jax.jit(jax.vmap(inverse))(*inputs)
+    assert kernels == ["inverse_dynamics_range"]
+    expected = _per_sample(inverse, *inputs)
+    assert ours[0].dtype == dtype and ours[1].shape == expected[1].shape
+    # (Each output relative to its own largest entry: the base wrench and the joint torques
+    # differ in scale.)
+    assert_close(ours[0], expected[0], RTOL[dtype], f"{base} base wrench")
+    assert_close(ours[1], expected[1], RTOL[dtype], f"{base} joint torques")
+    inertia = lambda s: sdjax.inertia_matrix(model, s)  # noqa: E731
+    h = jax.jit(jax.vmap(inertia))(inputs[0])
+    assert kernels[-1] == "inertia_matrix_range"
+    assert h.shape == (23, model.num_velocities, model.num_velocities)
+    assert_close(h, _per_sample(inertia, inputs[0]), RTOL[dtype], f"{base} inertia matrix")
+
+
+def test_inverse_dynamics_and_inertia_matrix_kernels_shared_inputs_derivatives_and_mimic(monkeypatch):
+    """A batch of models with shared motion inputs; gradients through the batched calls equal
+    the per-sample gradients of the XLA path (derivatives never pass through the kernel); a
+    model with mimic joints stays on the XLA path (no kernel call) with the same values."""
+    kernels = _counting_kernels(monkeypatch)
+    base_model = random_model(21, 9, gravity=True, passive=True)
+    rng = np.random.default_rng(1)
+    models = [base_model] + [jax.tree.map(lambda x: x * (1 + 0.2 * rng.uniform()), base_model) for _ in range(4)]
+    stacked = sdjax.stack_models(models)
+    states, base_acceleration, qdd, force, torque = _motion_batch(base_model, 1, 8, jnp.float64)
+    shared = jax.tree.map(lambda x: x[0], (states, base_acceleration, qdd, force, torque))
+    ours = jax.jit(
+        jax.vmap(
+            lambda m: sdjax.inverse_dynamics(
+                m, shared[0], *shared[1:3], end_point_force=shared[3], end_point_torque=shared[4]
+            )
+        )
+    )(stacked)
+    h = jax.jit(jax.vmap(lambda m: sdjax.inertia_matrix(m, shared[0])))(stacked)
+    assert kernels == ["inverse_dynamics_range", "inertia_matrix_range"]
+    for k, m in enumerate(models):
+        expected = _inverse_dynamics(m)(*shared)
+        assert_close(ours[1][k], expected[1], RTOL[jnp.float64], f"joint torques, model {k}")
+        assert_close(ours[0][k], expected[0], RTOL[jnp.float64], f"base wrench, model {k}")
+        assert_close(h[k], sdjax.inertia_matrix(m, shared[0]), RTOL[jnp.float64], f"inertia matrix, model {k}")
+
+    inputs = _motion_batch(base_model, 5, 9, jnp.float64)
+
+    def loss(m, *motion):
+        base_wrench, tau = _inverse_dynamics(m)(*motion)
+        return (
+            jnp.sum(jnp.sin(base_wrench)) + jnp.sum(jnp.sin(tau)) + jnp.sum(jnp.sin(sdjax.inertia_matrix(m, motion[0])))
+        )
+
+    gradient = jax.grad(loss, argnums=(0, 1, 2, 3))
+    batched = jax.jit(jax.vmap(gradient, in_axes=(None, 0, 0, 0, 0, 0)))(base_model, *inputs)
+    expected = _per_sample(lambda *motion: gradient(base_model, *motion), *inputs)
+    for a, b in zip(jax.tree.leaves(batched), jax.tree.leaves(expected)):
+        assert_close(a, b, 1e-12, "gradient")  # (the same XLA program per sample: round-off only)
+
+    del kernels[:]
+    plain = random_model(5, 6, chain_probability=0.5, passive=True, gravity=True)
+    mimic = sdjax.edit_model(plain, mimic_leader=(0, 0, 2, 0, 0, 4), mimic_multiplier=[1.0, 1.0, -0.7, 1.0, 1.0, 2.0])
+    q = jnp.asarray(rng.uniform(-1, 1, size=(6, mimic.num_joint_coordinates)))  # (the mimic joints follow)
+    mimic_states = jax.vmap(lambda x: sdjax.make_state(mimic, q=x))(q)
+    tau = jax.jit(jax.vmap(lambda s: sdjax.inverse_dynamics(mimic, s)[1]))(mimic_states)
+    h = jax.jit(jax.vmap(lambda s: sdjax.inertia_matrix(mimic, s)))(mimic_states)
+    assert kernels == []
+    assert_close(tau, _per_sample(lambda s: sdjax.inverse_dynamics(mimic, s)[1], mimic_states), 1e-12, "mimic torques")
+    assert_close(h, _per_sample(lambda s: sdjax.inertia_matrix(mimic, s), mimic_states), 1e-12, "mimic inertia matrix")
 
 
 # ------------------------------------------------------------------------------------------
