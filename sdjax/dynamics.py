@@ -193,6 +193,15 @@ def passive_joint_torques(model: Model, state: State) -> Array:
 # Recursive Newton-Euler (eqs 3.30-3.39).
 
 
+def _applied_loads(model: Model, state: State, controls: Controls) -> Array:
+    """``[F0; N0; tau + tau_passive]`` (6 + n,): eq 3.18's applied loads on the base and the
+    joints, the passive joint torques included (the end-point loads enter the Newton-Euler pass
+    as external wrenches instead)."""
+    return jnp.concatenate(
+        [controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)]
+    )
+
+
 def _end_point_wrenches(model: Model, frames: Frames, force: Array, torque: Array) -> Array:
     """``(n + 1, 6)`` external wrenches (moment about r0, force) per body from end-point loads."""
     position, _ = end_point_frames(model, frames)
@@ -633,10 +642,7 @@ def _dynamics_residual(model: Model, state: State, controls: Controls, accelerat
     motion, accelerations = _motion(model, state, acceleration[:6], acceleration[6:])
     external = _end_point_wrenches(model, motion.frames, controls.end_point_force, controls.end_point_torque)
     force = _newton_euler(model, motion, accelerations, external)
-    applied = jnp.concatenate(
-        [controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)]
-    )
-    return free_coordinates(model, force - applied)
+    return free_coordinates(model, force - _applied_loads(model, state, controls))
 
 
 def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
@@ -648,9 +654,7 @@ def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> t
     h = inertia_matrix_from_frames(model, motion.frames, motion.axes)
     external = _end_point_wrenches(model, motion.frames, controls.end_point_force, controls.end_point_torque)
     bias = _newton_euler(model, motion, accelerations, external)
-    applied = jnp.concatenate(
-        [controls.base_force, controls.base_torque, controls.tau + passive_joint_torques(model, state)]
-    )
+    applied = _applied_loads(model, state, controls)
     h = free_coordinates(model, free_coordinates(model, h, 0), 1)
     factor, _ = jsl.cho_factor(h, lower=True)
     return floating_coordinates(model, jsl.cho_solve((factor, True), free_coordinates(model, applied - bias))), factor
