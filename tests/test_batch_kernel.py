@@ -304,8 +304,9 @@ def test_inverse_dynamics_and_inertia_matrix_kernels_equal_reference(base, dtype
 
 def test_inverse_dynamics_and_inertia_matrix_kernels_shared_inputs_derivatives_and_mimic(monkeypatch):
     """A batch of models with shared motion inputs; gradients through the batched calls equal
-    the per-sample gradients of the XLA path (derivatives never pass through the kernel); a
-    model with mimic joints stays on the XLA path (no kernel call) with the same values."""
+    the per-sample gradients of the XLA path (derivatives never pass through the kernel); a base
+    without links; a model with mimic joints stays on the XLA path (no kernel call) with the
+    same values."""
     kernels = _counting_kernels(monkeypatch)
     base_model = random_model(21, 9, gravity=True, passive=True)
     rng = np.random.default_rng(1)
@@ -342,6 +343,24 @@ def test_inverse_dynamics_and_inertia_matrix_kernels_shared_inputs_derivatives_a
     for a, b in zip(jax.tree.leaves(batched), jax.tree.leaves(expected)):
         assert_close(a, b, 1e-12, "gradient")  # (the same XLA program per sample: round-off only)
 
+    # A base without links (the kernel's joint loops empty, torques of shape (B, 0)). Tolerance:
+    # round-off of one body's wrench and inertia summed in another order (RTOL's float64 case).
+    del kernels[:]
+    lone = random_model(2, 0, gravity=True)
+    lone_states = _motion_batch(lone, 4, 12, jnp.float64)[0]
+    lone_wrench, lone_tau = jax.jit(jax.vmap(lambda s: sdjax.inverse_dynamics(lone, s)))(lone_states)
+    lone_h = jax.jit(jax.vmap(lambda s: sdjax.inertia_matrix(lone, s)))(lone_states)
+    assert kernels == ["inverse_dynamics_range", "inertia_matrix_range"] and lone_tau.shape == (4, 0)
+    assert_close(
+        lone_wrench,
+        _per_sample(lambda s: sdjax.inverse_dynamics(lone, s)[0], lone_states),
+        RTOL[jnp.float64],
+        "base only",
+    )
+    assert_close(
+        lone_h, _per_sample(lambda s: sdjax.inertia_matrix(lone, s), lone_states), RTOL[jnp.float64], "base only, H"
+    )
+
     del kernels[:]
     plain = random_model(5, 6, chain_probability=0.5, passive=True, gravity=True)
     mimic = sdjax.edit_model(plain, mimic_leader=(0, 0, 2, 0, 0, 4), mimic_multiplier=[1.0, 1.0, -0.7, 1.0, 1.0, 2.0])
@@ -350,6 +369,7 @@ def test_inverse_dynamics_and_inertia_matrix_kernels_shared_inputs_derivatives_a
     tau = jax.jit(jax.vmap(lambda s: sdjax.inverse_dynamics(mimic, s)[1]))(mimic_states)
     h = jax.jit(jax.vmap(lambda s: sdjax.inertia_matrix(mimic, s)))(mimic_states)
     assert kernels == []
+    # (The XLA path under vmap against the same code per sample: round-off only.)
     assert_close(tau, _per_sample(lambda s: sdjax.inverse_dynamics(mimic, s)[1], mimic_states), 1e-12, "mimic torques")
     assert_close(h, _per_sample(lambda s: sdjax.inertia_matrix(mimic, s), mimic_states), 1e-12, "mimic inertia matrix")
 
