@@ -462,10 +462,47 @@ def bias_forces(model: Model, state: State) -> Array:
 
     Passive joint torques are not included (they are applied forces)."""
     check_state(model, state)
+    return _free_bias_forces(model, state)
+
+
+def _plain_free_bias_forces(model: Model, state: State) -> Array:
+    """:func:`bias_forces` of a checked state (the per-sample JAX code)."""
     zero = jnp.zeros(6 + model.num_joints, state.q.dtype)
     motion, accelerations = _motion(model, state, zero[:6], zero[6:])
     bias = _newton_euler(model, motion, accelerations, jnp.zeros((model.num_bodies, 6), zero.dtype))
     return free_coordinates(model, bias)
+
+
+def _batched_bias_forces(
+    axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
+) -> Any:
+    """Batched evaluation of :func:`_plain_free_bias_forces` (primal values only): the
+    kernel's inverse dynamics at zero accelerations, no loads and no passive joints where it
+    serves (:func:`_kernel_serves`), otherwise one vectorised program."""
+    model, state = args
+    if not _kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+        return jax.vmap(lambda leaves: _plain_free_bias_forces(*rebuild(leaves)), axis_size=axis_size)(mapped)
+    model_batched, state_batched = in_batched
+    dtype = state.q.dtype
+    n, ne = model.num_joints, model.num_end_points
+    unsprung = eqx.tree_at(
+        lambda m: (m.joint_stiffness, m.joint_damping), model, (jnp.zeros(n, dtype), jnp.zeros(n, dtype))
+    )
+    unsprung_batched = eqx.tree_at(lambda m: (m.joint_stiffness, m.joint_damping), model_batched, (False, False))
+    wrench, tau = batch_kernel.inverse_dynamics(
+        axis_size,
+        unsprung,
+        state,
+        jnp.zeros(6, dtype),
+        jnp.zeros(n, dtype),
+        jnp.zeros((ne, 3), dtype),
+        jnp.zeros((ne, 3), dtype),
+        (unsprung_batched, state_batched, False, False, False, False),
+    )
+    return free_coordinates(model, jnp.concatenate([wrench, tau], axis=-1), -1)
+
+
+_free_bias_forces = batched_route(_plain_free_bias_forces, _batched_bias_forces)
 
 
 # ------------------------------------------------------------------------------------------

@@ -279,8 +279,8 @@ def _per_sample(fun, *batched):
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
 @pytest.mark.parametrize("base", ["floating", "planar", "fixed"])
 def test_inverse_dynamics_and_inertia_matrix_kernels_equal_reference(base, dtype, monkeypatch):
-    """``jit(vmap(inverse_dynamics))`` and ``jit(vmap(inertia_matrix))`` run in the kernel
-    (counted) and equal the per-sample XLA code on a branched tree with prismatic joints,
+    """``jit(vmap(...))`` of ``inverse_dynamics``, ``inertia_matrix`` and ``bias_forces`` run in
+    the kernel (counted) and equal the per-sample XLA code on a branched tree with prismatic joints,
     gravity, passive joints, base and joint accelerations and end-point loads, in each base
     mode; the inertia matrix in the base mode's free coordinates."""
     kernels = _counting_kernels(monkeypatch)
@@ -300,6 +300,12 @@ def test_inverse_dynamics_and_inertia_matrix_kernels_equal_reference(base, dtype
     assert kernels[-1] == "inertia_matrix_range"
     assert h.shape == (23, model.num_velocities, model.num_velocities)
     assert_close(h, _per_sample(inertia, inputs[0]), RTOL[dtype], f"{base} inertia matrix")
+    # The bias forces: the inverse-dynamics kernel at zero accelerations, without the loads and
+    # the passive joint torques (which bias_forces leaves out).
+    bias = lambda s: sdjax.bias_forces(model, s)  # noqa: E731
+    c = jax.jit(jax.vmap(bias))(inputs[0])
+    assert kernels[-1] == "inverse_dynamics_range" and c.shape == (23, model.num_velocities)
+    assert_close(c, _per_sample(bias, inputs[0]), RTOL[dtype], f"{base} bias forces")
 
 
 def test_inverse_dynamics_and_inertia_matrix_kernels_shared_inputs_derivatives_and_mimic(monkeypatch):
@@ -333,9 +339,8 @@ def test_inverse_dynamics_and_inertia_matrix_kernels_shared_inputs_derivatives_a
 
     def loss(m, *motion):
         base_wrench, tau = _inverse_dynamics(m)(*motion)
-        return (
-            jnp.sum(jnp.sin(base_wrench)) + jnp.sum(jnp.sin(tau)) + jnp.sum(jnp.sin(sdjax.inertia_matrix(m, motion[0])))
-        )
+        h, c = sdjax.inertia_matrix(m, motion[0]), sdjax.bias_forces(m, motion[0])
+        return jnp.sum(jnp.sin(base_wrench)) + jnp.sum(jnp.sin(tau)) + jnp.sum(jnp.sin(h)) + jnp.sum(jnp.sin(c))
 
     gradient = jax.grad(loss, argnums=(0, 1, 2, 3))
     batched = jax.jit(jax.vmap(gradient, in_axes=(None, 0, 0, 0, 0, 0)))(base_model, *inputs)
