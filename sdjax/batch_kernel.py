@@ -15,9 +15,9 @@ Numba (LLVM) and run on all cores: kinematics and the Newton-Euler bias forces (
 :func:`sdjax.dynamics.inertia_matrix_from_frames`), its Cholesky factorisation and eq 3.29's
 solve, with every intermediate in registers or a scratch block per call. It is entered by
 the batching rule of the forward dynamics (:func:`sdjax.dynamics.forward_dynamics` and
-everything built on it: rollouts, Monte-Carlo), and of :func:`sdjax.inverse_dynamics` and
-:func:`sdjax.inertia_matrix` (the same pieces: :func:`inverse_dynamics`,
-:func:`inertia_matrix`), on the CPU backend when Numba is installed; the
+everything built on it: rollouts, Monte-Carlo), and of :func:`sdjax.inverse_dynamics`,
+:func:`sdjax.bias_forces` and :func:`sdjax.inertia_matrix` (the same pieces:
+:func:`inverse_dynamics`, :func:`inertia_matrix`), on the CPU backend when Numba is installed; the
 JAX path stays the reference, runs everywhere else (GPU, no Numba, ``SDJAX_KERNEL=jax``) and
 gives every derivative: only primal values pass through here (the forward dynamics is
 differentiated by the implicit-function rule of its Newton-Euler residual). Values agree with
