@@ -90,6 +90,7 @@ def run_arm(name: str, model: Any, q0: np.ndarray, duration: float, iterations: 
         iterations=iterations,
         criterion=criterion,
         design_seconds=design_seconds,
+        objective=[float(design.history[0]), float(design.history[-1])],  # the design's start and end
         scale=design.scale,
         limits_used=design.peaks,
     )
@@ -102,7 +103,8 @@ def run_arm(name: str, model: Any, q0: np.ndarray, duration: float, iterations: 
             errors.append(base_errors(design.base, result.parameters, truth))
         row[kind] = dict(
             rank=ident.identifiability(nominal, data, links).rank,
-            log_det_criterion=float(ex.excitation_criterion(sv)),
+            log_det_criterion=float(ex.excitation_criterion(sv, "log_det")),
+            trace_criterion=float(ex.excitation_criterion(sv, "trace")),
             condition_number=float(sv[0] / sv[-1]),
             smallest_singular_value=float(sv[-1]),
             base_error=float(np.median([e[0] for e in errors])),

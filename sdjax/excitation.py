@@ -26,8 +26,10 @@ gradient through the closed-loop rollout that produces the record:
   as a quadratic penalty during the search and exactly at the end: a design that still
   leaves a limit is scaled down (all Fourier coefficients by one factor, found by bisection on
   re-simulated records) until every limit holds.
-- **Optimiser**: L-BFGS with a zoom line search on every step (``optax.lbfgs``), inside one
-  compiled program; the objective's history is returned.
+- **Optimiser**: L-BFGS with a strong Wolfe line search (:func:`sdjax.solvers.lbfgs`), inside one
+  compiled program that evaluates the objective and its gradient (a rollout and its reverse
+  pass) at one place per loop pass, so it is compiled once; the objective's history is
+  returned.
 
 Frames inertial, units SI, angles rad.
 """
@@ -42,8 +44,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from jax import Array, lax
+from jax import Array
 
 from sdjax.algebra import matmul
 from sdjax._checks import check_choice, float_array
@@ -58,6 +59,7 @@ from sdjax.identification import (
     tracking_record,
 )
 from sdjax.model import Model, check_no_mimic
+from sdjax.solvers import lbfgs
 
 __all__ = [
     "CRITERIA",
@@ -215,8 +217,8 @@ class ExcitationDesign:
             subsampled as the design saw it).
         base: the structural base parameters the criterion is about.
         criterion: the criterion's name.
-        history: ``(iterations + 1,)`` objective (criterion + limit penalty) per L-BFGS
-            iteration, the start first.
+        history: ``(iterations + 1,)`` objective (criterion + limit penalty) at the start and
+            after each L-BFGS iteration.
         initial_singular_values, singular_values: ``(r,)`` base-regressor singular values of
             the starting design and of the final one (:func:`base_singular_values`).
         scale: the factor the optimised coefficients were multiplied by to meet every limit
@@ -224,7 +226,8 @@ class ExcitationDesign:
         peaks: the largest relative use of each limit on the final record, ``{"excursion" or
             "joint_limits", "rate", "torque": value}`` (``<= 1`` when met; limits not set are
             absent).
-        iterations: L-BFGS iterations run.
+        iterations: L-BFGS iterations run: the ones asked for, or fewer where a line search
+            found no step that lowers the objective (at a minimum to round-off).
     """
 
     reference: FourierExcitation
@@ -437,6 +440,8 @@ def optimal_excitation(
     # 2. L-BFGS from the starting design.
     initial_sv = np.asarray(_singular_values(design, selection, coefficients))
     coefficients, history = _minimize(design, selection, coefficients, iterations)
+    history = np.asarray(history)
+    history = history[~np.isnan(history)]
 
     # 3. Exact limits (the penalty leaves the optimum slightly outside them).
     coefficients, scale = _within_limits(design, coefficients)
@@ -450,12 +455,12 @@ def optimal_excitation(
         record=record.subsample(sample_every),
         base=base,
         criterion=criterion,
-        history=np.asarray(history),
+        history=history,
         initial_singular_values=initial_sv,
         singular_values=np.asarray(_singular_values(design, selection, coefficients)),
         scale=scale,
         peaks=peaks,
-        iterations=int(iterations),
+        iterations=len(history) - 1,
     )
 
 
@@ -489,24 +494,11 @@ def _within_limits(design: _Design, coefficients: Array) -> tuple[Array, float]:
 def _lbfgs(
     design: _Design, selection: tuple[Array, Array], coefficients: Array, iterations: int
 ) -> tuple[Array, Array]:
-    """``iterations`` L-BFGS steps (zoom line search) on ``design.objective``; the objective's
-    history, the start first."""
-    solver = optax.lbfgs()
-    objective = lambda x: design.objective(selection, x)  # noqa: E731
-    value_and_grad = optax.value_and_grad_from_state(objective)
-
-    def step(carry, _):
-        x, state = carry
-        value, grad = value_and_grad(x, state=state)
-        updates, state = solver.update(grad, state, x, value=value, grad=grad, value_fn=objective)
-        return (optax.apply_updates(x, updates), state), value
-
-    # optax's L-BFGS mixes int32 and int64 counters: it is traced with JAX's standard promotion
-    # whatever the caller's setting (a strict-promotion caller would otherwise get a TypeError).
-    with jax.numpy_dtype_promotion("standard"):
-        (x, state), values = lax.scan(step, (coefficients, solver.init(coefficients)), None, length=iterations)
-    final = optax.tree_utils.tree_get(state, "value")
-    return x, jnp.concatenate([values, jnp.asarray(final)[None]])
+    """``iterations`` L-BFGS steps on ``design.objective``; the objective at the start and
+    after each step (NaN past an early stop)."""
+    value_and_grad = jax.value_and_grad(lambda x: design.objective(selection, x))
+    result = lbfgs(value_and_grad, coefficients, max_iterations=iterations)
+    return result.x, result.history
 
 
 _minimize = solver_jit(_lbfgs)

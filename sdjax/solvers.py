@@ -1,4 +1,4 @@
-"""Damped least squares and the Gauss-Newton / Levenberg-Marquardt iteration.
+"""Damped least squares, the Gauss-Newton / Levenberg-Marquardt iteration and L-BFGS.
 
 The numerical building blocks that resolved motion rate control and inverse kinematics
 (:mod:`sdjax.control`), plan refinement (:mod:`sdjax.planning`) and inertial parameter
@@ -47,6 +47,20 @@ in a ``lax.while_loop``, so it runs inside ``jit``:
   damping within ``max_tries``, or ``max_iterations`` accepted steps;
 - history: the cost ``1/2 |r|^2`` and ``max |r|`` at the start and after every accepted step.
 
+L-BFGS. :func:`lbfgs` minimises a smooth scalar ``f(x)`` by limited-memory BFGS steps
+``x + t d``, ``d = -H_k g`` from the two-loop recursion over the last ``memory`` pairs
+``(s, y)`` (Nocedal and Wright, algorithm 7.4), with a line search for the strong Wolfe
+conditions: sufficient decrease ``f(x + t d) <= f(x) + c1 t g.d`` and a flat enough slope
+``|g(x + t d).d| <= c2 |g.d|`` (algorithms 3.5 and 3.6: the trial step doubles from 1 until a
+bracket is found, then the bracket shrinks to the minimiser of the cubic through its ends'
+values and slopes, eq 3.59, safeguarded). Every pass of its ``lax.while_loop`` evaluates ``f``
+and its gradient once, at one trial step (the search's phases are states of the loop, not
+nested loops or branches that each call ``f``), so a compiled minimisation holds one copy of
+``value_and_grad``; where ``f`` is a rollout and its reverse pass, compiling that copy is most
+of the cost. The curvature condition makes every stored pair satisfy ``s.y > 0``, so ``H_k``
+stays positive definite; the first step, and any step after a direction that does not descend,
+is along ``-g / |g|``.
+
 The damped systems are solved by LU with partial pivoting (``jnp.linalg.solve``), which
 still returns a finite answer where the damped matrix is singular to working precision (the
 undamped normal equations of a rank-deficient ``J``, as in identification with unobservable
@@ -58,7 +72,8 @@ References:
   Quarterly of Applied Mathematics 2(2), 164-168, 1944.
 - D. W. Marquardt, "An algorithm for least-squares estimation of nonlinear parameters",
   Journal of the Society for Industrial and Applied Mathematics 11(2), 431-441, 1963.
-- J. Nocedal and S. J. Wright, *Numerical Optimization*, 2nd ed., Springer 2006, chapter 10.
+- J. Nocedal and S. J. Wright, *Numerical Optimization*, 2nd ed., Springer 2006, chapters 3
+  (line searches), 7 (L-BFGS) and 10.
 - Y. Nakamura and H. Hanafusa, "Inverse kinematic solutions with singularity robustness for
   robot manipulator control", J. Dynamic Systems, Measurement, and Control 108(3), 163-171,
   1986.
@@ -554,16 +569,226 @@ def levenberg_marquardt(
     return LeastSquaresResult(x, r, cost, k, mu, converged, cost_history, residual_history, aux)
 
 
+# ------------------------------------------------------------------------------------------
+# Smooth minimisation: L-BFGS with a strong Wolfe line search.
+
+
+class MinimizeResult(eqx.Module):
+    """Result of :func:`lbfgs` (``I = max_iterations``).
+
+    Attributes:
+        x: the final iterate, shape of ``x0``.
+        value: ``()`` ``f(x)``.
+        iterations: ``()`` int32 accepted steps.
+        evaluations: ``()`` int32 evaluations of ``f`` and its gradient, the one at ``x0``
+            included.
+        converged: ``()`` bool, stopped by a zero gradient (not by ``max_iterations``,
+            ``max_evaluations`` or a line search that found no acceptable step).
+        history: ``(I + 1,)`` ``f`` at ``x0`` and after each accepted step; NaN past the stop
+            (``history[:iterations + 1]`` are the values).
+    """
+
+    x: Array
+    value: Array
+    iterations: Array
+    evaluations: Array
+    converged: Array
+    history: Array
+
+
+def lbfgs(
+    value_and_grad: Callable[[Array], tuple[Array, Array]],
+    x0: Array,
+    *,
+    max_iterations: int,
+    memory: int = 10,
+    max_evaluations: int | None = None,
+    max_line_search: int = 30,
+    sufficient_decrease: float = 1e-4,
+    curvature: float = 0.9,
+) -> MinimizeResult:
+    """Minimise ``f`` by L-BFGS with a strong Wolfe line search (module docstring), inside
+    ``jit``: one evaluation of ``value_and_grad`` per pass of a ``lax.while_loop``.
+
+    Arguments:
+        value_and_grad: ``x -> (f(x), grad f(x))`` (e.g. ``jax.value_and_grad(f)``), ``f``
+            scalar, the gradient of ``x``'s shape.
+        x0: starting point (any shape; the iteration works on its flattened copy).
+        max_iterations: accepted steps at most.
+        memory: ``(s, y)`` pairs kept (``m`` of algorithm 7.4).
+        max_evaluations: evaluations at most, the one at ``x0`` included (default
+            ``1 + max_iterations * max_line_search``).
+        max_line_search: trial steps of one line search before it gives up (the iteration
+            then stops at the last accepted point).
+        sufficient_decrease, curvature: the Wolfe constants ``0 < c1 < c2 < 1``.
+
+    Returns:
+        :class:`MinimizeResult`.
+    """
+    for name, value in (("max_iterations", max_iterations), ("memory", memory), ("max_line_search", max_line_search)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"lbfgs: {name} must be an integer >= 1, got {value!r}")
+    if not 0.0 < sufficient_decrease < curvature < 1.0:
+        raise ValueError(
+            f"lbfgs: need 0 < sufficient_decrease < curvature < 1, got {sufficient_decrease} and {curvature}"
+        )
+    if max_evaluations is not None and (
+        isinstance(max_evaluations, bool) or not isinstance(max_evaluations, (int, np.integer)) or max_evaluations < 1
+    ):
+        raise ValueError(f"lbfgs: max_evaluations must be an integer >= 1 or None, got {max_evaluations!r}")
+    budget = 1 + max_iterations * max_line_search if max_evaluations is None else max_evaluations
+    shape = jnp.shape(x0)
+    flat0 = jnp.ravel(jnp.asarray(x0))
+    dtype = flat0.dtype
+
+    def evaluate(flat: Array) -> tuple[Array, Array]:
+        value, grad = value_and_grad(flat.reshape(shape))
+        return jnp.asarray(value, dtype), jnp.ravel(grad).astype(dtype)
+
+    def direction(grad: Array, s_memory: Array, y_memory: Array, rho: Array, newest: Array) -> Array:
+        """``-H g`` by the two-loop recursion (slots with ``rho = 0`` are empty), and
+        ``-g / |g|`` where that does not descend (no pairs yet, or round-off)."""
+
+        def newest_first(j, carry):
+            q, alphas = carry
+            i = (newest - j) % memory
+            alpha = rho[i] * jnp.dot(s_memory[i], q)
+            return q - alpha * y_memory[i], alphas.at[i].set(alpha)
+
+        q, alphas = lax.fori_loop(0, memory, newest_first, (grad, jnp.zeros(memory, dtype)))
+        yy = jnp.dot(y_memory[newest], y_memory[newest])
+        gamma = jnp.where(rho[newest] > 0, 1.0 / jnp.where(rho[newest] > 0, rho[newest] * yy, 1.0), 1.0)
+
+        def oldest_first(j, r):
+            i = (newest + 1 + j) % memory
+            beta = rho[i] * jnp.dot(y_memory[i], r)
+            return r + (alphas[i] - beta) * s_memory[i]
+
+        d = -lax.fori_loop(0, memory, oldest_first, gamma * q)
+        norm = jnp.linalg.norm(grad)
+        steepest = -grad / jnp.where(norm > 0, norm, 1.0)
+        descends = (jnp.dot(grad, d) < 0) & (rho[newest] > 0)
+        return jnp.where(descends, d, steepest)
+
+    # The first pass evaluates at x0 (t = 0) and sets f, g, the history's first entry and the
+    # first direction: value_and_grad is then called at one place in the whole program.
+    zeros = jnp.zeros((memory, flat0.size), dtype)
+    zero, one, inf = (jnp.asarray(v, dtype) for v in (0.0, 1.0, jnp.inf))
+    int0 = jnp.zeros((), jnp.int32)
+    nan = jnp.full(max_iterations + 1, jnp.nan, dtype)
+    # The line search's points along d as (step, f, slope): ``lo`` the best point with sufficient
+    # decrease, ``hi`` the other end of the bracket once one is known (``zooming``); before that
+    # ``lo`` is the previous trial of the growing search (algorithm 3.5).
+    origin = (zero, nan[0], zero)
+    init: dict[str, Any] = dict(
+        x=flat0, f=nan[0], g=jnp.zeros_like(flat0), d=jnp.zeros_like(flat0), t=zero, lo=origin, hi=origin
+    )
+    init.update(
+        zooming=jnp.zeros((), bool), s=zeros, y=zeros, rho=zeros[:, 0], newest=jnp.asarray(memory - 1, jnp.int32)
+    )
+    init.update(k=int0, evaluations=int0, trials=int0, stop=jnp.zeros((), bool), history=nan)
+
+    def keep_going(c: dict[str, Any]) -> Array:
+        return (c["k"] < max_iterations) & (c["evaluations"] < budget) & ~c["stop"]
+
+    def step(c: dict[str, Any]) -> dict[str, Any]:
+        first = c["evaluations"] == 0
+        x, f, g, d, t = c["x"], c["f"], c["g"], c["d"], c["t"]
+        f_t, g_t = evaluate(x + t * d)
+        slope, slope_t = jnp.dot(g, d), jnp.dot(g_t, d)
+        trial = (t, f_t, slope_t)
+        decrease = jnp.isfinite(f_t) & jnp.all(jnp.isfinite(g_t)) & (f_t <= f + sufficient_decrease * t * slope)
+        flat_enough = jnp.abs(slope_t) <= -curvature * slope  # strong Wolfe curvature condition
+        lo, hi, zooming = c["lo"], c["hi"], c["zooming"]
+        # Algorithm 3.5 (growing) and 3.6 (zoom) as one rule: a trial without sufficient
+        # decrease, or no lower than lo, becomes hi; otherwise it is accepted if flat enough,
+        # else it becomes lo (and the old lo becomes hi where the slope points back to it).
+        worse = ~decrease | (f_t >= lo[1]) & (zooming | (lo[0] > 0))
+        accept = ~first & ~worse & flat_enough
+        back = ~worse & (slope_t * jnp.where(zooming, hi[0] - lo[0], 1.0) >= 0)
+        new_hi = _pick(worse, trial, _pick(back, lo, hi))
+        new_lo = _pick(worse, lo, trial)
+        zooming_next = zooming | worse | back
+        t_retry = jnp.where(zooming_next, _cubic_step(new_lo, new_hi), 2.0 * t)
+        # Accepted: store the pair (s.y > 0 by the curvature condition; checked against round-off).
+        s, y = t * d, g_t - g
+        sy = jnp.dot(s, y)
+        store = accept & (sy > 0)
+        slot = jnp.where(store, (c["newest"] + 1) % memory, c["newest"])
+        s_memory = jnp.where(store, c["s"].at[slot].set(s), c["s"])
+        y_memory = jnp.where(store, c["y"].at[slot].set(y), c["y"])
+        rho = jnp.where(store, c["rho"].at[slot].set(1.0 / jnp.where(store, sy, 1.0)), c["rho"])
+        d_next = direction(g_t, s_memory, y_memory, rho, slot)
+        # Moved: a new point (or, on the first pass, x0's values): new direction, t = 1.
+        moved = accept | first
+        k_next = c["k"] + accept.astype(jnp.int32)
+        trials = jnp.where(moved, 0, c["trials"] + 1)
+        finite_start = jnp.isfinite(f_t) & jnp.all(jnp.isfinite(g_t))
+        stop = (moved & ~(jnp.linalg.norm(g_t) > 0)) | (first & ~finite_start) | (trials >= max_line_search)
+        f_next = jnp.where(moved, f_t, f)
+        return dict(
+            x=jnp.where(accept, x + s, x),
+            f=f_next,
+            g=jnp.where(moved, g_t, g),
+            d=jnp.where(moved, d_next, d),
+            t=jnp.where(moved, one, t_retry),
+            lo=_pick(moved, (zero, f_next, jnp.dot(g_t, d_next)), new_lo),
+            hi=_pick(moved, origin, new_hi),
+            zooming=~moved & zooming_next,
+            s=s_memory,
+            y=y_memory,
+            rho=rho,
+            newest=slot,
+            k=k_next,
+            evaluations=c["evaluations"] + 1,
+            trials=trials,
+            stop=stop,
+            history=jnp.where(moved, c["history"].at[k_next].set(f_t), c["history"]),
+        )
+
+    final: dict[str, Any] = lax.while_loop(keep_going, step, init)
+    x, f, g, k, evaluations, history = (final[key] for key in ("x", "f", "g", "k", "evaluations", "history"))
+    return MinimizeResult(x.reshape(shape), f, k, evaluations, ~(jnp.linalg.norm(g) > 0), history)
+
+
+#: A point of a line search along ``d``: ``(step t, f(x + t d), slope g(x + t d).d)``.
+_LinePoint = tuple[Array, Array, Array]
+
+
+def _pick(condition: Array, a: _LinePoint, b: _LinePoint) -> _LinePoint:
+    """``a`` where ``condition`` else ``b``, entry by entry."""
+    return (jnp.where(condition, a[0], b[0]), jnp.where(condition, a[1], b[1]), jnp.where(condition, a[2], b[2]))
+
+
+def _cubic_step(lo: _LinePoint, hi: _LinePoint) -> Array:
+    """The next trial step inside the bracket ``[lo, hi]`` (points ``(step, f, slope)``): the
+    minimiser of the cubic through both values and slopes (Nocedal and Wright eq 3.59), kept at
+    least a tenth of the bracket from either end, or the midpoint where the cubic has none (or a
+    value is not finite)."""
+    (a, f_a, s_a), (b, f_b, s_b) = lo, hi
+    d1 = s_a + s_b - 3.0 * (f_a - f_b) / jnp.where(a != b, a - b, 1.0)
+    radicand = d1 * d1 - s_a * s_b
+    d2 = jnp.sign(b - a) * jnp.sqrt(jnp.where(radicand > 0, radicand, 0.0))
+    denominator = s_b - s_a + 2.0 * d2
+    cubic = b - (b - a) * (s_b + d2 - d1) / jnp.where(denominator != 0, denominator, 1.0)
+    low, high = jnp.minimum(a, b), jnp.maximum(a, b)
+    margin = 0.1 * (high - low)
+    usable = jnp.isfinite(cubic) & (radicand > 0) & (denominator != 0) & jnp.isfinite(f_b) & jnp.isfinite(s_b)
+    return jnp.where(usable, jnp.clip(cubic, low + margin, high - margin), 0.5 * (a + b))
+
+
 __all__ = [
     "DEFAULT_MAX_DAMPING",
     "DEFAULT_SINGULAR_THRESHOLD",
     "FORMS",
     "DampedLeastSquares",
     "LeastSquaresResult",
+    "MinimizeResult",
     "damped_least_squares",
     "damped_solve",
     "equilibrated_lstsq",
     "levenberg_marquardt",
+    "lbfgs",
     "limit_step",
     "marquardt_scaling",
 ]

@@ -408,3 +408,123 @@ def test_iteration_limit_as_data_stops_where_the_static_count_would(adaptive):
         np.testing.assert_allclose(history[: min(k, 12) + 1], reference.cost_history, rtol=1e-14, atol=0)
         assert np.all(np.isnan(history[min(k, 12) + 1 :]))
     assert len(traces) == 1  # traced (and compiled) once for all five limits
+
+
+# ------------------------------------------------------------------------------------------
+# L-BFGS.
+
+
+def _rosenbrock(x):
+    return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+@pytest.mark.parametrize("n", [2, 5, 10])
+def test_lbfgs_finds_the_rosenbrock_minimum(n):
+    """The minimum of the n-dimensional Rosenbrock function is x = (1, ..., 1), f = 0 (closed
+    form); every accepted step lowers f (Armijo with a descent direction), the history starts at
+    f(x0) and is NaN past the stop."""
+    x0 = jnp.asarray(np.random.default_rng(n).normal(size=n))
+    result = jax.jit(lambda x: solvers.lbfgs(jax.value_and_grad(_rosenbrock), x, max_iterations=300))(x0)
+    k = int(result.iterations)
+    # Converged to round-off: the minimiser to 1e-8 (f ~ |x - 1|^2 near it, so f <= 1e-16).
+    np.testing.assert_allclose(result.x, np.ones(n), rtol=0, atol=1e-8)
+    assert float(result.value) <= 1e-16
+    history = np.asarray(result.history)
+    # Same program, same x0: the first entry is f(x0) to round-off of the sum's order.
+    np.testing.assert_allclose(history[0], _rosenbrock(x0), rtol=1e-14)
+    assert np.all(np.diff(history[: k + 1]) < 0), history[: k + 1]
+    assert np.all(np.isnan(history[k + 1 :]))
+    assert history[k] == float(result.value)
+    assert int(result.evaluations) >= k + 1
+
+
+def test_lbfgs_steps_meet_the_strong_wolfe_conditions():
+    """Each accepted step ``s = x_{k+1} - x_k`` (the iterates of runs stopped after k and k + 1
+    steps: the iteration is deterministic) decreases f enough and ends where the slope along it
+    is flat enough: ``f_{k+1} <= f_k + c1 g_k.s`` and ``|g_{k+1}.s| <= c2 |g_k.s|``, and
+    ``g_k.s < 0`` (a descent direction)."""
+    x0 = jnp.array([-1.2, 1.0, 0.5, -0.8])
+    value_and_grad = jax.value_and_grad(_rosenbrock)
+    iterates = [x0] + [
+        solvers.lbfgs(value_and_grad, x0, max_iterations=k, sufficient_decrease=1e-4, curvature=0.9).x
+        for k in range(1, 13)
+    ]
+    for k, (x, x_next) in enumerate(zip(iterates[:-1], iterates[1:])):
+        (f, g), (f_next, g_next) = value_and_grad(x), value_and_grad(x_next)
+        s = x_next - x
+        assert float(g @ s) < 0, k
+        # Round-off of f (~1e-16 relative) is far below the decrease asked for.
+        assert float(f_next) <= float(f + 1e-4 * (g @ s)), k
+        assert abs(float(g_next @ s)) <= 0.9 * abs(float(g @ s)), k
+
+
+def test_lbfgs_solves_a_convex_quadratic():
+    """``1/2 x^T A x - b^T x`` (A symmetric positive definite, condition ~1e2) is minimised at
+    ``A^-1 b``; L-BFGS with a memory of the dimension reaches it within a few times n steps."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(8, 8))
+    a = a @ a.T + np.eye(8)
+    b = rng.normal(size=8)
+    quadratic = lambda x: 0.5 * x @ a @ x - b @ x  # noqa: E731
+    result = solvers.lbfgs(jax.value_and_grad(quadratic), jnp.zeros(8), max_iterations=100, memory=8)
+    # A line search that compares values of f stops where f is flat to its round-off: within
+    # |dx| ~ sqrt(2 eps |f| / lambda_min) ~ 1e-8 of the minimiser here (|f| ~ 0.3, lambda_min
+    # ~ 1). 1e-7 absolute (entries are 0.02-0.45) leaves a margin of ten.
+    np.testing.assert_allclose(result.x, np.linalg.solve(a, b), rtol=0, atol=1e-7)
+    assert int(result.iterations) <= 40
+
+
+def test_lbfgs_evaluates_the_objective_at_one_place_in_its_program():
+    """One trace of ``value_and_grad`` per compiled minimisation (the point of the design: the
+    objective is a rollout and its reverse pass, and compiling it dominates)."""
+    traces = []
+
+    def value_and_grad(x):
+        traces.append(1)
+        return jax.value_and_grad(_rosenbrock)(x)
+
+    jax.jit(lambda x: solvers.lbfgs(value_and_grad, x, max_iterations=20))(jnp.zeros(3))
+    assert len(traces) == 1
+
+
+def test_lbfgs_keeps_the_shape_stops_at_a_stationary_point_and_respects_the_budget():
+    target = jnp.arange(6.0).reshape(2, 3)
+    bowl = lambda x: jnp.sum((x - target) ** 2)  # noqa: E731
+    result = solvers.lbfgs(jax.value_and_grad(bowl), jnp.zeros((2, 3)), max_iterations=10)
+    assert result.x.shape == (2, 3)
+    # A separable quadratic of equal curvature: the first step along -g with the second's
+    # interpolation lands on the minimum to round-off.
+    np.testing.assert_allclose(result.x, target, rtol=0, atol=1e-12)
+    # Started at the minimum: zero gradient, no step, converged.
+    still = solvers.lbfgs(jax.value_and_grad(bowl), target, max_iterations=10)
+    assert int(still.iterations) == 0 and bool(still.converged) and int(still.evaluations) == 1
+    np.testing.assert_array_equal(still.x, target)
+    # The evaluation budget counts the one at x0.
+    short = solvers.lbfgs(jax.value_and_grad(_rosenbrock), jnp.zeros(4), max_iterations=50, max_evaluations=5)
+    assert int(short.evaluations) == 5 and int(short.iterations) <= 4 and not bool(short.converged)
+
+
+def test_lbfgs_backs_off_where_the_objective_is_infinite():
+    """A barrier (f = inf outside the unit ball) in the way of the first trial steps: the line
+    search shrinks them instead of stopping, and the minimum inside the ball is found."""
+    centre = jnp.array([0.5, -0.3])
+
+    def barrier(x):
+        return jnp.where(jnp.sum(x**2) < 1.0, jnp.sum((x - centre) ** 2) - jnp.log1p(-jnp.sum(x**2)), jnp.inf)
+
+    result = solvers.lbfgs(jax.value_and_grad(barrier), jnp.array([0.0, 0.9]), max_iterations=100)
+    grad = jax.grad(barrier)(result.x)
+    # A stationary point to round-off of the gradient (its terms are O(1)).
+    assert np.all(np.isfinite(np.asarray(result.x))) and float(jnp.max(jnp.abs(grad))) < 1e-8
+
+
+def test_lbfgs_argument_errors():
+    vg = jax.value_and_grad(_rosenbrock)
+    with pytest.raises(ValueError, match="max_iterations must be an integer >= 1"):
+        solvers.lbfgs(vg, jnp.zeros(2), max_iterations=0)
+    with pytest.raises(ValueError, match="memory must be"):
+        solvers.lbfgs(vg, jnp.zeros(2), max_iterations=5, memory=0)
+    with pytest.raises(ValueError, match="0 < sufficient_decrease < curvature < 1"):
+        solvers.lbfgs(vg, jnp.zeros(2), max_iterations=5, sufficient_decrease=0.9, curvature=0.5)
+    with pytest.raises(ValueError, match="max_evaluations must be"):
+        solvers.lbfgs(vg, jnp.zeros(2), max_iterations=5, max_evaluations=0)
