@@ -499,6 +499,12 @@ def test_lbfgs_keeps_the_shape_stops_at_a_stationary_point_and_respects_the_budg
     still = solvers.lbfgs(jax.value_and_grad(bowl), target, max_iterations=10)
     assert int(still.iterations) == 0 and bool(still.converged) and int(still.evaluations) == 1
     np.testing.assert_array_equal(still.x, target)
+    # Single precision stays single (strict dtype promotion in the tests): to float32 round-off
+    # of f near its minimum (|dx| ~ sqrt(eps32) ~ 3e-4 where f is flat to eps32).
+    bowl32 = lambda x: jnp.sum((x - target.astype(jnp.float32)) ** 2)  # noqa: E731
+    single = solvers.lbfgs(jax.value_and_grad(bowl32), jnp.zeros((2, 3), jnp.float32), max_iterations=10)
+    assert single.x.dtype == jnp.float32 and single.history.dtype == jnp.float32
+    np.testing.assert_allclose(single.x, target, rtol=0, atol=1e-3)
     # The evaluation budget counts the one at x0.
     short = solvers.lbfgs(jax.value_and_grad(_rosenbrock), jnp.zeros(4), max_iterations=50, max_evaluations=5)
     assert int(short.evaluations) == 5 and int(short.iterations) <= 4 and not bool(short.converged)
