@@ -673,7 +673,7 @@ def lbfgs(
     # The first pass evaluates at x0 (t = 0) and sets f, g, the history's first entry and the
     # first direction: value_and_grad is then called at one place in the whole program.
     zeros = jnp.zeros((memory, flat0.size), dtype)
-    zero, one, inf = (jnp.asarray(v, dtype) for v in (0.0, 1.0, jnp.inf))
+    zero, one = jnp.zeros((), dtype), jnp.ones((), dtype)
     int0 = jnp.zeros((), jnp.int32)
     nan = jnp.full(max_iterations + 1, jnp.nan, dtype)
     # The line search's points along d as (step, f, slope): ``lo`` the best point with sufficient
@@ -697,7 +697,8 @@ def lbfgs(
         f_t, g_t = evaluate(x + t * d)
         slope, slope_t = jnp.dot(g, d), jnp.dot(g_t, d)
         trial = (t, f_t, slope_t)
-        decrease = jnp.isfinite(f_t) & jnp.all(jnp.isfinite(g_t)) & (f_t <= f + sufficient_decrease * t * slope)
+        finite = jnp.isfinite(f_t) & jnp.all(jnp.isfinite(g_t))
+        decrease = finite & (f_t <= f + sufficient_decrease * t * slope)
         flat_enough = jnp.abs(slope_t) <= -curvature * slope  # strong Wolfe curvature condition
         lo, hi, zooming = c["lo"], c["hi"], c["zooming"]
         # Algorithm 3.5 (growing) and 3.6 (zoom) as one rule: a trial without sufficient
@@ -723,8 +724,7 @@ def lbfgs(
         moved = accept | first
         k_next = c["k"] + accept.astype(jnp.int32)
         trials = jnp.where(moved, 0, c["trials"] + 1)
-        finite_start = jnp.isfinite(f_t) & jnp.all(jnp.isfinite(g_t))
-        stop = (moved & ~(jnp.linalg.norm(g_t) > 0)) | (first & ~finite_start) | (trials >= max_line_search)
+        stop = (moved & ~(jnp.linalg.norm(g_t) > 0)) | (first & ~finite) | (trials >= max_line_search)
         f_next = jnp.where(moved, f_t, f)
         return dict(
             x=jnp.where(accept, x + s, x),
@@ -748,7 +748,8 @@ def lbfgs(
 
     final: dict[str, Any] = lax.while_loop(keep_going, step, init)
     x, f, g, k, evaluations, history = (final[key] for key in ("x", "f", "g", "k", "evaluations", "history"))
-    return MinimizeResult(x.reshape(shape), f, k, evaluations, ~(jnp.linalg.norm(g) > 0), history)
+    converged = jnp.isfinite(f) & jnp.all(g == 0)
+    return MinimizeResult(x.reshape(shape), f, k, evaluations, converged, history)
 
 
 #: A point of a line search along ``d``: ``(step t, f(x + t d), slope g(x + t d).d)``.

@@ -522,6 +522,9 @@ def test_lbfgs_backs_off_where_the_objective_is_infinite():
     grad = jax.grad(barrier)(result.x)
     # A stationary point to round-off of the gradient (its terms are O(1)).
     assert np.all(np.isfinite(np.asarray(result.x))) and float(jnp.max(jnp.abs(grad))) < 1e-8
+    # Started where f is not finite: no step, not converged.
+    outside = solvers.lbfgs(jax.value_and_grad(barrier), jnp.array([2.0, 0.0]), max_iterations=100)
+    assert int(outside.iterations) == 0 and int(outside.evaluations) == 1 and not bool(outside.converged)
 
 
 def test_lbfgs_argument_errors():
