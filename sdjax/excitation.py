@@ -440,9 +440,8 @@ def optimal_excitation(
 
     # 2. L-BFGS from the starting design.
     initial_sv = np.asarray(_singular_values(design, selection, coefficients))
-    coefficients, history = _minimize(design, selection, coefficients, iterations)
-    history = np.asarray(history)
-    history = history[~np.isnan(history)]
+    coefficients, history, steps = _minimize(design, selection, coefficients, iterations)
+    history = np.asarray(history)[: int(steps) + 1]
 
     # 3. Exact limits (the penalty leaves the optimum slightly outside them).
     coefficients, scale = _within_limits(design, coefficients)
@@ -461,7 +460,7 @@ def optimal_excitation(
         singular_values=np.asarray(_singular_values(design, selection, coefficients)),
         scale=scale,
         peaks=peaks,
-        iterations=len(history) - 1,
+        iterations=int(steps),
     )
 
 
@@ -539,12 +538,12 @@ def _feasible_end(
 
 def _lbfgs(
     design: _Design, selection: tuple[Array, Array], coefficients: Array, iterations: int
-) -> tuple[Array, Array]:
-    """``iterations`` L-BFGS steps on ``design.objective``; the objective at the start and
-    after each step (NaN past an early stop)."""
+) -> tuple[Array, Array, Array]:
+    """``iterations`` L-BFGS steps on ``design.objective``: the coefficients, the objective at the
+    start and after each step (NaN past an early stop), and the steps taken."""
     value_and_grad = jax.value_and_grad(lambda x: design.objective(selection, x))
     result = lbfgs(value_and_grad, coefficients, max_iterations=iterations)
-    return result.x, result.history
+    return result.x, result.history, result.iterations
 
 
 _minimize = solver_jit(_lbfgs)
