@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -60,7 +59,7 @@ from sdjax.identification import (
     tracking_record,
 )
 from sdjax.model import Model, check_no_mimic
-from sdjax.solvers import lbfgs
+from sdjax.solvers import itp_root, lbfgs
 
 __all__ = [
     "CRITERIA",
@@ -482,7 +481,7 @@ SCALE_TOLERANCE = 2.0**-30
 def _within_limits(design: _Design, coefficients: Array) -> tuple[Array, float]:
     """``coefficients`` scaled down by the largest factor ``<= 1`` (to :data:`SCALE_TOLERANCE`)
     whose simulated record keeps every limit, and the factor: the root of ``g(s) = peak usage(s)
-    - 1`` on the bracket ``[0, 1]`` (``g(0) <= 0`` at rest, ``g(1) > 0``) by :func:`_feasible_end`."""
+    - 1`` on the bracket ``[0, 1]`` (``g(0) <= 0`` at rest, ``g(1) > 0``) by :func:`sdjax.solvers.itp_root`."""
 
     def excess(scale: float) -> float:
         return float(_usage_peak(design, scale * coefficients)) - 1.0
@@ -491,7 +490,7 @@ def _within_limits(design: _Design, coefficients: Array) -> tuple[Array, float]:
     if g_high <= 0.0:
         return coefficients, 1.0
     g_low = excess(0.0)
-    low = 0.0 if g_low > 0.0 else _feasible_end(excess, 0.0, 1.0, g_low, g_high, SCALE_TOLERANCE)
+    low = 0.0 if g_low > 0.0 else itp_root(excess, 0.0, 1.0, g_low, g_high, SCALE_TOLERANCE)
     if low == 0.0:  # the rest record, or even a motion SCALE_TOLERANCE of the size, leaves a limit
         raise ValueError(
             "optimal_excitation: the limits cannot be met by any motion from q0 (at rest, with the given "
@@ -499,41 +498,6 @@ def _within_limits(design: _Design, coefficients: Array) -> tuple[Array, float]:
             "elsewhere"
         )
     return low * coefficients, low
-
-
-def _feasible_end(
-    g: Callable[[float], float], low: float, high: float, g_low: float, g_high: float, tolerance: float
-) -> float:
-    """The feasible end (``g <= 0``) of a bracket ``[low, high]`` of a root of ``g`` (``g(low) <=
-    0 < g(high)``), shrunk to width ``tolerance`` by the ITP method (Oliveira and Takahashi, ACM
-    Trans. Math. Software 47(1), 2020; ``kappa_1 = 0.2 / (high - low)``, ``kappa_2 = 2``, ``n_0 =
-    2``): regula falsi steps, truncated and projected into a shrinking interval around the
-    midpoint, so at most two evaluations of ``g`` more than bisection needs, and a few where ``g``
-    is smooth (6-9 on smooth test functions; with ``n_0 = 1`` a first step that shrank the bracket
-    less than bisection used up the slack, and the rest was bisection). Each evaluation here is a
-    whole simulated record. A trial where ``g`` is exactly zero is returned at once; a trial where
-    it is NaN (a diverging record) counts as infeasible."""
-    epsilon = 0.5 * tolerance
-    most = math.ceil(math.log2((high - low) / tolerance)) + 2  # n_1/2 + n_0
-    kappa = 0.2 / (high - low)
-    for j in range(most):
-        if high - low <= tolerance:
-            break
-        middle, half_width = 0.5 * (low + high), 0.5 * (high - low)
-        radius = epsilon * 2.0 ** (most - j) - half_width
-        falsi = (low * g_high - high * g_low) / (g_high - g_low)
-        truncation = kappa * (high - low) ** 2
-        side = math.copysign(1.0, middle - falsi)
-        trial = falsi + side * truncation if truncation <= abs(middle - falsi) else middle
-        trial = trial if abs(trial - middle) <= radius else middle - side * radius
-        g_trial = g(trial)
-        if g_trial == 0.0:  # on the root: the feasible end itself
-            return trial
-        if g_trial < 0.0:
-            low, g_low = trial, g_trial
-        else:
-            high, g_high = trial, g_trial
-    return low
 
 
 def _lbfgs(

@@ -213,32 +213,3 @@ def test_optimal_excitation_refuses_bad_arguments(planar):
     # of 1e-9 N m cannot be met by any motion.
     with pytest.raises(ValueError, match="the limits cannot be met by any motion from q0"):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, 0.01, torque_limit=1e-9, base_twist=PLANAR_TWIST)
-
-
-@pytest.mark.parametrize(
-    "name, g, root, most_calls",
-    [
-        # (closed-form root; the most evaluations allowed: smooth roots in a handful, any root in at
-        # most two more than the 30 bisection steps of the same tolerance)
-        ("linear", lambda s: s - 0.3, 0.3, 10),
-        ("cubic", lambda s: 8.0 * s**3 - 1.1, (1.1 / 8.0) ** (1.0 / 3.0), 10),
-        ("root near the start", lambda s: 50.0 * s - 0.2, 0.004, 10),
-        ("flat then steep", lambda s: 1e3 * max(s - 0.9, 0.0) ** 3 - 1e-12, 0.9 + 1e-5, 32),
-        ("step", lambda s: -1.0 if s < 0.37 else 1.0, 0.37, 32),
-    ],
-)
-def test_feasible_end_of_the_scale_bracket(name, g, root, most_calls):
-    """The scale search of the final limit check (``_feasible_end``, the ITP method) returns the
-    feasible end of a bracket narrower than the tolerance around the root, never more than two
-    evaluations more than bisection, and few on smooth functions."""
-    calls = []
-
-    def counted(s):
-        calls.append(s)
-        return g(s)
-
-    low = ex._feasible_end(counted, 0.0, 1.0, g(0.0), g(1.0), ex.SCALE_TOLERANCE)
-    assert g(low) <= 0.0, name
-    # Within the tolerance below the root (2e-16 for the round-off of the closed forms' roots).
-    assert root - ex.SCALE_TOLERANCE - 2e-16 <= low <= root + 2e-16, (name, low)
-    assert len(calls) <= most_calls, (name, len(calls))

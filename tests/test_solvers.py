@@ -537,3 +537,40 @@ def test_lbfgs_argument_errors():
         solvers.lbfgs(vg, jnp.zeros(2), max_iterations=5, sufficient_decrease=0.9, curvature=0.5)
     with pytest.raises(ValueError, match="max_evaluations must be"):
         solvers.lbfgs(vg, jnp.zeros(2), max_iterations=5, max_evaluations=0)
+
+
+# ------------------------------------------------------------------------------------------
+# A bracketed scalar root.
+
+#: Bracket width asked of itp_root (2^-30: thirty bisection steps on [0, 1], the excitation
+#: design's scale tolerance).
+TOLERANCE = 2.0**-30
+
+
+@pytest.mark.parametrize(
+    "name, g, root, most_calls",
+    [
+        # (closed-form root; the most evaluations allowed: smooth roots in a handful, any root in at
+        # most two more than the 30 bisection steps of the same tolerance)
+        ("linear", lambda s: s - 0.3, 0.3, 10),
+        ("cubic", lambda s: 8.0 * s**3 - 1.1, (1.1 / 8.0) ** (1.0 / 3.0), 10),
+        ("root near the start", lambda s: 50.0 * s - 0.2, 0.004, 10),
+        ("flat then steep", lambda s: 1e3 * max(s - 0.9, 0.0) ** 3 - 1e-12, 0.9 + 1e-5, 32),
+        ("step", lambda s: -1.0 if s < 0.37 else 1.0, 0.37, 32),
+    ],
+)
+def test_itp_root_brackets_closed_form_roots(name, g, root, most_calls):
+    """``itp_root`` (the excitation design's scale search) returns the ``g <= 0`` end of a bracket
+    narrower than the tolerance around the root, never more than two evaluations more than
+    bisection, and few on smooth functions."""
+    calls = []
+
+    def counted(s):
+        calls.append(s)
+        return g(s)
+
+    low = solvers.itp_root(counted, 0.0, 1.0, g(0.0), g(1.0), TOLERANCE)
+    assert g(low) <= 0.0, name
+    # Within the tolerance below the root (2e-16 for the round-off of the closed forms' roots).
+    assert root - TOLERANCE - 2e-16 <= low <= root + 2e-16, (name, low)
+    assert len(calls) <= most_calls, (name, len(calls))
