@@ -18,10 +18,20 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import jax
+import jax.extend
+import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero
+from jax.interpreters import ad, batching, mlir
 
-__all__ = ["BatchEvaluator", "batched_evaluation", "batched_route", "jvp_along_nonzero", "split_batched"]
+__all__ = [
+    "BatchEvaluator",
+    "VjpEvaluator",
+    "batched_evaluation",
+    "batched_route",
+    "jvp_along_nonzero",
+    "split_batched",
+]
 
 
 def jvp_along_nonzero(fun: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
@@ -88,7 +98,9 @@ class BatchEvaluator(Protocol):
         ...
 
 
-def batched_route(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Callable[..., Any]:
+def batched_route(
+    fun: Callable[..., Any], evaluate_batch: BatchEvaluator, evaluate_vjp: VjpEvaluator | None = None
+) -> Callable[..., Any]:
     """``fun`` (pytrees of arrays in and out), evaluated by ``evaluate_batch`` under ``vmap``.
 
     A ``custom_vmap`` rule routes the batched evaluation (chunks of the batch, the compiled
@@ -101,6 +113,11 @@ def batched_route(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Ca
     Arguments:
         fun: ``fun(*args)``, the per-sample computation.
         evaluate_batch: :class:`BatchEvaluator`.
+        evaluate_vjp: optional :class:`VjpEvaluator`: then reverse mode takes its route too. The
+            rule's tangent is a linear primitive (``_linearized_p``: the plain JVP when
+            evaluated) whose transpose is the plain function's VJP, evaluated under ``vmap`` by
+            ``evaluate_vjp`` (where it serves); without it, reverse mode transposes the plain
+            JVP's operations.
 
     Returns:
         ``routed(*args)``, equal to ``fun(*args)``, with ``fun``'s name and signature.
@@ -113,7 +130,10 @@ def batched_route(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Ca
     def routed(*args: Any) -> Any:
         return batchable(*args)
 
-    routed.defjvp(lambda primals, tangents: jvp_along_nonzero(fun, primals, tangents), symbolic_zeros=True)
+    if evaluate_vjp is None:
+        routed.defjvp(lambda primals, tangents: jvp_along_nonzero(fun, primals, tangents), symbolic_zeros=True)
+    else:
+        routed.defjvp(functools.partial(_jvp_through_linearization, fun, routed, evaluate_vjp), symbolic_zeros=True)
     return routed
 
 
@@ -139,3 +159,193 @@ def batched_evaluation(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) 
         return out, jax.tree.map(lambda _: True, out)
 
     return batchable
+
+
+# ------------------------------------------------------------------------------------------
+# Reverse mode through another route: a linear primitive whose transpose is batched apart.
+
+
+class VjpEvaluator(Protocol):
+    """The batched vector-Jacobian product of a :func:`batched_route` computation, for reverse
+    mode (see :func:`batched_route`)."""
+
+    def __call__(self, axis_size: int, args: tuple[Any, ...], in_batched: Any, cotangent: Any) -> Any:
+        """The cotangents of ``fun``'s arguments for ``axis_size`` samples, or None where this
+        evaluator does not serve the batch (the plain function's VJP, vectorised, then runs).
+
+        Arguments:
+            axis_size: the batch size ``B``.
+            args, in_batched: ``fun``'s arguments and their batch flags, as for
+                :class:`BatchEvaluator`.
+            cotangent: the cotangent of ``fun``'s output, every leaf batched on axis 0.
+
+        Returns:
+            A pytree of the structure of ``args``, each leaf ``(B, *leaf.shape)``: each sample's
+            cotangent (a shared leaf's too: the sum over the batch is taken outside). Only the
+            leaves being differentiated are read (the others may be anything of that shape).
+        """
+        ...
+
+
+class _Linearization:
+    """The tangent map of ``fun`` at a point, along the argument leaves that carry a tangent
+    (``live``), as the operands of :data:`_linearized_p` see it: ``jvp(*leaves, *tangents)``
+    and its transpose ``vjp(*leaves, *cotangents)``, both per sample on flat lists of arrays.
+    The transpose is :func:`batched_evaluation` of the plain function's VJP, so that under
+    ``vmap`` it takes the evaluator's route. Compared by identity (a primitive parameter)."""
+
+    def __init__(self, fun: Callable[..., Any], treedef: Any, live: tuple[bool, ...], evaluate_vjp: VjpEvaluator):
+        self.fun, self.treedef, self.live = fun, treedef, live
+        self.num_leaves = len(live)
+        self.out_treedef: Any = None  # (set by the first trace of jvp)
+
+        def plain_vjp(leaves: list[Any], cotangents: list[Any]) -> list[Any]:
+            _, pullback = jax.vjp(self._of_live(leaves), *self._live(leaves))
+            return list(pullback(jax.tree.unflatten(self.out_treedef, cotangents)))
+
+        def batched_vjp(axis_size: int, args: Any, in_batched: Any, mapped: list[Any], rebuild: Any) -> Any:
+            leaves, cotangents = args
+            leaves_batched, cotangents_batched = in_batched
+            cotangents = [
+                c if b else jnp.broadcast_to(c, (axis_size, *c.shape)) for c, b in zip(cotangents, cotangents_batched)
+            ]
+            out = evaluate_vjp(
+                axis_size,
+                jax.tree.unflatten(self.treedef, leaves),
+                jax.tree.unflatten(self.treedef, leaves_batched),
+                jax.tree.unflatten(self.out_treedef, cotangents),
+            )
+            if out is not None:
+                return self._live(self.treedef.flatten_up_to(out))
+            return jax.vmap(lambda m: plain_vjp(*rebuild(m)), axis_size=axis_size)(mapped)
+
+        batchable_vjp = batched_evaluation(plain_vjp, batched_vjp)
+
+        @jax.custom_jvp
+        def vjp_route(leaves: list[Any], cotangents: list[Any]) -> list[Any]:
+            return batchable_vjp(leaves, cotangents)
+
+        def vjp_route_jvp(primals: Any, tangents: Any) -> tuple[Any, Any]:
+            # The primal by the route itself (batched as the route batches it) and the tangent
+            # by the plain VJP's JVP (second derivatives).
+            return vjp_route(*primals), jvp_along_nonzero(plain_vjp, primals, tangents)[1]
+
+        vjp_route.defjvp(vjp_route_jvp, symbolic_zeros=True)
+        self.vjp_route = vjp_route
+
+    def _live(self, leaves: list[Any]) -> list[Any]:
+        return [x for x, b in zip(leaves, self.live) if b]
+
+    def _of_live(self, leaves: list[Any]) -> Callable[..., Any]:
+        def of_live(*values: Any) -> Any:
+            it = iter(values)
+            return self.fun(
+                *jax.tree.unflatten(self.treedef, [next(it) if b else x for x, b in zip(leaves, self.live)])
+            )
+
+        return of_live
+
+    def jvp(self, *operands: Any) -> list[Any]:
+        leaves, tangents = list(operands[: self.num_leaves]), list(operands[self.num_leaves :])
+        _, out_tangent = jax.jvp(self._of_live(leaves), self._live(leaves), tangents)
+        out_leaves, self.out_treedef = jax.tree.flatten(out_tangent)
+        return out_leaves
+
+    def vjp(self, *operands: Any) -> list[Any]:
+        leaves, cotangents = list(operands[: self.num_leaves]), list(operands[self.num_leaves :])
+        return self.vjp_route(leaves, cotangents)
+
+
+#: ``_linearized_p.bind(*leaves, *tangents, linearization=L, levels=...)``: ``L.jvp`` (linear in
+#: the tangents), under the ``vmap``s recorded in ``levels`` (innermost first: ``(axis_size,
+#: in_axes)``, each operand batched on axis 0 or not at all). A primitive so that reverse mode
+#: transposes it by the rule below, ``L.vjp`` under the same ``vmap``s (where the batched route
+#: of ``L.vjp`` runs), instead of transposing the operations of ``L.jvp`` one by one.
+_linearized_p = jax.extend.core.Primitive("sdjax_linearized")
+_linearized_p.multiple_results = True
+
+
+def _under_levels(function: Callable[..., Any], levels: tuple) -> Callable[..., Any]:
+    for axis_size, in_axes in levels:
+        function = jax.vmap(function, in_axes=in_axes, axis_size=axis_size)
+    return function
+
+
+def _linearized_impl(*operands: Any, linearization: _Linearization, levels: tuple) -> list[Any]:
+    return _under_levels(linearization.jvp, levels)(*operands)
+
+
+def _linearized_abstract_eval(*avals: Any, linearization: _Linearization, levels: tuple) -> list[Any]:
+    shapes = jax.eval_shape(_under_levels(linearization.jvp, levels), *avals)
+    return [jax.core.ShapedArray(s.shape, s.dtype) for s in shapes]
+
+
+def _linearized_batch(operands: Any, dims: Any, *, linearization: _Linearization, levels: tuple) -> Any:
+    axis_size = next(x.shape[d] for x, d in zip(operands, dims) if d is not None)
+    moved = [x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(operands, dims)]
+    level = (axis_size, tuple(None if d is None else 0 for d in dims))
+    out = _linearized_p.bind(*moved, linearization=linearization, levels=levels + (level,))
+    return out, [0] * len(out)
+
+
+def _linearized_jvp(primals: Any, tangents: Any, *, linearization: _Linearization, levels: tuple) -> Any:
+    # (Second derivatives: the plain JVP's own derivative.)
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    return jax.jvp(_under_levels(linearization.jvp, levels), list(primals), tangents)
+
+
+def _linearized_transpose(cotangents: Any, *operands: Any, linearization: _Linearization, levels: tuple) -> list[Any]:
+    leaves = operands[: linearization.num_leaves]
+    if any(ad.is_undefined_primal(x) for x in leaves):
+        raise NotImplementedError("sdjax_linearized: linear in its tangents only")
+    cotangents = [ad.instantiate_zeros(c) for c in cotangents]
+    vjp = linearization.vjp
+    for axis_size, in_axes in levels:
+        vjp = _lift_transpose(
+            vjp, axis_size, in_axes[: linearization.num_leaves], in_axes[linearization.num_leaves :], len(cotangents)
+        )
+    return [None] * len(leaves) + list(vjp(*leaves, *cotangents))
+
+
+def _lift_transpose(
+    vjp: Callable[..., Any], axis_size: int, leaf_axes: tuple, tangent_axes: tuple, num_cotangents: int
+) -> Callable[..., Any]:
+    """``vjp`` under one ``vmap`` level: the cotangents are batched, and the cotangent of a
+    tangent operand that level does not map is the sum over the batch."""
+    mapped = jax.vmap(vjp, in_axes=(*leaf_axes, *[0] * num_cotangents), axis_size=axis_size)
+
+    def lifted(*operands: Any) -> list[Any]:
+        return [c if axis == 0 else c.sum(0) for c, axis in zip(mapped(*operands), tangent_axes)]
+
+    return lifted
+
+
+_linearized_p.def_impl(_linearized_impl)
+_linearized_p.def_abstract_eval(_linearized_abstract_eval)
+mlir.register_lowering(
+    _linearized_p,
+    lambda ctx, *operands, linearization, levels: mlir.lower_fun(
+        functools.partial(_linearized_impl, linearization=linearization, levels=levels), multiple_results=True
+    )(ctx, *operands),
+)
+batching.primitive_batchers[_linearized_p] = _linearized_batch
+ad.primitive_jvps[_linearized_p] = _linearized_jvp
+ad.primitive_transposes[_linearized_p] = _linearized_transpose
+
+
+def _jvp_through_linearization(
+    fun: Callable[..., Any], routed: Callable[..., Any], evaluate_vjp: VjpEvaluator, primals: Any, tangents: Any
+) -> tuple[Any, Any]:
+    """The ``custom_jvp`` rule of a :func:`batched_route` with a VJP evaluator: the primal by
+    ``routed`` itself (the batched route; differentiable, so that the rule is), the tangent by :data:`_linearized_p` (reverse mode then
+    transposes it through ``evaluate_vjp``)."""
+    leaves, treedef = jax.tree.flatten(primals)
+    tangent_leaves = jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
+    live = tuple(not isinstance(t, SymbolicZero) for t in tangent_leaves)
+    out = routed(*primals)
+    linearization = _Linearization(fun, treedef, live, evaluate_vjp)
+    operands = [*leaves, *[t for t, b in zip(tangent_leaves, live) if b]]
+    if not any(live):
+        return out, jax.tree.map(jnp.zeros_like, out)
+    out_tangent = _linearized_p.bind(*operands, linearization=linearization, levels=())
+    return out, jax.tree.unflatten(linearization.out_treedef, out_tangent)

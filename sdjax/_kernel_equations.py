@@ -41,6 +41,7 @@ __all__ = [
     "forward_dynamics_range",
     "inertia_matrix_range",
     "inverse_dynamics_range",
+    "inverse_dynamics_vjp_range",
     "rk4_rollout",
     "scratch",
 ]
@@ -1008,6 +1009,590 @@ def inverse_dynamics_range(
         for i in range(n):
             # minus tau_passive = -K q - D qd
             tau_out[b, i] = _joint_bias(axis, wrench, i) + stiffness[bk, i] * q[bj, i] + damping[bdamp, i] * qd[bd, i]
+
+
+# ------------------------------------------------------------------------------------------
+# The adjoint (reverse mode) of the Newton-Euler inverse dynamics: each piece below transposes
+# the forward piece it is named after, given the cotangents of that piece's outputs (``*_bar``,
+# accumulated) and the forward values it read. For a product ``a x b`` with cotangent ``c``:
+# ``a_bar += b x c`` and ``b_bar += c x a``.
+
+
+@_inline
+def _cross_add(a0, a1, a2, b0, b1, b2, out, row, offset):  # pragma: no cover - compiled by Numba
+    """``out[row, offset:offset + 3] += a x b``."""
+    out[row, offset] += a1 * b2 - a2 * b1
+    out[row, offset + 1] += a2 * b0 - a0 * b2
+    out[row, offset + 2] += a0 * b1 - a1 * b0
+
+
+@_inline
+def _body_wrench_adjoint(
+    body, m, inertia, world, g, pos, twist, accel, wrench_bar, twist_bar, accel_bar, pos_bar, rot, rot_bar, out_bar
+):  # pragma: no cover - compiled by Numba
+    """Transposes :func:`_body_wrench` (eqs 3.30-3.31) and :func:`_body_inertia`'s
+    ``world = sym(A I A^T)`` for body ``body``: adds to the twist, acceleration, centroid and
+    rotation cotangents and writes ``out_bar = (m_bar, g_bar (3), I_bar (3 x 3))``."""
+    wx, wy, wz = twist[body, 0], twist[body, 1], twist[body, 2]
+    ax, ay, az = accel[body, 0], accel[body, 1], accel[body, 2]
+    rx, ry, rz = pos[body, 0], pos[body, 1], pos[body, 2]
+    hx = world[0, 0] * wx + world[0, 1] * wy + world[0, 2] * wz
+    hy = world[1, 0] * wx + world[1, 1] * wy + world[1, 2] * wz
+    hz = world[2, 0] * wx + world[2, 1] * wy + world[2, 2] * wz
+    vx = twist[body, 3] + wy * rz - wz * ry
+    vy = twist[body, 4] + wz * rx - wx * rz
+    vz = twist[body, 5] + wx * ry - wy * rx
+    lx = accel[body, 3] + ay * rz - az * ry + wy * vz - wz * vy - g[0]
+    ly = accel[body, 4] + az * rx - ax * rz + wz * vx - wx * vz - g[1]
+    lz = accel[body, 5] + ax * ry - ay * rx + wx * vy - wy * vx - g[2]
+    fx, fy, fz = m * lx, m * ly, m * lz
+    # wrench = (f, n + r x f)
+    nbx, nby, nbz = wrench_bar[body, 3], wrench_bar[body, 4], wrench_bar[body, 5]
+    _cross_add(fx, fy, fz, nbx, nby, nbz, pos_bar, body, 0)
+    fbx = wrench_bar[body, 0] + nby * rz - nbz * ry
+    fby = wrench_bar[body, 1] + nbz * rx - nbx * rz
+    fbz = wrench_bar[body, 2] + nbx * ry - nby * rx
+    # f = m (l - g): l_bar = m f_bar
+    out_bar[0] = fbx * lx + fby * ly + fbz * lz
+    out_bar[1], out_bar[2], out_bar[3] = -m * fbx, -m * fby, -m * fbz
+    lbx, lby, lbz = m * fbx, m * fby, m * fbz
+    # l = a_v + a_w x r + w x vel
+    accel_bar[body, 3] += lbx
+    accel_bar[body, 4] += lby
+    accel_bar[body, 5] += lbz
+    _cross_add(rx, ry, rz, lbx, lby, lbz, accel_bar, body, 0)
+    _cross_add(lbx, lby, lbz, ax, ay, az, pos_bar, body, 0)
+    _cross_add(vx, vy, vz, lbx, lby, lbz, twist_bar, body, 0)
+    vbx, vby, vbz = lby * wz - lbz * wy, lbz * wx - lbx * wz, lbx * wy - lby * wx
+    # vel = v_o + w x r
+    twist_bar[body, 3] += vbx
+    twist_bar[body, 4] += vby
+    twist_bar[body, 5] += vbz
+    _cross_add(rx, ry, rz, vbx, vby, vbz, twist_bar, body, 0)
+    _cross_add(vbx, vby, vbz, wx, wy, wz, pos_bar, body, 0)
+    # n = world a_w + w x h, h = world w (world symmetric)
+    for r in range(3):
+        accel_bar[body, r] += world[r, 0] * nbx + world[r, 1] * nby + world[r, 2] * nbz
+    _cross_add(hx, hy, hz, nbx, nby, nbz, twist_bar, body, 0)
+    hbx, hby, hbz = nby * wz - nbz * wy, nbz * wx - nbx * wz, nbx * wy - nby * wx
+    for r in range(3):
+        twist_bar[body, r] += world[r, 0] * hbx + world[r, 1] * hby + world[r, 2] * hbz
+    # world_bar = n_bar a_w^T + h_bar w^T, symmetrised (world = sym(A I A^T)):
+    # A_bar += world_bar A (I + I^T), I_bar = A^T world_bar A.
+    nb = (nbx, nby, nbz)
+    hb = (hbx, hby, hbz)
+    aw = (ax, ay, az)
+    w = (wx, wy, wz)
+    for r in range(3):
+        for k in range(3):
+            world[r, k] = 0.5 * (nb[r] * aw[k] + hb[r] * w[k] + nb[k] * aw[r] + hb[k] * w[r])
+    for r in range(3):
+        for k in range(3):
+            # (world_bar A)[r, k]
+            value = world[r, 0] * rot[body, 0, k] + world[r, 1] * rot[body, 1, k] + world[r, 2] * rot[body, 2, k]
+            for j in range(3):
+                rot_bar[body, r, j] += value * (inertia[k, j] + inertia[j, k])
+    for r in range(3):
+        for k in range(3):
+            total = 0.0
+            for s in range(3):
+                total += rot[body, s, r] * (
+                    world[s, 0] * rot[body, 0, k] + world[s, 1] * rot[body, 1, k] + world[s, 2] * rot[body, 2, k]
+                )
+            out_bar[4 + 3 * r + k] = total
+
+
+@_inline
+def _end_point_loads_adjoint(
+    end_point_link,
+    centroid_to_end_point,
+    force,
+    torque,
+    rot,
+    pos,
+    wrench_bar,
+    pos_bar,
+    rot_bar,
+    ce_bar,
+    force_bar,
+    torque_bar,
+):  # pragma: no cover - compiled by Numba
+    """Transposes :func:`_subtract_end_point_loads`: ``wrench[body] -= (fe, te + p_e x fe)``
+    with ``p_e = pos[body] + A ce``; writes the cotangents of ``ce``, ``fe`` and ``te``
+    (``(ne, 3)`` each)."""
+    for e in range(end_point_link.shape[0]):
+        body = end_point_link[e]
+        ce = centroid_to_end_point[e]
+        fe = force[e]
+        px = pos[body, 0] + rot[body, 0, 0] * ce[0] + rot[body, 0, 1] * ce[1] + rot[body, 0, 2] * ce[2]
+        py = pos[body, 1] + rot[body, 1, 0] * ce[0] + rot[body, 1, 1] * ce[1] + rot[body, 1, 2] * ce[2]
+        pz = pos[body, 2] + rot[body, 2, 0] * ce[0] + rot[body, 2, 1] * ce[1] + rot[body, 2, 2] * ce[2]
+        mx, my, mz = -wrench_bar[body, 3], -wrench_bar[body, 4], -wrench_bar[body, 5]
+        torque_bar[e, 0], torque_bar[e, 1], torque_bar[e, 2] = mx, my, mz
+        force_bar[e, 0] = -wrench_bar[body, 0] + my * pz - mz * py
+        force_bar[e, 1] = -wrench_bar[body, 1] + mz * px - mx * pz
+        force_bar[e, 2] = -wrench_bar[body, 2] + mx * py - my * px
+        # p_bar = fe x m_bar
+        pbx, pby, pbz = fe[1] * mz - fe[2] * my, fe[2] * mx - fe[0] * mz, fe[0] * my - fe[1] * mx
+        pos_bar[body, 0] += pbx
+        pos_bar[body, 1] += pby
+        pos_bar[body, 2] += pbz
+        pb = (pbx, pby, pbz)
+        for r in range(3):
+            for k in range(3):
+                rot_bar[body, r, k] += pb[r] * ce[k]
+        for k in range(3):
+            ce_bar[e, k] = rot[body, 0, k] * pbx + rot[body, 1, k] * pby + rot[body, 2, k] * pbz
+
+
+@_inline
+def _link_motion_adjoint(i, parent, qd, bd, qdd, bdd, axis, twist, accel_bar, twist_bar, axis_bar, qd_bar, qdd_bar):
+    """Transposes link ``i``'s ``accel = accel_p + qd (twist x s) + s qdd`` and ``twist =
+    twist_p + s qd`` (eqs 3.8-3.15; :func:`_link_motion`), once the cotangents of its twist and
+    acceleration are complete (its children's done): adds to the parent's and to ``axis_bar[i]``,
+    writes ``qd_bar`` and ``qdd_bar`` (``[i]``)."""  # pragma: no cover - compiled by Numba
+    p, body = parent[i], i + 1
+    qdi, qddi = qd[bd, i], qdd[bdd, i]
+    tw0, tw1, tw2 = twist[body, 0], twist[body, 1], twist[body, 2]
+    tv0, tv1, tv2 = twist[body, 3], twist[body, 4], twist[body, 5]
+    sw0, sw1, sw2 = axis[i, 0], axis[i, 1], axis[i, 2]
+    sv0, sv1, sv2 = axis[i, 3], axis[i, 4], axis[i, 5]
+    a0, a1, a2 = accel_bar[body, 0], accel_bar[body, 1], accel_bar[body, 2]
+    l0, l1, l2 = accel_bar[body, 3], accel_bar[body, 4], accel_bar[body, 5]
+    speed_bar = (
+        a0 * (tw1 * sw2 - tw2 * sw1)
+        + a1 * (tw2 * sw0 - tw0 * sw2)
+        + a2 * (tw0 * sw1 - tw1 * sw0)
+        + l0 * (tw1 * sv2 - tw2 * sv1 + tv1 * sw2 - tv2 * sw1)
+        + l1 * (tw2 * sv0 - tw0 * sv2 + tv2 * sw0 - tv0 * sw2)
+        + l2 * (tw0 * sv1 - tw1 * sv0 + tv0 * sw1 - tv1 * sw0)
+    )
+    acceleration_bar = 0.0
+    for a in range(6):
+        acceleration_bar += accel_bar[body, a] * axis[i, a]
+        axis_bar[i, a] += qddi * accel_bar[body, a]
+        accel_bar[p, a] += accel_bar[body, a]
+    qdd_bar[i] = acceleration_bar
+    # (w x sw, w x sv + v x sw) with cotangent qd * accel_bar
+    x0, x1, x2 = qdi * a0, qdi * a1, qdi * a2
+    y0, y1, y2 = qdi * l0, qdi * l1, qdi * l2
+    _cross_add(sw0, sw1, sw2, x0, x1, x2, twist_bar, body, 0)
+    _cross_add(sv0, sv1, sv2, y0, y1, y2, twist_bar, body, 0)
+    _cross_add(sw0, sw1, sw2, y0, y1, y2, twist_bar, body, 3)
+    _cross_add(x0, x1, x2, tw0, tw1, tw2, axis_bar, i, 0)
+    _cross_add(y0, y1, y2, tv0, tv1, tv2, axis_bar, i, 0)
+    _cross_add(y0, y1, y2, tw0, tw1, tw2, axis_bar, i, 3)
+    for a in range(6):
+        speed_bar += twist_bar[body, a] * axis[i, a]
+        axis_bar[i, a] += qdi * twist_bar[body, a]
+        twist_bar[p, a] += twist_bar[body, a]
+    qd_bar[i] += speed_bar
+
+
+@_inline
+def _link_frame_adjoint(
+    i,
+    parent,
+    revolute,
+    q,
+    bj,
+    joint_frame,
+    bf,
+    parent_to_joint,
+    bpj,
+    centroid_to_joint,
+    bcj,
+    rot,
+    joint_position,
+    axis_bar,
+    rot_bar,
+    pos_bar,
+    q_bar,
+    frame_bar,
+    parent_to_joint_bar,
+    centroid_to_joint_bar,
+    tmp,
+):  # pragma: no cover - compiled by Numba
+    """Transposes :func:`_link_frame` (eq 3.1) for link ``i``, once the cotangents of its
+    rotation, centroid and motion axis are complete (its children's done): adds to the
+    parent's and to ``q_bar[i]``, writes the cotangents of its fixed frame rotation and two
+    position vectors."""
+    p, body = parent[i], i + 1
+    qi = q[bj, i]
+    fixed = joint_frame[bf, i]
+    pj = parent_to_joint[bpj, i]
+    cj = centroid_to_joint[bcj, i]
+    jx, jy, jz = joint_position[i, 0], joint_position[i, 1], joint_position[i, 2]
+    k0, k1, k2 = rot[body, 0, 2], rot[body, 1, 2], rot[body, 2, 2]
+    c, sn = 1.0, 0.0
+    # axis = (k, jp x k) revolute, (0, k) prismatic
+    if revolute[i]:
+        rot_bar[body, 0, 2] += axis_bar[i, 0] + axis_bar[i, 4] * jz - axis_bar[i, 5] * jy
+        rot_bar[body, 1, 2] += axis_bar[i, 1] + axis_bar[i, 5] * jx - axis_bar[i, 3] * jz
+        rot_bar[body, 2, 2] += axis_bar[i, 2] + axis_bar[i, 3] * jy - axis_bar[i, 4] * jx
+        jbx = k1 * axis_bar[i, 5] - k2 * axis_bar[i, 4]
+        jby = k2 * axis_bar[i, 3] - k0 * axis_bar[i, 5]
+        jbz = k0 * axis_bar[i, 4] - k1 * axis_bar[i, 3]
+    else:
+        rot_bar[body, 0, 2] += axis_bar[i, 3]
+        rot_bar[body, 1, 2] += axis_bar[i, 4]
+        rot_bar[body, 2, 2] += axis_bar[i, 5]
+        jbx, jby, jbz = 0.0, 0.0, 0.0
+    # pos = jp + A o, o = -cj (+ q e_z prismatic)
+    o2 = -cj[2]
+    if not revolute[i]:
+        o2 += qi
+    o = (-cj[0], -cj[1], o2)
+    pb = (pos_bar[body, 0], pos_bar[body, 1], pos_bar[body, 2])
+    jbx, jby, jbz = jbx + pb[0], jby + pb[1], jbz + pb[2]
+    for r in range(3):
+        for k in range(3):
+            rot_bar[body, r, k] += pb[r] * o[k]
+    for k in range(3):
+        centroid_to_joint_bar[i, k] = -(rot[body, 0, k] * pb[0] + rot[body, 1, k] * pb[1] + rot[body, 2, k] * pb[2])
+    if not revolute[i]:
+        q_bar[i] -= centroid_to_joint_bar[i, 2]
+    # jp = pos_p + A_p pj
+    jb = (jbx, jby, jbz)
+    for r in range(3):
+        pos_bar[p, r] += jb[r]
+        for k in range(3):
+            rot_bar[p, r, k] += jb[r] * pj[k]
+    for k in range(3):
+        parent_to_joint_bar[i, k] = rot[p, 0, k] * jbx + rot[p, 1, k] * jby + rot[p, 2, k] * jbz
+    # A = A_p T, T = F Rz(q) (revolute) or F: A_p_bar += A_bar T^T, T_bar = A_p^T A_bar
+    if revolute[i]:
+        c, sn = np.cos(qi), np.sin(qi)
+        for r in range(3):
+            tmp[r, 0] = c * fixed[r, 0] + sn * fixed[r, 1]
+            tmp[r, 1] = c * fixed[r, 1] - sn * fixed[r, 0]
+            tmp[r, 2] = fixed[r, 2]
+    else:
+        for r in range(3):
+            for k in range(3):
+                tmp[r, k] = fixed[r, k]
+    for r in range(3):
+        for k in range(3):
+            rot_bar[p, r, k] += (
+                rot_bar[body, r, 0] * tmp[k, 0] + rot_bar[body, r, 1] * tmp[k, 1] + rot_bar[body, r, 2] * tmp[k, 2]
+            )
+    for r in range(3):
+        for k in range(3):
+            tmp[r, k] = (
+                rot[p, 0, r] * rot_bar[body, 0, k]
+                + rot[p, 1, r] * rot_bar[body, 1, k]
+                + rot[p, 2, r] * rot_bar[body, 2, k]
+            )
+    if revolute[i]:
+        angle_bar = 0.0
+        for r in range(3):
+            frame_bar[i, r, 0] = c * tmp[r, 0] - sn * tmp[r, 1]
+            frame_bar[i, r, 1] = sn * tmp[r, 0] + c * tmp[r, 1]
+            frame_bar[i, r, 2] = tmp[r, 2]
+            angle_bar += tmp[r, 0] * (c * fixed[r, 1] - sn * fixed[r, 0]) - tmp[r, 1] * (
+                sn * fixed[r, 1] + c * fixed[r, 0]
+            )
+        q_bar[i] += angle_bar
+    else:
+        for r in range(3):
+            for k in range(3):
+                frame_bar[i, r, k] = tmp[r, k]
+
+
+@_inline
+def _base_frame_adjoint(quaternion, bq, rot_bar, quaternion_bar):  # pragma: no cover - compiled by Numba
+    """Transposes :func:`_base_frame`: ``A = E + s P(x, y, z, w)``, ``s = 2 / |quat|^2``, so
+    ``quat_bar = s sum A_bar . dP - s^2 (A_bar : P) quat``."""
+    x, y, z, w = quaternion[bq, 0], quaternion[bq, 1], quaternion[bq, 2], quaternion[bq, 3]
+    s = 2.0 / (x * x + y * y + z * z + w * w)
+    g = rot_bar[0]
+    pp = (
+        -g[0, 0] * (y * y + z * z)
+        + g[0, 1] * (x * y - z * w)
+        + g[0, 2] * (x * z + y * w)
+        + g[1, 0] * (x * y + z * w)
+        - g[1, 1] * (x * x + z * z)
+        + g[1, 2] * (y * z - x * w)
+        + g[2, 0] * (x * z - y * w)
+        + g[2, 1] * (y * z + x * w)
+        - g[2, 2] * (x * x + y * y)
+    )
+    dx = (
+        g[0, 1] * y
+        + g[0, 2] * z
+        + g[1, 0] * y
+        - 2 * g[1, 1] * x
+        - g[1, 2] * w
+        + g[2, 0] * z
+        + g[2, 1] * w
+        - 2 * g[2, 2] * x
+    )
+    dy = (
+        -2 * g[0, 0] * y
+        + g[0, 1] * x
+        + g[0, 2] * w
+        + g[1, 0] * x
+        + g[1, 2] * z
+        - g[2, 0] * w
+        + g[2, 1] * z
+        - 2 * g[2, 2] * y
+    )
+    dz = (
+        -2 * g[0, 0] * z
+        - g[0, 1] * w
+        + g[0, 2] * x
+        + g[1, 0] * w
+        - 2 * g[1, 1] * z
+        + g[1, 2] * y
+        + g[2, 0] * x
+        + g[2, 1] * y
+    )
+    dw = -g[0, 1] * z + g[0, 2] * y + g[1, 0] * z - g[1, 2] * x - g[2, 0] * y + g[2, 1] * x
+    quaternion_bar[0] = s * dx - s * s * pp * x
+    quaternion_bar[1] = s * dy - s * s * pp * y
+    quaternion_bar[2] = s * dz - s * s * pp * z
+    quaternion_bar[3] = s * dw - s * s * pp * w
+
+
+@_jit
+def inverse_dynamics_vjp_range(
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    dof_parent,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    base_acceleration,
+    qdd,
+    end_point_force,
+    end_point_torque,
+    base_wrench_bar,
+    tau_bar,
+    quaternion_bar,
+    linear_velocity_bar,
+    angular_velocity_bar,
+    q_bar,
+    qd_bar,
+    base_mass_bar,
+    base_inertia_bar,
+    link_mass_bar,
+    link_inertia_bar,
+    joint_frame_bar,
+    parent_to_joint_bar,
+    centroid_to_joint_bar,
+    centroid_to_end_point_bar,
+    stiffness_bar,
+    damping_bar,
+    gravity_bar,
+    base_acceleration_bar,
+    qdd_bar,
+    end_point_force_bar,
+    end_point_torque_bar,
+    start,
+    stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against JAX's reverse mode
+    """The vector-Jacobian product of :func:`inverse_dynamics_range` (reverse mode of the
+    Newton-Euler inverse dynamics, eqs 3.1-3.39, transposed piece by piece) for the samples
+    ``start <= b < stop``: given the cotangents ``base_wrench_bar (.., 6)`` and ``tau_bar (.., n)``
+    of its outputs, the cotangent of every floating-point input, one row per sample (``(B,
+    ...)``, a shared input's too), each ``*_bar`` output shaped as its input without the
+    leading axis (the end-point loads without their step axis)."""
+    n = parent.shape[0]
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(
+        n, free.shape[0], q
+    )
+    dtype = q.dtype
+    rot_bar = np.zeros((n + 1, 3, 3), dtype)
+    pos_bar = np.zeros((n + 1, 3), dtype)
+    twist_bar = np.zeros((n + 1, 6), dtype)
+    accel_bar = np.zeros((n + 1, 6), dtype)
+    axis_bar = np.zeros((n, 6), dtype)
+    wrench_bar = np.zeros((n + 1, 6), dtype)
+    joint_position = np.zeros((n, 3), dtype)
+    body_bar = np.zeros(13, dtype)
+    for b in range(start, stop):
+        bj, bd, bdd = _pick(b, q), _pick(b, qd), _pick(b, qdd)
+        bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
+        bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
+        bw, bv = _pick(b, angular_velocity), _pick(b, linear_velocity)
+        # The forward pass, as inverse_dynamics_range, keeping the joint positions.
+        _base_frame(quaternion, _pick(b, quaternion), rot, pos)
+        _base_motion(angular_velocity[bw], linear_velocity[bv], twist, accel)
+        ba = base_acceleration[_pick(b, base_acceleration)]
+        for a in range(3):
+            accel[0, a] += ba[3 + a]
+            accel[0, 3 + a] += ba[a]
+        for i in range(n):
+            _link_frame(
+                i,
+                parent,
+                revolute,
+                q,
+                bj,
+                joint_frame,
+                bf,
+                parent_to_joint,
+                bpj,
+                centroid_to_joint,
+                bcj,
+                rot,
+                pos,
+                axis,
+                tmp,
+                jp,
+            )
+            for a in range(3):
+                joint_position[i, a] = jp[a]
+            _link_motion(i, parent, qd, bd, axis, twist, accel)
+            qddi = qdd[bdd, i]
+            for a in range(6):
+                accel[i + 1, a] += axis[i, a] * qddi
+        g = gravity[_pick(b, gravity)]
+        for body in range(n + 1):
+            m = _body_inertia(
+                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
+            )
+            _body_wrench(body, m, world, g, pos, twist, accel, wrench)
+        fe, te = end_point_force[_pick(b, end_point_force), 0], end_point_torque[_pick(b, end_point_torque), 0]
+        ce = centroid_to_end_point[_pick(b, centroid_to_end_point)]
+        _subtract_end_point_loads(end_point_link, ce, fe, te, rot, pos, wrench)
+        for i in range(n - 1, -1, -1):
+            _wrench_to_parent(i, parent, wrench)
+        # The reverse pass. Outputs: tau = axis . subtree wrench + K q + D qd, base = wrench[0].
+        rot_bar[:] = 0.0
+        pos_bar[:] = 0.0
+        twist_bar[:] = 0.0
+        accel_bar[:] = 0.0
+        axis_bar[:] = 0.0
+        wrench_bar[:] = 0.0
+        tb = tau_bar[_pick(b, tau_bar)]
+        bk, bdamp = _pick(b, stiffness), _pick(b, damping)
+        for a in range(6):
+            wrench_bar[0, a] = base_wrench_bar[_pick(b, base_wrench_bar), a]
+        for i in range(n):
+            t = tb[i]
+            stiffness_bar[b, i] = t * q[bj, i]
+            damping_bar[b, i] = t * qd[bd, i]
+            q_bar[b, i] = t * stiffness[bk, i]
+            qd_bar[b, i] = t * damping[bdamp, i]
+            for a in range(3):
+                axis_bar[i, a] = t * wrench[i + 1, 3 + a]
+                axis_bar[i, 3 + a] = t * wrench[i + 1, a]
+                wrench_bar[i + 1, 3 + a] = t * axis[i, a]
+                wrench_bar[i + 1, a] = t * axis[i, 3 + a]
+        # Subtree sums transposed, root to leaves: each body's own wrench cotangent.
+        for i in range(n):
+            for a in range(6):
+                wrench_bar[i + 1, a] += wrench_bar[parent[i], a]
+        _end_point_loads_adjoint(
+            end_point_link,
+            ce,
+            fe,
+            te,
+            rot,
+            pos,
+            wrench_bar,
+            pos_bar,
+            rot_bar,
+            centroid_to_end_point_bar[b],
+            end_point_force_bar[b],
+            end_point_torque_bar[b],
+        )
+        for a in range(3):
+            gravity_bar[b, a] = 0.0
+        for body in range(n + 1):
+            m = _body_inertia(
+                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
+            )
+            inertia = base_inertia[bbi] if body == 0 else link_inertia[bli, body - 1]
+            _body_wrench_adjoint(
+                body,
+                m,
+                inertia,
+                world,
+                g,
+                pos,
+                twist,
+                accel,
+                wrench_bar,
+                twist_bar,
+                accel_bar,
+                pos_bar,
+                rot,
+                rot_bar,
+                body_bar,
+            )
+            for a in range(3):
+                gravity_bar[b, a] += body_bar[1 + a]
+            if body == 0:
+                base_mass_bar[b] = body_bar[0]
+                for r in range(3):
+                    for k in range(3):
+                        base_inertia_bar[b, r, k] = body_bar[4 + 3 * r + k]
+            else:
+                link_mass_bar[b, body - 1] = body_bar[0]
+                for r in range(3):
+                    for k in range(3):
+                        link_inertia_bar[b, body - 1, r, k] = body_bar[4 + 3 * r + k]
+        # Motion, leaves to root (eqs 3.8-3.15 transposed), then the base's (dw0, dv0 - w0 x v0).
+        for i in range(n - 1, -1, -1):
+            _link_motion_adjoint(
+                i, parent, qd, bd, qdd, bdd, axis, twist, accel_bar, twist_bar, axis_bar, qd_bar[b], qdd_bar[b]
+            )
+        w0, v0 = angular_velocity[bw], linear_velocity[bv]
+        for a in range(3):
+            base_acceleration_bar[b, 3 + a] = accel_bar[0, a]
+            base_acceleration_bar[b, a] = accel_bar[0, 3 + a]
+            angular_velocity_bar[b, a] = twist_bar[0, a]
+            linear_velocity_bar[b, a] = twist_bar[0, 3 + a]
+        c0, c1, c2 = accel_bar[0, 3], accel_bar[0, 4], accel_bar[0, 5]
+        angular_velocity_bar[b, 0] -= v0[1] * c2 - v0[2] * c1
+        angular_velocity_bar[b, 1] -= v0[2] * c0 - v0[0] * c2
+        angular_velocity_bar[b, 2] -= v0[0] * c1 - v0[1] * c0
+        linear_velocity_bar[b, 0] -= c1 * w0[2] - c2 * w0[1]
+        linear_velocity_bar[b, 1] -= c2 * w0[0] - c0 * w0[2]
+        linear_velocity_bar[b, 2] -= c0 * w0[1] - c1 * w0[0]
+        # Frames, leaves to root (eq 3.1 transposed), then the base rotation's quaternion.
+        for i in range(n - 1, -1, -1):
+            _link_frame_adjoint(
+                i,
+                parent,
+                revolute,
+                q,
+                bj,
+                joint_frame,
+                bf,
+                parent_to_joint,
+                bpj,
+                centroid_to_joint,
+                bcj,
+                rot,
+                joint_position,
+                axis_bar,
+                rot_bar,
+                pos_bar,
+                q_bar[b],
+                joint_frame_bar[b],
+                parent_to_joint_bar[b],
+                centroid_to_joint_bar[b],
+                tmp,
+            )
+        _base_frame_adjoint(quaternion, _pick(b, quaternion), rot_bar, quaternion_bar[b])
 
 
 @_jit

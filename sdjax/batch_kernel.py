@@ -32,6 +32,7 @@ import os
 import threading
 from typing import Any, Callable, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -321,6 +322,106 @@ def inverse_dynamics(
     is_batched = [bool(flags[id(x)]) for x in leaves]
     out = _call("inverse_dynamics_range", axis_size, _topology(model), leaves, is_batched, dtype, results, tuple)
     return out[0], out[1]
+
+
+def inverse_dynamics_vjp(
+    axis_size: int,
+    model: Any,
+    state: Any,
+    base_acceleration: Any,
+    qdd: Any,
+    end_point_force: Any,
+    end_point_torque: Any,
+    cotangent: tuple[Any, Any],
+    batched: Any,
+) -> tuple[Any, ...]:
+    """Batched vector-Jacobian product of :func:`sdjax.inverse_dynamics` of checked inputs (a
+    model without mimic joints) by the compiled kernel (reverse mode of a batch).
+
+    Arguments:
+        axis_size, model, state, base_acceleration, qdd, end_point_force, end_point_torque,
+            batched: as :func:`inverse_dynamics`.
+        cotangent: ``(base_wrench_bar (B, 6), tau_bar (B, n))``, the cotangents of its outputs.
+
+    Returns:
+        The cotangents of ``(model, state, base_acceleration, qdd, end_point_force,
+        end_point_torque)``, that structure, each leaf ``(B, *leaf.shape)`` (one row per sample,
+        a shared leaf's too); zero for the leaves the inverse dynamics does not read
+        (``base_position``, ``end_point_rpy``, the mimic fields).
+    """
+    dtype = _dtype(model, state)
+    args = (model, state, base_acceleration, qdd, end_point_force, end_point_torque)
+    flags = _flags(args, batched)
+    base_wrench_bar, tau_bar = (jnp.asarray(c, dtype) for c in cotangent)
+    flags[id(base_wrench_bar)] = flags[id(tau_bar)] = True
+    leaves = [
+        *_sample_leaves(model, state, dtype, flags),
+        base_acceleration,
+        qdd,
+        *_held_loads([end_point_force, end_point_torque], flags),
+        base_wrench_bar,
+        tau_bar,
+    ]
+    is_batched = [bool(flags[id(x)]) for x in leaves]
+    # One output buffer (each array a callback returns costs ~30 us), cut into the kernel's
+    # cotangent arrays: those of the inputs before the cotangents, in their order.
+    shapes = [tuple(np.shape(x)[1 if b else 0 :]) for x, b in zip(leaves[:20], is_batched[:20])]
+    shapes[18], shapes[19] = shapes[18][1:], shapes[19][1:]  # (the end-point loads' step axis)
+    sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+    offsets = np.cumsum([0, *sizes])
+
+    def outputs(buffers: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+        packed = buffers[0]
+        return tuple(
+            packed[:, start:stop].reshape((len(packed), *shape))
+            for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes)
+        )
+
+    results = [jax.ShapeDtypeStruct((axis_size, int(offsets[-1])), dtype)]
+    packed = _call(
+        "inverse_dynamics_vjp_range", axis_size, _topology(model), leaves, is_batched, dtype, results, outputs
+    )[0]
+    bars = [
+        packed[:, start:stop].reshape((axis_size, *shape))
+        for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes)
+    ]
+    (quaternion, v0, w0, q, qd, base_mass, base_inertia, link_mass, link_inertia, joint_frame) = bars[:10]
+    parent_to_joint, centroid_to_joint, end_point, stiffness, damping, gravity = bars[10:16]
+    base_acceleration_bar, qdd_bar, force_bar, torque_bar = bars[16:20]
+    # The joint frames' fixed rotations come from their RPY angles: their cotangent, mapped back.
+    rpy = jnp.asarray(model.joint_rpy, dtype)
+    if not flags[id(model.joint_rpy)]:
+        rpy = jnp.broadcast_to(rpy, (axis_size, *rpy.shape))
+    rpy_bar = jax.vmap(lambda angles, bar: jax.vjp(rpy_to_matrix, angles)[1](bar)[0])(rpy, joint_frame)
+
+    def zeros(x: Any, is_batched: bool) -> Any:
+        return jnp.zeros((axis_size, *np.shape(x)[1 if is_batched else 0 :]), jnp.result_type(x))
+
+    model_bar = eqx.tree_at(
+        lambda m: (
+            m.base_mass,
+            m.base_inertia,
+            m.link_mass,
+            m.link_inertia,
+            m.joint_rpy,
+            m.parent_centroid_to_joint,
+            m.centroid_to_joint,
+            m.centroid_to_end_point,
+            m.joint_stiffness,
+            m.joint_damping,
+            m.gravity,
+        ),
+        jax.tree.map(zeros, model, batched[0]),
+        (base_mass, base_inertia, link_mass, link_inertia, rpy_bar, parent_to_joint, centroid_to_joint, end_point)
+        + (stiffness, damping, gravity),
+    )
+    state_bar = eqx.tree_at(
+        lambda s: (s.base_quaternion, s.base_linear_velocity, s.base_angular_velocity, s.q, s.qd),
+        jax.tree.map(zeros, state, batched[1]),
+        (quaternion, v0, w0, q, qd),
+    )
+    bars = (model_bar, state_bar, base_acceleration_bar, qdd_bar, force_bar, torque_bar)
+    return jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), bars, args)
 
 
 def inertia_matrix(axis_size: int, model: Any, state: Any, batched: Any) -> Array:

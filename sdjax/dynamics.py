@@ -675,7 +675,16 @@ def floating_acceleration(model: Model, state: State, controls: Controls) -> Arr
 def _dynamics_residual(model: Model, state: State, controls: Controls, acceleration: Array) -> Array:
     """``H a + c - [F0; N0; tau + tau_passive] - J_e^T [F_e; T_e]`` in the free coordinates
     (``num_velocities``,), by one Newton-Euler pass; zero at the forward-dynamics solution
-    ``acceleration`` (6 + n,)."""
+    ``acceleration`` (6 + n,).
+
+    Without mimic joints, by the inverse dynamics itself (whose reverse mode takes the compiled
+    kernel's route under ``vmap``: :func:`_batched_inverse_dynamics_vjp`)."""
+    if not model.has_mimic:
+        base_wrench, tau = _inverse_dynamics(
+            model, state, acceleration[:6], acceleration[6:], controls.end_point_force, controls.end_point_torque
+        )
+        applied = jnp.concatenate([controls.base_force, controls.base_torque, controls.tau])
+        return free_coordinates(model, jnp.concatenate([base_wrench, tau]) - applied)
     motion, accelerations = _motion(model, state, acceleration[:6], acceleration[6:])
     external = _end_point_wrenches(model, motion.frames, controls.end_point_force, controls.end_point_torque)
     force = _newton_euler(model, motion, accelerations, external)
@@ -767,7 +776,20 @@ def _batched_inverse_dynamics(
     return _map_in_chunks(lambda leaves: _newton_euler_inverse(*rebuild(leaves)), mapped, axis_size, chunk)
 
 
-_inverse_dynamics = batched_route(_newton_euler_inverse, _batched_inverse_dynamics)
+def _batched_inverse_dynamics_vjp(
+    axis_size: int, args: tuple[Any, ...], in_batched: Any, cotangent: tuple[Array, Array]
+) -> Any:
+    """Reverse mode of a batched :func:`_newton_euler_inverse`: the compiled kernel's
+    vector-Jacobian product where it serves (:func:`_kernel_serves`; the batch size alone
+    decides, the reverse pass being several times the forward one's work), otherwise None (the
+    plain VJP, vectorised)."""
+    mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
+    if not _kernel_serves(args[0], mapped, axis_size):
+        return None
+    return batch_kernel.inverse_dynamics_vjp(axis_size, *args, cotangent, in_batched)
+
+
+_inverse_dynamics = batched_route(_newton_euler_inverse, _batched_inverse_dynamics, _batched_inverse_dynamics_vjp)
 
 
 def _batched_solve(

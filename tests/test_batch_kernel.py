@@ -693,3 +693,99 @@ def test_a_diverging_sample_gives_nan_not_an_error(monkeypatch):
     expected = _per_sample_rollouts(model, states, None, steps=5).states.qd
     assert not np.all(np.isfinite(expected[1])) and not np.all(np.isfinite(ours[1]))
     assert_close(ours[::2], expected[::2], ROLLOUT_RTOL[jnp.float64], "the other samples")
+
+
+# ------------------------------------------------------------------------------------------
+# Reverse mode through the kernel: the vector-Jacobian product of the inverse dynamics.
+
+# Tolerances of the kernel's reverse pass against JAX's reverse mode of the per-sample code:
+# the same products summed in another order (observed <= 3e-13 in float64, 2e-5 in float32,
+# relative to the largest cotangent of a leaf, on trees of up to 12 links with velocities and
+# accelerations of order 1); float32's bound is epsilon times the ~1e2 products a cotangent
+# gathers along a 12-link path, with headroom.
+VJP_RTOL = {jnp.float64: 1e-10, jnp.float32: 2e-3}
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("base", ["floating", "planar", "fixed"])
+def test_inverse_dynamics_vjp_kernel_equals_reverse_mode(base, dtype):
+    """The kernel's cotangents of every input of the inverse dynamics (the model's masses,
+    inertias, joint frames, lever arms, end-point offsets, passive coefficients and gravity; the
+    base attitude and twist, joint positions and rates; the accelerations and end-point loads)
+    equal ``jax.vjp`` of the per-sample XLA code, on branched trees with prismatic joints, for a
+    shared model and for a batch of models; the leaves the inverse dynamics does not read
+    (``base_position``, ``end_point_rpy``) get zero."""
+    for seed, links in ((3, 9), (5, 12)):
+        model = sdjax.edit_model(
+            random_model(seed, links, chain_probability=0.4, gravity=True, passive=True), base=base
+        ).astype(dtype)
+        rng = np.random.default_rng(seed)
+        models = sdjax.stack_models([jax.tree.map(lambda x: x * (1 + 0.2 * rng.uniform()), model) for _ in range(4)])
+        motion = _motion_batch(model, 4, seed, dtype)
+        cotangent = (
+            jnp.asarray(rng.normal(size=(4, 6)), dtype),
+            jnp.asarray(rng.normal(size=(4, model.num_joints)), dtype),
+        )
+
+        def reverse_mode(m, *sample):
+            *inputs, bar = sample
+            return jax.vjp(dynamics._newton_euler_inverse, m, *inputs)[1](bar)
+
+        for models_batched, m in ((False, model), (True, models)):
+            flags = (jax.tree.map(lambda _: models_batched, m), *[jax.tree.map(lambda _: True, x) for x in motion])
+            ours = jax.jit(lambda m, *a: batch_kernel.inverse_dynamics_vjp(4, m, *a[:-1], a[-1], flags))(
+                m, *motion, cotangent
+            )
+            expected = jax.jit(jax.vmap(reverse_mode, in_axes=(0 if models_batched else None, 0, 0, 0, 0, 0, 0)))(
+                m, *motion, cotangent
+            )
+            paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(expected)[0]]
+            for path, a, b in zip(paths, jax.tree.leaves(ours), jax.tree.leaves(expected)):
+                assert_close(a, b, VJP_RTOL[dtype], f"cotangent {path}, models batched: {models_batched}")
+            assert float(jnp.max(jnp.abs(ours[1].q))) > 0.1  # (cotangents of order 1, not all zero)
+
+
+def test_gradients_through_the_kernel_equal_the_xla_path(monkeypatch):
+    """Reverse mode of batched forward and inverse dynamics passes through the kernel's
+    vector-Jacobian product (counted), and gradients with respect to the model (shared: summed
+    over the batch), the states and the controls equal those of the XLA path (``SDJAX_KERNEL=jax``),
+    with ``grad`` outside and inside ``vmap``; second derivatives (forward over reverse) too."""
+    kernels = _counting_kernels(monkeypatch)
+    model = random_model(8, 7, gravity=True, passive=True)
+    states, controls = _batch(model, 6, 2, jnp.float64)
+    weights = jnp.asarray(np.random.default_rng(3).normal(size=(6, 6 + model.num_joints)))
+
+    def loss(m, s, c):
+        accelerations = jax.vmap(lambda s, c: dynamics.floating_acceleration(m, s, c))(s, c)
+        tau = jax.vmap(lambda s, a: sdjax.inverse_dynamics(m, s, a[:6], a[6:])[1])(s, weights)
+        return jnp.sum(jnp.sin(accelerations) * weights) + jnp.sum(jnp.cos(tau))
+
+    def per_sample_loss(m, s, c, w):
+        return jnp.sum(jnp.sin(dynamics.floating_acceleration(m, s, c)) * w) + jnp.sum(
+            jnp.cos(sdjax.inverse_dynamics(m, s, w[:6], w[6:])[1])
+        )
+
+    def runs():
+        outside = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(model, states, controls)
+        inside = jax.jit(jax.vmap(jax.grad(per_sample_loss, argnums=(1, 2)), in_axes=(None, 0, 0, 0)))(
+            model, states, controls, weights
+        )
+        # Forward over reverse: the gradient's derivative along a direction of the joint rates.
+        direction = jnp.ones_like(states.qd)
+        second = jax.jit(
+            lambda qd: jax.jvp(
+                lambda x: jax.grad(loss, argnums=1)(model, eqx.tree_at(lambda s: s.qd, states, x), controls).q,
+                (qd,),
+                (direction,),
+            )[1]
+        )(states.qd)
+        return outside, inside, second
+
+    ours = runs()
+    assert kernels.count("inverse_dynamics_vjp_range") >= 2
+    monkeypatch.setenv("SDJAX_KERNEL", "jax")
+    jax.clear_caches()
+    expected = runs()
+    for what, a, b in zip(("grad outside vmap", "grad inside vmap", "forward over reverse"), ours, expected):
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+            assert_close(x, y, 1e-10, what)  # (round-off of the solves and the reverse pass's sums, as VJP_RTOL)
