@@ -30,6 +30,7 @@ __all__ = [
     "batched_evaluation",
     "batched_route",
     "jvp_along_nonzero",
+    "linearized_tangent",
     "split_batched",
 ]
 
@@ -188,20 +189,24 @@ class VjpEvaluator(Protocol):
 
 
 class _Linearization:
-    """The tangent map of ``fun`` at a point, along the argument leaves that carry a tangent
-    (``live``), as the operands of :data:`_linearized_p` see it: ``jvp(*leaves, *tangents)``
-    and its transpose ``vjp(*leaves, *cotangents)``, both per sample on flat lists of arrays.
-    The transpose is :func:`batched_evaluation` of the plain function's VJP, so that under
-    ``vmap`` it takes the evaluator's route. Compared by identity (a primitive parameter)."""
+    """A tangent map at a point, as the operands of :data:`_linearized_p` see it:
+    ``jvp(*leaves, *tangents)`` (``tangent_map(primals, tangents)``, the tangents of the leaves
+    marked ``live``, the others ``SymbolicZero``) and its transpose ``vjp(*leaves,
+    *cotangents)``, both per sample on flat lists of arrays. The transpose is
+    :func:`batched_evaluation` of the plain map's transpose, so that under ``vmap`` it takes the
+    evaluator's route. Compared by identity (a primitive parameter)."""
 
-    def __init__(self, fun: Callable[..., Any], treedef: Any, live: tuple[bool, ...], evaluate_vjp: VjpEvaluator):
-        self.fun, self.treedef, self.live = fun, treedef, live
+    def __init__(
+        self, tangent_map: Callable[..., Any], treedef: Any, live: tuple[bool, ...], evaluate_vjp: VjpEvaluator
+    ):
+        self.tangent_map, self.treedef, self.live = tangent_map, treedef, live
         self.num_leaves = len(live)
         self.out_treedef: Any = None  # (set by the first trace of jvp)
 
         def plain_vjp(leaves: list[Any], cotangents: list[Any]) -> list[Any]:
-            _, pullback = jax.vjp(self._of_live(leaves), *self._live(leaves))
-            return list(pullback(jax.tree.unflatten(self.out_treedef, cotangents)))
+            zeros = [jnp.zeros_like(x) for x in self._live(leaves)]
+            _, pullback = jax.vjp(lambda *tangents: self.jvp(*leaves, *tangents), *zeros)
+            return list(pullback(cotangents))
 
         def batched_vjp(axis_size: int, args: Any, in_batched: Any, mapped: list[Any], rebuild: Any) -> Any:
             leaves, cotangents = args
@@ -226,8 +231,9 @@ class _Linearization:
             return batchable_vjp(leaves, cotangents)
 
         def vjp_route_jvp(primals: Any, tangents: Any) -> tuple[Any, Any]:
-            # The primal by the route itself (batched as the route batches it) and the tangent
-            # by the plain VJP's JVP (second derivatives).
+            # The primal by the route itself (batched as the route batches it: the plain map's
+            # primal may not be, e.g. a zero cotangent, which custom_jvp's batching then
+            # mislabels under jit) and the tangent by the plain map's (second derivatives).
             return vjp_route(*primals), jvp_along_nonzero(plain_vjp, primals, tangents)[1]
 
         vjp_route.defjvp(vjp_route_jvp, symbolic_zeros=True)
@@ -236,18 +242,15 @@ class _Linearization:
     def _live(self, leaves: list[Any]) -> list[Any]:
         return [x for x, b in zip(leaves, self.live) if b]
 
-    def _of_live(self, leaves: list[Any]) -> Callable[..., Any]:
-        def of_live(*values: Any) -> Any:
-            it = iter(values)
-            return self.fun(
-                *jax.tree.unflatten(self.treedef, [next(it) if b else x for x, b in zip(leaves, self.live)])
-            )
-
-        return of_live
-
     def jvp(self, *operands: Any) -> list[Any]:
-        leaves, tangents = list(operands[: self.num_leaves]), list(operands[self.num_leaves :])
-        _, out_tangent = jax.jvp(self._of_live(leaves), self._live(leaves), tangents)
+        leaves, live_tangents = list(operands[: self.num_leaves]), iter(operands[self.num_leaves :])
+        tangents = [
+            next(live_tangents) if b else SymbolicZero(jax.typeof(x).to_tangent_aval())
+            for x, b in zip(leaves, self.live)
+        ]
+        out_tangent = self.tangent_map(
+            jax.tree.unflatten(self.treedef, leaves), jax.tree.unflatten(self.treedef, tangents)
+        )
         out_leaves, self.out_treedef = jax.tree.flatten(out_tangent)
         return out_leaves
 
@@ -333,19 +336,42 @@ ad.primitive_jvps[_linearized_p] = _linearized_jvp
 ad.primitive_transposes[_linearized_p] = _linearized_transpose
 
 
+def linearized_tangent(
+    tangent_map: Callable[[Any, Any], Any], evaluate_vjp: VjpEvaluator, primals: Any, tangents: Any
+) -> Any:
+    """The tangent ``tangent_map(primals, tangents)`` of a ``custom_jvp`` rule (defined with
+    ``symbolic_zeros=True``), as one linear primitive whose transpose (reverse mode) is the
+    plain map's, evaluated under ``vmap`` by ``evaluate_vjp`` where it serves.
+
+    Arguments:
+        tangent_map: ``tangent_map(primals, tangents) -> output tangent``, linear in the
+            tangents (``SymbolicZero`` where an argument carries none), plain JAX.
+        evaluate_vjp: :class:`VjpEvaluator` of the map's transpose (``args``: ``primals``).
+        primals, tangents: the rule's arguments (tuples of pytrees).
+
+    Returns:
+        The output tangent (zero where no argument carries a tangent).
+    """
+    leaves, treedef = jax.tree.flatten(primals)
+    tangent_leaves = jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
+    live = tuple(not isinstance(t, SymbolicZero) for t in tangent_leaves)
+    linearization = _Linearization(tangent_map, treedef, live, evaluate_vjp)
+    operands = [*leaves, *[t for t, b in zip(tangent_leaves, live) if b]]
+    out_tangent = _linearized_p.bind(*operands, linearization=linearization, levels=())
+    return jax.tree.unflatten(linearization.out_treedef, out_tangent)
+
+
 def _jvp_through_linearization(
     fun: Callable[..., Any], routed: Callable[..., Any], evaluate_vjp: VjpEvaluator, primals: Any, tangents: Any
 ) -> tuple[Any, Any]:
     """The ``custom_jvp`` rule of a :func:`batched_route` with a VJP evaluator: the primal by
-    ``routed`` itself (the batched route; differentiable, so that the rule is), the tangent by :data:`_linearized_p` (reverse mode then
-    transposes it through ``evaluate_vjp``)."""
-    leaves, treedef = jax.tree.flatten(primals)
-    tangent_leaves = jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
-    live = tuple(not isinstance(t, SymbolicZero) for t in tangent_leaves)
+    ``routed`` itself (the batched route; differentiable, so that the rule is), the tangent by
+    :func:`linearized_tangent` of ``fun``'s JVP."""
     out = routed(*primals)
-    linearization = _Linearization(fun, treedef, live, evaluate_vjp)
-    operands = [*leaves, *[t for t, b in zip(tangent_leaves, live) if b]]
-    if not any(live):
+    if not any(
+        not isinstance(t, SymbolicZero)
+        for t in jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
+    ):
         return out, jax.tree.map(jnp.zeros_like, out)
-    out_tangent = _linearized_p.bind(*operands, linearization=linearization, levels=())
-    return out, jax.tree.unflatten(linearization.out_treedef, out_tangent)
+    tangent = linearized_tangent(lambda p, t: jvp_along_nonzero(fun, p, t)[1], evaluate_vjp, primals, tangents)
+    return out, tangent

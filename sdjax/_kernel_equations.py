@@ -42,6 +42,7 @@ __all__ = [
     "inertia_matrix_range",
     "inverse_dynamics_range",
     "inverse_dynamics_vjp_range",
+    "forward_dynamics_vjp_range",
     "rk4_rollout",
     "scratch",
 ]
@@ -1354,6 +1355,254 @@ def _base_frame_adjoint(quaternion, bq, rot_bar, quaternion_bar):  # pragma: no 
     quaternion_bar[3] = s * dw - s * s * pp * w
 
 
+@_inline
+def _vjp_work(n, nv, q):  # pragma: no cover - compiled by Numba
+    """Working arrays of :func:`_inverse_dynamics_vjp_sample`: :func:`scratch`'s, the
+    cotangents of the rotations, centroids, twists, accelerations, motion axes and wrenches,
+    the joint positions and one body's parameter cotangents."""
+    dtype = q.dtype
+    return (
+        scratch(n, nv, q),
+        np.zeros((n + 1, 3, 3), dtype),
+        np.zeros((n + 1, 3), dtype),
+        np.zeros((n + 1, 6), dtype),
+        np.zeros((n + 1, 6), dtype),
+        np.zeros((n, 6), dtype),
+        np.zeros((n + 1, 6), dtype),
+        np.zeros((n, 3), dtype),
+        np.zeros(13, dtype),
+    )
+
+
+@_inline
+def _inverse_dynamics_vjp_sample(
+    b, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work
+):  # pragma: no cover - compiled by Numba
+    """Sample ``b``'s vector-Jacobian product of the inverse dynamics (eqs 3.1-3.39, each
+    piece transposed): ``inputs`` and ``outputs`` the tuples of :func:`inverse_dynamics_vjp_range`'s
+    inputs and cotangent outputs, ``wrench_cot (6,)`` and ``tau_cot (n,)`` the cotangents of the
+    base wrench and the joint loads, ``work`` from :func:`_vjp_work`."""
+    (
+        quaternion,
+        linear_velocity,
+        angular_velocity,
+        q,
+        qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        base_acceleration,
+        qdd,
+        end_point_force,
+        end_point_torque,
+    ) = inputs
+    (
+        quaternion_bar,
+        linear_velocity_bar,
+        angular_velocity_bar,
+        q_bar,
+        qd_bar,
+        base_mass_bar,
+        base_inertia_bar,
+        link_mass_bar,
+        link_inertia_bar,
+        joint_frame_bar,
+        parent_to_joint_bar,
+        centroid_to_joint_bar,
+        centroid_to_end_point_bar,
+        stiffness_bar,
+        damping_bar,
+        gravity_bar,
+        base_acceleration_bar,
+        qdd_bar,
+        end_point_force_bar,
+        end_point_torque_bar,
+    ) = outputs
+    (
+        (rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y),
+        rot_bar,
+        pos_bar,
+        twist_bar,
+        accel_bar,
+        axis_bar,
+        wrench_bar,
+        joint_position,
+        body_bar,
+    ) = work
+    n = parent.shape[0]
+    bj, bd, bdd = _pick(b, q), _pick(b, qd), _pick(b, qdd)
+    bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
+    bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
+    bw, bv = _pick(b, angular_velocity), _pick(b, linear_velocity)
+    # The forward pass, as inverse_dynamics_range, keeping the joint positions.
+    _base_frame(quaternion, _pick(b, quaternion), rot, pos)
+    _base_motion(angular_velocity[bw], linear_velocity[bv], twist, accel)
+    ba = base_acceleration[_pick(b, base_acceleration)]
+    for a in range(3):
+        accel[0, a] += ba[3 + a]
+        accel[0, 3 + a] += ba[a]
+    for i in range(n):
+        _link_frame(
+            i,
+            parent,
+            revolute,
+            q,
+            bj,
+            joint_frame,
+            bf,
+            parent_to_joint,
+            bpj,
+            centroid_to_joint,
+            bcj,
+            rot,
+            pos,
+            axis,
+            tmp,
+            jp,
+        )
+        for a in range(3):
+            joint_position[i, a] = jp[a]
+        _link_motion(i, parent, qd, bd, axis, twist, accel)
+        qddi = qdd[bdd, i]
+        for a in range(6):
+            accel[i + 1, a] += axis[i, a] * qddi
+    g = gravity[_pick(b, gravity)]
+    for body in range(n + 1):
+        m = _body_inertia(body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world)
+        _body_wrench(body, m, world, g, pos, twist, accel, wrench)
+    fe, te = end_point_force[_pick(b, end_point_force), 0], end_point_torque[_pick(b, end_point_torque), 0]
+    ce = centroid_to_end_point[_pick(b, centroid_to_end_point)]
+    _subtract_end_point_loads(end_point_link, ce, fe, te, rot, pos, wrench)
+    for i in range(n - 1, -1, -1):
+        _wrench_to_parent(i, parent, wrench)
+    # The reverse pass. Outputs: tau = axis . subtree wrench + K q + D qd, base = wrench[0].
+    rot_bar[:] = 0.0
+    pos_bar[:] = 0.0
+    twist_bar[:] = 0.0
+    accel_bar[:] = 0.0
+    axis_bar[:] = 0.0
+    wrench_bar[:] = 0.0
+    tb = tau_cot
+    bk, bdamp = _pick(b, stiffness), _pick(b, damping)
+    for a in range(6):
+        wrench_bar[0, a] = wrench_cot[a]
+    for i in range(n):
+        t = tb[i]
+        stiffness_bar[b, i] = t * q[bj, i]
+        damping_bar[b, i] = t * qd[bd, i]
+        q_bar[b, i] = t * stiffness[bk, i]
+        qd_bar[b, i] = t * damping[bdamp, i]
+        for a in range(3):
+            axis_bar[i, a] = t * wrench[i + 1, 3 + a]
+            axis_bar[i, 3 + a] = t * wrench[i + 1, a]
+            wrench_bar[i + 1, 3 + a] = t * axis[i, a]
+            wrench_bar[i + 1, a] = t * axis[i, 3 + a]
+    # Subtree sums transposed, root to leaves: each body's own wrench cotangent.
+    for i in range(n):
+        for a in range(6):
+            wrench_bar[i + 1, a] += wrench_bar[parent[i], a]
+    _end_point_loads_adjoint(
+        end_point_link,
+        ce,
+        fe,
+        te,
+        rot,
+        pos,
+        wrench_bar,
+        pos_bar,
+        rot_bar,
+        centroid_to_end_point_bar[b],
+        end_point_force_bar[b],
+        end_point_torque_bar[b],
+    )
+    for a in range(3):
+        gravity_bar[b, a] = 0.0
+    for body in range(n + 1):
+        m = _body_inertia(body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world)
+        inertia = base_inertia[bbi] if body == 0 else link_inertia[bli, body - 1]
+        _body_wrench_adjoint(
+            body,
+            m,
+            inertia,
+            world,
+            g,
+            pos,
+            twist,
+            accel,
+            wrench_bar,
+            twist_bar,
+            accel_bar,
+            pos_bar,
+            rot,
+            rot_bar,
+            body_bar,
+        )
+        for a in range(3):
+            gravity_bar[b, a] += body_bar[1 + a]
+        if body == 0:
+            base_mass_bar[b] = body_bar[0]
+            for r in range(3):
+                for k in range(3):
+                    base_inertia_bar[b, r, k] = body_bar[4 + 3 * r + k]
+        else:
+            link_mass_bar[b, body - 1] = body_bar[0]
+            for r in range(3):
+                for k in range(3):
+                    link_inertia_bar[b, body - 1, r, k] = body_bar[4 + 3 * r + k]
+    # Motion, leaves to root (eqs 3.8-3.15 transposed), then the base's (dw0, dv0 - w0 x v0).
+    for i in range(n - 1, -1, -1):
+        _link_motion_adjoint(
+            i, parent, qd, bd, qdd, bdd, axis, twist, accel_bar, twist_bar, axis_bar, qd_bar[b], qdd_bar[b]
+        )
+    w0, v0 = angular_velocity[bw], linear_velocity[bv]
+    for a in range(3):
+        base_acceleration_bar[b, 3 + a] = accel_bar[0, a]
+        base_acceleration_bar[b, a] = accel_bar[0, 3 + a]
+        angular_velocity_bar[b, a] = twist_bar[0, a]
+        linear_velocity_bar[b, a] = twist_bar[0, 3 + a]
+    c0, c1, c2 = accel_bar[0, 3], accel_bar[0, 4], accel_bar[0, 5]
+    angular_velocity_bar[b, 0] -= v0[1] * c2 - v0[2] * c1
+    angular_velocity_bar[b, 1] -= v0[2] * c0 - v0[0] * c2
+    angular_velocity_bar[b, 2] -= v0[0] * c1 - v0[1] * c0
+    linear_velocity_bar[b, 0] -= c1 * w0[2] - c2 * w0[1]
+    linear_velocity_bar[b, 1] -= c2 * w0[0] - c0 * w0[2]
+    linear_velocity_bar[b, 2] -= c0 * w0[1] - c1 * w0[0]
+    # Frames, leaves to root (eq 3.1 transposed), then the base rotation's quaternion.
+    for i in range(n - 1, -1, -1):
+        _link_frame_adjoint(
+            i,
+            parent,
+            revolute,
+            q,
+            bj,
+            joint_frame,
+            bf,
+            parent_to_joint,
+            bpj,
+            centroid_to_joint,
+            bcj,
+            rot,
+            joint_position,
+            axis_bar,
+            rot_bar,
+            pos_bar,
+            q_bar[b],
+            joint_frame_bar[b],
+            parent_to_joint_bar[b],
+            centroid_to_joint_bar[b],
+            tmp,
+        )
+    _base_frame_adjoint(quaternion, _pick(b, quaternion), rot_bar, quaternion_bar[b])
+
+
 @_jit
 def inverse_dynamics_vjp_range(
     parent,
@@ -1412,187 +1661,194 @@ def inverse_dynamics_vjp_range(
     of its outputs, the cotangent of every floating-point input, one row per sample (``(B,
     ...)``, a shared input's too), each ``*_bar`` output shaped as its input without the
     leading axis (the end-point loads without their step axis)."""
-    n = parent.shape[0]
-    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(
-        n, free.shape[0], q
+    inputs = (
+        quaternion,
+        linear_velocity,
+        angular_velocity,
+        q,
+        qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        base_acceleration,
+        qdd,
+        end_point_force,
+        end_point_torque,
     )
-    dtype = q.dtype
-    rot_bar = np.zeros((n + 1, 3, 3), dtype)
-    pos_bar = np.zeros((n + 1, 3), dtype)
-    twist_bar = np.zeros((n + 1, 6), dtype)
-    accel_bar = np.zeros((n + 1, 6), dtype)
-    axis_bar = np.zeros((n, 6), dtype)
-    wrench_bar = np.zeros((n + 1, 6), dtype)
-    joint_position = np.zeros((n, 3), dtype)
-    body_bar = np.zeros(13, dtype)
+    outputs = (
+        quaternion_bar,
+        linear_velocity_bar,
+        angular_velocity_bar,
+        q_bar,
+        qd_bar,
+        base_mass_bar,
+        base_inertia_bar,
+        link_mass_bar,
+        link_inertia_bar,
+        joint_frame_bar,
+        parent_to_joint_bar,
+        centroid_to_joint_bar,
+        centroid_to_end_point_bar,
+        stiffness_bar,
+        damping_bar,
+        gravity_bar,
+        base_acceleration_bar,
+        qdd_bar,
+        end_point_force_bar,
+        end_point_torque_bar,
+    )
+    work = _vjp_work(parent.shape[0], free.shape[0], q)
     for b in range(start, stop):
-        bj, bd, bdd = _pick(b, q), _pick(b, qd), _pick(b, qdd)
-        bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
-        bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
-        bw, bv = _pick(b, angular_velocity), _pick(b, linear_velocity)
-        # The forward pass, as inverse_dynamics_range, keeping the joint positions.
-        _base_frame(quaternion, _pick(b, quaternion), rot, pos)
-        _base_motion(angular_velocity[bw], linear_velocity[bv], twist, accel)
-        ba = base_acceleration[_pick(b, base_acceleration)]
-        for a in range(3):
-            accel[0, a] += ba[3 + a]
-            accel[0, 3 + a] += ba[a]
-        for i in range(n):
-            _link_frame(
-                i,
-                parent,
-                revolute,
-                q,
-                bj,
-                joint_frame,
-                bf,
-                parent_to_joint,
-                bpj,
-                centroid_to_joint,
-                bcj,
-                rot,
-                pos,
-                axis,
-                tmp,
-                jp,
-            )
-            for a in range(3):
-                joint_position[i, a] = jp[a]
-            _link_motion(i, parent, qd, bd, axis, twist, accel)
-            qddi = qdd[bdd, i]
-            for a in range(6):
-                accel[i + 1, a] += axis[i, a] * qddi
-        g = gravity[_pick(b, gravity)]
-        for body in range(n + 1):
-            m = _body_inertia(
-                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
-            )
-            _body_wrench(body, m, world, g, pos, twist, accel, wrench)
-        fe, te = end_point_force[_pick(b, end_point_force), 0], end_point_torque[_pick(b, end_point_torque), 0]
-        ce = centroid_to_end_point[_pick(b, centroid_to_end_point)]
-        _subtract_end_point_loads(end_point_link, ce, fe, te, rot, pos, wrench)
-        for i in range(n - 1, -1, -1):
-            _wrench_to_parent(i, parent, wrench)
-        # The reverse pass. Outputs: tau = axis . subtree wrench + K q + D qd, base = wrench[0].
-        rot_bar[:] = 0.0
-        pos_bar[:] = 0.0
-        twist_bar[:] = 0.0
-        accel_bar[:] = 0.0
-        axis_bar[:] = 0.0
-        wrench_bar[:] = 0.0
-        tb = tau_bar[_pick(b, tau_bar)]
-        bk, bdamp = _pick(b, stiffness), _pick(b, damping)
-        for a in range(6):
-            wrench_bar[0, a] = base_wrench_bar[_pick(b, base_wrench_bar), a]
-        for i in range(n):
-            t = tb[i]
-            stiffness_bar[b, i] = t * q[bj, i]
-            damping_bar[b, i] = t * qd[bd, i]
-            q_bar[b, i] = t * stiffness[bk, i]
-            qd_bar[b, i] = t * damping[bdamp, i]
-            for a in range(3):
-                axis_bar[i, a] = t * wrench[i + 1, 3 + a]
-                axis_bar[i, 3 + a] = t * wrench[i + 1, a]
-                wrench_bar[i + 1, 3 + a] = t * axis[i, a]
-                wrench_bar[i + 1, a] = t * axis[i, 3 + a]
-        # Subtree sums transposed, root to leaves: each body's own wrench cotangent.
-        for i in range(n):
-            for a in range(6):
-                wrench_bar[i + 1, a] += wrench_bar[parent[i], a]
-        _end_point_loads_adjoint(
+        _inverse_dynamics_vjp_sample(
+            b,
+            parent,
+            revolute,
             end_point_link,
-            ce,
-            fe,
-            te,
-            rot,
-            pos,
-            wrench_bar,
-            pos_bar,
-            rot_bar,
-            centroid_to_end_point_bar[b],
-            end_point_force_bar[b],
-            end_point_torque_bar[b],
+            inputs,
+            base_wrench_bar[_pick(b, base_wrench_bar)],
+            tau_bar[_pick(b, tau_bar)],
+            outputs,
+            work,
         )
-        for a in range(3):
-            gravity_bar[b, a] = 0.0
-        for body in range(n + 1):
-            m = _body_inertia(
-                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
-            )
-            inertia = base_inertia[bbi] if body == 0 else link_inertia[bli, body - 1]
-            _body_wrench_adjoint(
-                body,
-                m,
-                inertia,
-                world,
-                g,
-                pos,
-                twist,
-                accel,
-                wrench_bar,
-                twist_bar,
-                accel_bar,
-                pos_bar,
-                rot,
-                rot_bar,
-                body_bar,
-            )
-            for a in range(3):
-                gravity_bar[b, a] += body_bar[1 + a]
-            if body == 0:
-                base_mass_bar[b] = body_bar[0]
-                for r in range(3):
-                    for k in range(3):
-                        base_inertia_bar[b, r, k] = body_bar[4 + 3 * r + k]
-            else:
-                link_mass_bar[b, body - 1] = body_bar[0]
-                for r in range(3):
-                    for k in range(3):
-                        link_inertia_bar[b, body - 1, r, k] = body_bar[4 + 3 * r + k]
-        # Motion, leaves to root (eqs 3.8-3.15 transposed), then the base's (dw0, dv0 - w0 x v0).
-        for i in range(n - 1, -1, -1):
-            _link_motion_adjoint(
-                i, parent, qd, bd, qdd, bdd, axis, twist, accel_bar, twist_bar, axis_bar, qd_bar[b], qdd_bar[b]
-            )
-        w0, v0 = angular_velocity[bw], linear_velocity[bv]
-        for a in range(3):
-            base_acceleration_bar[b, 3 + a] = accel_bar[0, a]
-            base_acceleration_bar[b, a] = accel_bar[0, 3 + a]
-            angular_velocity_bar[b, a] = twist_bar[0, a]
-            linear_velocity_bar[b, a] = twist_bar[0, 3 + a]
-        c0, c1, c2 = accel_bar[0, 3], accel_bar[0, 4], accel_bar[0, 5]
-        angular_velocity_bar[b, 0] -= v0[1] * c2 - v0[2] * c1
-        angular_velocity_bar[b, 1] -= v0[2] * c0 - v0[0] * c2
-        angular_velocity_bar[b, 2] -= v0[0] * c1 - v0[1] * c0
-        linear_velocity_bar[b, 0] -= c1 * w0[2] - c2 * w0[1]
-        linear_velocity_bar[b, 1] -= c2 * w0[0] - c0 * w0[2]
-        linear_velocity_bar[b, 2] -= c0 * w0[1] - c1 * w0[0]
-        # Frames, leaves to root (eq 3.1 transposed), then the base rotation's quaternion.
-        for i in range(n - 1, -1, -1):
-            _link_frame_adjoint(
-                i,
-                parent,
-                revolute,
-                q,
-                bj,
-                joint_frame,
-                bf,
-                parent_to_joint,
-                bpj,
-                centroid_to_joint,
-                bcj,
-                rot,
-                joint_position,
-                axis_bar,
-                rot_bar,
-                pos_bar,
-                q_bar[b],
-                joint_frame_bar[b],
-                parent_to_joint_bar[b],
-                centroid_to_joint_bar[b],
-                tmp,
-            )
-        _base_frame_adjoint(quaternion, _pick(b, quaternion), rot_bar, quaternion_bar[b])
+
+
+@_jit
+def forward_dynamics_vjp_range(
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    dof_parent,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    base_acceleration,
+    qdd,
+    end_point_force,
+    end_point_torque,
+    factor,
+    acceleration_bar,
+    quaternion_bar,
+    linear_velocity_bar,
+    angular_velocity_bar,
+    q_bar,
+    qd_bar,
+    base_mass_bar,
+    base_inertia_bar,
+    link_mass_bar,
+    link_inertia_bar,
+    joint_frame_bar,
+    parent_to_joint_bar,
+    centroid_to_joint_bar,
+    centroid_to_end_point_bar,
+    stiffness_bar,
+    damping_bar,
+    gravity_bar,
+    base_acceleration_bar,
+    qdd_bar,
+    end_point_force_bar,
+    end_point_torque_bar,
+    multiplier_out,
+    start,
+    stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against JAX's reverse mode
+    """Reverse mode of the forward dynamics (eq 3.29) for the samples ``start <= b < stop``, by
+    the implicit-function rule: the forward dynamics ``a`` zeroes the residual ``H a + c - Q``
+    (the inverse dynamics at ``a`` less the applied loads), so a cotangent ``a_bar`` gives the
+    multiplier ``lambda = H^-1 a_bar`` (free coordinates, by the Cholesky factor of the forward
+    solve) and the inputs' cotangents are those of the inverse dynamics at ``a`` for the
+    cotangent ``-lambda``, and ``+lambda`` for the applied loads.
+
+    Inputs as :func:`inverse_dynamics_vjp_range`'s, with ``base_acceleration`` and ``qdd`` the
+    forward dynamics' solution, ``factor (B, nv, nv)`` the lower Cholesky factor of the free
+    coordinates' ``H`` and ``acceleration_bar (.., 6 + n)`` (floating order) in place of the
+    output cotangents. Outputs as :func:`inverse_dynamics_vjp_range`'s, and
+    ``multiplier_out (B, 6 + n)``: ``lambda`` in floating order (zero along the components the
+    base mode fixes), the cotangent of the applied loads ``[F0, N0, tau]``."""
+    n, nv = parent.shape[0], free.shape[0]
+    inputs = (
+        quaternion,
+        linear_velocity,
+        angular_velocity,
+        q,
+        qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        base_acceleration,
+        qdd,
+        end_point_force,
+        end_point_torque,
+    )
+    outputs = (
+        quaternion_bar,
+        linear_velocity_bar,
+        angular_velocity_bar,
+        q_bar,
+        qd_bar,
+        base_mass_bar,
+        base_inertia_bar,
+        link_mass_bar,
+        link_inertia_bar,
+        joint_frame_bar,
+        parent_to_joint_bar,
+        centroid_to_joint_bar,
+        centroid_to_end_point_bar,
+        stiffness_bar,
+        damping_bar,
+        gravity_bar,
+        base_acceleration_bar,
+        qdd_bar,
+        end_point_force_bar,
+        end_point_torque_bar,
+    )
+    work = _vjp_work(n, nv, q)
+    multiplier = np.zeros(nv, q.dtype)
+    wrench_cot = np.zeros(6, q.dtype)
+    tau_cot = np.zeros(n, q.dtype)
+    for b in range(start, stop):
+        ab = acceleration_bar[_pick(b, acceleration_bar)]
+        for r in range(nv):
+            multiplier[r] = ab[free[r]]
+        _cholesky_solve(factor[b], nv, multiplier)
+        for r in range(6 + n):
+            multiplier_out[b, r] = 0.0
+        for r in range(nv):
+            multiplier_out[b, free[r]] = multiplier[r]
+        for a in range(6):
+            wrench_cot[a] = -multiplier_out[b, a]
+        for i in range(n):
+            tau_cot[i] = -multiplier_out[b, 6 + i]
+        _inverse_dynamics_vjp_sample(b, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work)
 
 
 @_jit

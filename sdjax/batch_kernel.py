@@ -350,23 +350,125 @@ def inverse_dynamics_vjp(
         (``base_position``, ``end_point_rpy``, the mimic fields).
     """
     dtype = _dtype(model, state)
-    args = (model, state, base_acceleration, qdd, end_point_force, end_point_torque)
-    flags = _flags(args, batched)
-    base_wrench_bar, tau_bar = (jnp.asarray(c, dtype) for c in cotangent)
-    flags[id(base_wrench_bar)] = flags[id(tau_bar)] = True
+    flags = _flags((model, state, base_acceleration, qdd, end_point_force, end_point_torque), batched)
+    cotangent_leaves = [jnp.asarray(c, dtype) for c in cotangent]
+    bars, _ = _newton_euler_vjp(
+        "inverse_dynamics_vjp_range",
+        axis_size,
+        model,
+        state,
+        (base_acceleration, qdd, end_point_force, end_point_torque),
+        cotangent_leaves,
+        flags,
+        batched,
+        extra_sizes=(),
+    )
+    return bars
+
+
+def forward_dynamics_vjp(
+    axis_size: int,
+    model: Any,
+    state: Any,
+    controls: Any,
+    acceleration: Any,
+    factor: Any,
+    cotangent: Any,
+    batched: Any,
+) -> tuple[Any, ...]:
+    """Batched reverse mode of :func:`sdjax.dynamics.floating_acceleration` (a model without
+    mimic joints) by the compiled kernel, at the forward dynamics' solution (the
+    implicit-function rule of :func:`sdjax._kernel_equations.forward_dynamics_vjp_range`).
+
+    Arguments:
+        axis_size: batch size ``B``.
+        model, state, controls: the forward dynamics' arguments, each leaf batched or shared
+            as ``batched`` (booleans, the structure of ``(model, state, controls, acceleration,
+            factor)``) says.
+        acceleration: ``(B, 6 + n)`` its solution (floating order).
+        factor: ``(B, nv, nv)`` the lower Cholesky factor of the free coordinates' ``H``.
+        cotangent: ``(B, 6 + n)`` the cotangent of the acceleration.
+
+    Returns:
+        The cotangents of ``(model, state, controls, acceleration, factor)``, that structure,
+        each leaf ``(B, *leaf.shape)``; zero for the solution and the factor (the rule's
+        constants) and for the leaves the dynamics does not read.
+    """
+    dtype = _dtype(model, state)
+    flags = _flags((model, state, controls, acceleration, factor), batched)
+    n = model.num_joints
+    if not flags[id(acceleration)]:  # (shared solution and factor: the kernel reads one per sample)
+        acceleration = jnp.broadcast_to(acceleration, (axis_size, *acceleration.shape))
+    if not flags[id(factor)]:
+        factor = jnp.broadcast_to(factor, (axis_size, *factor.shape))
+    base_acceleration, qdd = acceleration[:, :6], acceleration[:, 6:]
+    for x in (base_acceleration, qdd):
+        flags[id(x)] = True
+    cotangent_leaves = [jnp.asarray(factor, dtype), jnp.asarray(cotangent, dtype)]
+    motion = (base_acceleration, qdd, controls.end_point_force, controls.end_point_torque)
+    bars, (multiplier,) = _newton_euler_vjp(
+        "forward_dynamics_vjp_range",
+        axis_size,
+        model,
+        state,
+        motion,
+        cotangent_leaves,
+        flags,
+        (batched[0], batched[1]),
+        extra_sizes=(6 + n,),
+    )
+    model_bar, state_bar, _, _, force_bar, torque_bar = bars
+    controls_bar = eqx.tree_at(
+        lambda c: (c.tau, c.base_force, c.base_torque, c.end_point_force, c.end_point_torque),
+        controls,
+        (multiplier[:, 6:], multiplier[:, :3], multiplier[:, 3:6], force_bar, torque_bar),
+    )
+    controls_bar = jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), controls_bar, controls)
+    return (
+        model_bar,
+        state_bar,
+        controls_bar,
+        jnp.zeros((axis_size, 6 + n), jnp.result_type(acceleration)),
+        jnp.zeros((axis_size, *factor.shape[1:]), jnp.result_type(factor)),
+    )
+
+
+def _newton_euler_vjp(
+    kernel_name: str,
+    axis_size: int,
+    model: Any,
+    state: Any,
+    motion: tuple[Any, Any, Any, Any],
+    cotangent_leaves: list[Any],
+    flags: dict[int, bool],
+    batched: Any,
+    extra_sizes: tuple[int, ...],
+) -> tuple[tuple[Any, ...], list[Array]]:
+    """Runs a reverse-mode kernel of the Newton-Euler inverse dynamics (``kernel_name``: its
+    inputs those of :func:`inverse_dynamics` then ``cotangent_leaves`` (batched), its outputs
+    the inputs' cotangents then rows of ``extra_sizes`` numbers) and unpacks its cotangents:
+    ``((model_bar, state_bar, base_acceleration_bar, qdd_bar, end_point_force_bar,
+    end_point_torque_bar), extras)``, each ``(B, ...)``. ``motion``: ``(base_acceleration,
+    qdd, end_point_force, end_point_torque)``; ``batched[0]``, ``batched[1]``: the model's and
+    the state's batch flags."""
+    dtype = _dtype(model, state)
+    for c in cotangent_leaves:
+        flags[id(c)] = True
+    base_acceleration, qdd, end_point_force, end_point_torque = motion
     leaves = [
         *_sample_leaves(model, state, dtype, flags),
         base_acceleration,
         qdd,
         *_held_loads([end_point_force, end_point_torque], flags),
-        base_wrench_bar,
-        tau_bar,
+        *cotangent_leaves,
     ]
     is_batched = [bool(flags[id(x)]) for x in leaves]
     # One output buffer (each array a callback returns costs ~30 us), cut into the kernel's
-    # cotangent arrays: those of the inputs before the cotangents, in their order.
+    # output arrays: the cotangents of the inputs before the cotangent leaves, in their order,
+    # then the extra rows.
     shapes = [tuple(np.shape(x)[1 if b else 0 :]) for x, b in zip(leaves[:20], is_batched[:20])]
     shapes[18], shapes[19] = shapes[18][1:], shapes[19][1:]  # (the end-point loads' step axis)
+    shapes += [(size,) for size in extra_sizes]
     sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
     offsets = np.cumsum([0, *sizes])
 
@@ -378,9 +480,7 @@ def inverse_dynamics_vjp(
         )
 
     results = [jax.ShapeDtypeStruct((axis_size, int(offsets[-1])), dtype)]
-    packed = _call(
-        "inverse_dynamics_vjp_range", axis_size, _topology(model), leaves, is_batched, dtype, results, outputs
-    )[0]
+    packed = _call(kernel_name, axis_size, _topology(model), leaves, is_batched, dtype, results, outputs)[0]
     bars = [
         packed[:, start:stop].reshape((axis_size, *shape))
         for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes)
@@ -420,8 +520,9 @@ def inverse_dynamics_vjp(
         jax.tree.map(zeros, state, batched[1]),
         (quaternion, v0, w0, q, qd),
     )
-    bars = (model_bar, state_bar, base_acceleration_bar, qdd_bar, force_bar, torque_bar)
-    return jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), bars, args)
+    bars_out = (model_bar, state_bar, base_acceleration_bar, qdd_bar, force_bar, torque_bar)
+    args = (model, state, base_acceleration, qdd, end_point_force, end_point_torque)
+    return jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), bars_out, args), bars[20:]
 
 
 def inertia_matrix(axis_size: int, model: Any, state: Any, batched: Any) -> Array:

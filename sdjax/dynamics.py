@@ -39,9 +39,10 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
+from jax.custom_derivatives import SymbolicZero
 
 from sdjax import batch_kernel
-from sdjax._derivatives import batched_evaluation, batched_route, jvp_along_nonzero
+from sdjax._derivatives import batched_evaluation, batched_route, jvp_along_nonzero, linearized_tangent
 from sdjax.kinematics import (
     Frames,
     KinematicPass,
@@ -859,10 +860,15 @@ def _forward_dynamics_jvp(primals, tangents):
     model, state, controls = primals
     acceleration, factor = _batchable_solve(model, state, controls)
     if not model.has_mimic:
-        _, residual_tangent = jvp_along_nonzero(
-            lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals, tangents
+        # The solution and the factor are the rule's constants (no tangent of their own).
+        constants = [SymbolicZero(jax.typeof(x).to_tangent_aval()) for x in (acceleration, factor)]
+        tangent = linearized_tangent(
+            _forward_dynamics_tangent,
+            _batched_forward_dynamics_vjp,
+            (model, state, controls, acceleration, factor),
+            (*tangents, *constants),
         )
-        return acceleration, floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent))
+        return acceleration, tangent
     # Mimic joints: the residual vanishes at fixed *coordinate* accelerations ``a_c``; the joint
     # accelerations ``G a_c`` move with the mimic multipliers too (d(G a_c) = G da_c + dG a_c).
     coordinates = free_motion(model, acceleration)
@@ -874,6 +880,29 @@ def _forward_dynamics_jvp(primals, tangents):
 
 
 _forward_dynamics.defjvp(_forward_dynamics_jvp, symbolic_zeros=True)
+
+
+def _forward_dynamics_tangent(primals: tuple, tangents: tuple) -> Array:
+    """The implicit-function rule of the forward dynamics (no mimic joints): ``da = -H^-1
+    (d residual)`` at the solution ``a``, ``primals = (model, state, controls, a, factor)``
+    (``factor``: the lower Cholesky factor of the free coordinates' ``H``; ``a`` and ``factor``
+    carry no tangent)."""
+    model, state, controls, acceleration, factor = primals
+    _, residual_tangent = jvp_along_nonzero(
+        lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals[:3], tangents[:3]
+    )
+    return floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent))
+
+
+def _batched_forward_dynamics_vjp(axis_size: int, args: tuple[Any, ...], in_batched: Any, cotangent: Array) -> Any:
+    """Reverse mode of a batch of :func:`_forward_dynamics_tangent`: the compiled kernel (the
+    multiplier ``H^-1 a_bar`` and the inverse dynamics' vector-Jacobian product in one pass per
+    sample) where it serves (:func:`_kernel_serves`), otherwise None (the plain map's
+    transpose, vectorised)."""
+    mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
+    if not _kernel_serves(args[0], mapped, axis_size):
+        return None
+    return batch_kernel.forward_dynamics_vjp(axis_size, *args, cotangent, in_batched)
 
 
 __all__ = [

@@ -745,6 +745,46 @@ def test_inverse_dynamics_vjp_kernel_equals_reverse_mode(base, dtype):
             assert float(jnp.max(jnp.abs(ours[1].q))) > 0.1  # (cotangents of order 1, not all zero)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("base", ["floating", "planar", "fixed"])
+def test_forward_dynamics_reverse_mode_kernel_equals_xla_path(base, dtype, monkeypatch):
+    """The kernel's reverse mode of the forward dynamics (the multiplier ``H^-1 a_bar`` and the
+    inverse dynamics' vector-Jacobian product) gives the gradients of the XLA path
+    (``SDJAX_KERNEL=jax``: JAX's transpose of the implicit-function rule) with respect to every
+    leaf of the model, the states and the controls, on a branched tree with prismatic joints,
+    end-point and base loads, passive joints and gravity, in each base mode, for a shared model
+    (its gradient summed over the batch) and for a batch of models."""
+    kernels = _counting_kernels(monkeypatch)
+    model = sdjax.edit_model(random_model(13, 9, chain_probability=0.4, gravity=True, passive=True), base=base).astype(
+        dtype
+    )
+    rng = np.random.default_rng(4)
+    models = sdjax.stack_models([jax.tree.map(lambda x: x * (1 + 0.2 * rng.uniform()), model) for _ in range(5)])
+    states, controls = _batch(model, 5, 6, dtype)
+    weights = jnp.asarray(rng.normal(size=(5, 6 + model.num_joints)), dtype)
+
+    def loss(m, s, c, model_axis):
+        fd = jax.vmap(dynamics.floating_acceleration, in_axes=(model_axis, 0, 0))
+        return jnp.sum(jnp.sin(fd(m, s, c)) * weights)
+
+    def gradients():
+        shared = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)(model, states, controls, None)
+        batched = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)(models, states, controls, 0)
+        return shared, batched
+
+    ours = gradients()
+    assert kernels.count("forward_dynamics_vjp_range") == 2
+    monkeypatch.setenv("SDJAX_KERNEL", "jax")
+    jax.clear_caches()
+    expected = gradients()
+    for what, a, b in zip(("shared model", "batch of models"), ours, expected):
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(b)[0]]
+        for path, x, y in zip(paths, jax.tree.leaves(a), jax.tree.leaves(b)):
+            # (Round-off of the factor's solve and the reverse pass's sums; float32: RTOL's
+            # bound, a solve with H's condition number.)
+            assert_close(x, y, RTOL[dtype], f"{what}: gradient {path}")
+
+
 def test_gradients_through_the_kernel_equal_the_xla_path(monkeypatch):
     """Reverse mode of batched forward and inverse dynamics passes through the kernel's
     vector-Jacobian product (counted), and gradients with respect to the model (shared: summed
@@ -782,7 +822,7 @@ def test_gradients_through_the_kernel_equal_the_xla_path(monkeypatch):
         return outside, inside, second
 
     ours = runs()
-    assert kernels.count("inverse_dynamics_vjp_range") >= 2
+    assert "forward_dynamics_vjp_range" in kernels and "inverse_dynamics_vjp_range" in kernels
     monkeypatch.setenv("SDJAX_KERNEL", "jax")
     jax.clear_caches()
     expected = runs()
