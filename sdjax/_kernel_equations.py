@@ -1029,11 +1029,12 @@ def _cross_add(a0, a1, a2, b0, b1, b2, out, row, offset):  # pragma: no cover - 
 
 @_inline
 def _body_wrench_adjoint(
-    body, m, inertia, world, g, pos, twist, accel, wrench_bar, twist_bar, accel_bar, pos_bar, rot, rot_bar, out_bar
+    body, m, inertia, world, g, pos, twist, accel, wrench_bar, twist_bar, accel_bar, pos_bar, rot, rot_bar, tmp, out_bar
 ):  # pragma: no cover - compiled by Numba
     """Transposes :func:`_body_wrench` (eqs 3.30-3.31) and :func:`_body_inertia`'s
     ``world = sym(A I A^T)`` for body ``body``: adds to the twist, acceleration, centroid and
-    rotation cotangents and writes ``out_bar = (m_bar, g_bar (3), I_bar (3 x 3))``."""
+    rotation cotangents and writes ``out_bar = (m_bar, g_bar (3), I_bar (3 x 3))`` (``world``
+    and ``tmp`` are overwritten)."""
     wx, wy, wz = twist[body, 0], twist[body, 1], twist[body, 2]
     ax, ay, az = accel[body, 0], accel[body, 1], accel[body, 2]
     rx, ry, rz = pos[body, 0], pos[body, 1], pos[body, 2]
@@ -1087,20 +1088,21 @@ def _body_wrench_adjoint(
     for r in range(3):
         for k in range(3):
             world[r, k] = 0.5 * (nb[r] * aw[k] + hb[r] * w[k] + nb[k] * aw[r] + hb[k] * w[r])
+    for r in range(3):  # tmp = world_bar A
+        for k in range(3):
+            tmp[r, k] = world[r, 0] * rot[body, 0, k] + world[r, 1] * rot[body, 1, k] + world[r, 2] * rot[body, 2, k]
+    for r in range(3):
+        for j in range(3):
+            rot_bar[body, r, j] += (
+                tmp[r, 0] * (inertia[0, j] + inertia[j, 0])
+                + tmp[r, 1] * (inertia[1, j] + inertia[j, 1])
+                + tmp[r, 2] * (inertia[2, j] + inertia[j, 2])
+            )
     for r in range(3):
         for k in range(3):
-            # (world_bar A)[r, k]
-            value = world[r, 0] * rot[body, 0, k] + world[r, 1] * rot[body, 1, k] + world[r, 2] * rot[body, 2, k]
-            for j in range(3):
-                rot_bar[body, r, j] += value * (inertia[k, j] + inertia[j, k])
-    for r in range(3):
-        for k in range(3):
-            total = 0.0
-            for s in range(3):
-                total += rot[body, s, r] * (
-                    world[s, 0] * rot[body, 0, k] + world[s, 1] * rot[body, 1, k] + world[s, 2] * rot[body, 2, k]
-                )
-            out_bar[4 + 3 * r + k] = total
+            out_bar[4 + 3 * r + k] = (
+                rot[body, 0, r] * tmp[0, k] + rot[body, 1, r] * tmp[1, k] + rot[body, 2, r] * tmp[2, k]
+            )
 
 
 @_inline
@@ -1543,6 +1545,7 @@ def _inverse_dynamics_vjp_sample(
             pos_bar,
             rot,
             rot_bar,
+            tmp,
             body_bar,
         )
         for a in range(3):

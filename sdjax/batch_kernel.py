@@ -18,10 +18,15 @@ the batching rule of the forward dynamics (:func:`sdjax.dynamics.forward_dynamic
 everything built on it: rollouts, Monte-Carlo), and of :func:`sdjax.inverse_dynamics`,
 :func:`sdjax.bias_forces` and :func:`sdjax.inertia_matrix` (the same pieces:
 :func:`inverse_dynamics`, :func:`inertia_matrix`), on the CPU backend when Numba is installed; the
-JAX path stays the reference, runs everywhere else (GPU, no Numba, ``SDJAX_KERNEL=jax``) and
-gives every derivative: only primal values pass through here (the forward dynamics is
-differentiated by the implicit-function rule of its Newton-Euler residual). Values agree with
-the JAX path to round-off (tests/test_batch_kernel.py).
+JAX path stays the reference and runs everywhere else (GPU, no Numba, ``SDJAX_KERNEL=jax``).
+
+Reverse mode of a batch passes through here too: the vector-Jacobian product of the
+Newton-Euler inverse dynamics (:func:`inverse_dynamics_vjp`: every piece of its forward pass
+transposed by hand, eqs 3.1-3.39), and that of the forward dynamics by its implicit-function
+rule (:func:`forward_dynamics_vjp`: the multiplier ``H^-1 a_bar`` from the forward solve's
+Cholesky factor, then the same product), entered through the linear primitive of
+:func:`sdjax._derivatives.linearized_tangent`. Forward mode and higher derivatives are the JAX
+path's. Values and cotangents agree with the JAX path to round-off (tests/test_batch_kernel.py).
 """
 
 from __future__ import annotations

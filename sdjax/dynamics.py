@@ -669,6 +669,8 @@ def floating_acceleration(model: Model, state: State, controls: Controls) -> Arr
     steps themselves: the tangent of ``a`` is ``-H^-1 (d residual)`` at fixed ``a``, one
     Newton-Euler pass and one solve with the factor already computed. Exact, and it keeps
     the residuals stored for reverse mode (e.g. through a long rollout) several times smaller.
+    Reverse mode of a batch on the CPU runs that rule's transpose in the compiled kernel
+    (:mod:`sdjax.batch_kernel`).
     """
     return _forward_dynamics(model, state, controls)
 
@@ -764,8 +766,9 @@ def _power_of_two_chunk(budget: int, per_sample: int) -> int:
 def _batched_inverse_dynamics(
     axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
 ) -> Any:
-    """Batched evaluation of :func:`_newton_euler_inverse` (primal values only: derivatives are
-    the plain function's): the compiled kernel where it serves (:func:`_kernel_serves`),
+    """Batched evaluation of :func:`_newton_euler_inverse` (primal values only: reverse mode
+    goes through :func:`_batched_inverse_dynamics_vjp`, other derivatives are the plain
+    function's): the compiled kernel where it serves (:func:`_kernel_serves`),
     otherwise, on the CPU, chunks of :data:`INVERSE_DYNAMICS_CHUNK_BUDGET` bodies' worth of
     samples (``lax.map``), each vectorised, and one vectorised program on an accelerator."""
     model, state, base_acceleration, qdd, end_point_force, end_point_torque = args
@@ -802,7 +805,8 @@ def _batched_solve(
     with_factor: bool,
 ) -> Any:
     """Batched evaluation of the forward-dynamics solve (only primal values pass through here:
-    derivatives come from :func:`_forward_dynamics`'s own rule, or the plain solve's).
+    derivatives come from :func:`_forward_dynamics`'s own rule, whose reverse mode goes through
+    :func:`_batched_forward_dynamics_vjp`, or the plain solve's).
 
     On the CPU with Numba installed, the compiled kernel of :mod:`sdjax.batch_kernel` solves
     batches of :data:`sdjax.batch_kernel.MIN_BATCH` samples and more (measured 2.6x faster than

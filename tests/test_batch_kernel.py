@@ -4,8 +4,9 @@ Batched forward dynamics on the CPU runs in a Numba kernel when Numba is install
 result must equal the per-sample JAX code (``vmap`` of ``_solve_forward_dynamics``, which never
 enters the kernel) on trees with branches and prismatic joints, in every base mode, with
 end-point and base loads, passive joints, gravity, shared or batched models, float64 and
-float32, under nested ``vmap``, ``jit`` and ``lax.scan``; and derivatives, which never pass
-through the kernel, must be those of the reference path.
+float32, under nested ``vmap``, ``jit`` and ``lax.scan``. Reverse mode of a batch passes
+through the kernel's vector-Jacobian products, which must equal JAX's reverse mode of the
+per-sample code; every other derivative is the reference path's.
 """
 
 from __future__ import annotations
@@ -310,7 +311,8 @@ def test_inverse_dynamics_and_inertia_matrix_kernels_equal_reference(base, dtype
 
 def test_inverse_dynamics_and_inertia_matrix_kernels_shared_inputs_derivatives_and_mimic(monkeypatch):
     """A batch of models with shared motion inputs; gradients through the batched calls equal
-    the per-sample gradients of the XLA path (derivatives never pass through the kernel); a base
+    the per-sample gradients of the XLA path (reverse mode through the kernel's vector-Jacobian
+    product, see below); a base
     without links; a model with mimic joints stays on the XLA path (no kernel call) with the
     same values."""
     kernels = _counting_kernels(monkeypatch)
