@@ -245,6 +245,7 @@ def main() -> None:
         ("Rollout (GPU)", "rollout_gpu", rollout_table),
         ("Compile time and scaling", "compile", compile_table),
         ("Gradient of a rollout", "gradient", gradient_table),
+        ("Gradient of a rollout, batch 1024", "gradient_1024", gradient_table),
         ("Gradient of a rollout (GPU)", "gradient_gpu", gradient_table),
         ("Optimal excitation", "excitation", excitation_table),
     ]

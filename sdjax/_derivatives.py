@@ -9,6 +9,13 @@ hands such a derivative rule a zero array for every argument that is not being d
 that zero tangent's whole propagation. A rule defined with ``symbolic_zeros=True`` sees those
 tangents as ``SymbolicZero`` instead, and :func:`jvp_along_nonzero` differentiates along the
 others only: the program is then the one JAX builds for the plain function.
+
+Reverse mode can take another route too. JAX transposes a rule's tangent operation by
+operation; :func:`linearized_tangent` makes the tangent one linear primitive instead, whose
+transpose is the plain tangent map's transpose as a whole, evaluated under ``vmap`` by a
+:class:`VjpEvaluator` (the compiled kernel's vector-Jacobian product) where it serves. Reverse
+mode then stores the primitive's operands only (the transpose recomputes the rest); forward
+mode evaluates the plain map, and higher derivatives differentiate it.
 """
 
 from __future__ import annotations

@@ -901,6 +901,94 @@ def computed_torque_range(
             tau_out[b, i] = value + stiffness[bk, i] * q[bj, i] + damping[bdd, i] * qd[bd, i]
 
 
+@_inline
+def _newton_euler_pass(
+    b, parent, revolute, end_point_link, inputs, rot, pos, twist, accel, axis, wrench, world, jp, tmp, joint_position
+):  # pragma: no cover - compiled by Numba
+    """Sample ``b``'s Newton-Euler pass (eqs 3.1-3.35): ``inputs`` the tuple of
+    :func:`inverse_dynamics_range`'s inputs; fills the frames, motion axes, joint positions
+    ``joint_position (n, 3)``, twists, accelerations and, after the pass, each subtree's wrench
+    (``wrench[i + 1]``: the load joint ``i`` transmits; ``wrench[0]``: the whole system's)."""
+    (
+        quaternion,
+        linear_velocity,
+        angular_velocity,
+        q,
+        qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        base_acceleration,
+        qdd,
+        end_point_force,
+        end_point_torque,
+    ) = inputs
+    n = parent.shape[0]
+    bj, bd, bdd = _pick(b, q), _pick(b, qd), _pick(b, qdd)
+    bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
+    bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
+    _base_frame(quaternion, _pick(b, quaternion), rot, pos)
+    _base_motion(angular_velocity[_pick(b, angular_velocity)], linear_velocity[_pick(b, linear_velocity)], twist, accel)
+    # The base's spatial acceleration (dw0/dt, dv0/dt - w0 x v0).
+    ba = base_acceleration[_pick(b, base_acceleration)]
+    for a in range(3):
+        accel[0, a] += ba[3 + a]
+        accel[0, 3 + a] += ba[a]
+    # Kinematics, root to leaves (eq 3.1; twists and accelerations eqs 3.8-3.15): frames and
+    # motion in one loop over the links, as forward_dynamics_range (the frames alone are
+    # _body_frames; as two loops, the timings were within this machine's 10-15 % noise).
+    for i in range(n):
+        _link_frame(
+            i,
+            parent,
+            revolute,
+            q,
+            bj,
+            joint_frame,
+            bf,
+            parent_to_joint,
+            bpj,
+            centroid_to_joint,
+            bcj,
+            rot,
+            pos,
+            axis,
+            tmp,
+            jp,
+        )
+        for a in range(3):
+            joint_position[i, a] = jp[a]
+        _link_motion(i, parent, qd, bd, axis, twist, accel)
+        qddi = qdd[bdd, i]
+        for a in range(6):
+            accel[i + 1, a] += axis[i, a] * qddi
+    g = gravity[_pick(b, gravity)]
+    for body in range(n + 1):
+        m = _body_inertia(body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world)
+        _body_wrench(body, m, world, g, pos, twist, accel, wrench)
+    _subtract_end_point_loads(
+        end_point_link,
+        centroid_to_end_point[_pick(b, centroid_to_end_point)],
+        end_point_force[_pick(b, end_point_force), 0],
+        end_point_torque[_pick(b, end_point_torque), 0],
+        rot,
+        pos,
+        wrench,
+    )
+    # Subtree sums, leaves to root (eqs 3.32-3.35); the base's is the whole system's (eqs
+    # 3.38-3.39), each joint's load its axis . its subtree wrench (eqs 3.36-3.37).
+    for i in range(n - 1, -1, -1):
+        _wrench_to_parent(i, parent, wrench)
+
+
 @_jit
 def inverse_dynamics_range(
     parent,
@@ -946,64 +1034,48 @@ def inverse_dynamics_range(
         parent.shape[0], free.shape[0], q
     )
     n = parent.shape[0]
+    joint_position = np.zeros((n, 3), q.dtype)
+    inputs = (
+        quaternion,
+        linear_velocity,
+        angular_velocity,
+        q,
+        qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        base_acceleration,
+        qdd,
+        end_point_force,
+        end_point_torque,
+    )
     for b in range(start, stop):
-        bj, bd, bdd = _pick(b, q), _pick(b, qd), _pick(b, qdd)
-        bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
-        bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
-        _base_frame(quaternion, _pick(b, quaternion), rot, pos)
-        _base_motion(
-            angular_velocity[_pick(b, angular_velocity)], linear_velocity[_pick(b, linear_velocity)], twist, accel
-        )
-        # The base's spatial acceleration (dw0/dt, dv0/dt - w0 x v0).
-        ba = base_acceleration[_pick(b, base_acceleration)]
-        for a in range(3):
-            accel[0, a] += ba[3 + a]
-            accel[0, 3 + a] += ba[a]
-        # Kinematics, root to leaves (eq 3.1; twists and accelerations eqs 3.8-3.15): frames and
-        # motion in one loop over the links, as forward_dynamics_range (the frames alone are
-        # _body_frames; as two loops, the timings were within this machine's 10-15 % noise).
-        for i in range(n):
-            _link_frame(
-                i,
-                parent,
-                revolute,
-                q,
-                bj,
-                joint_frame,
-                bf,
-                parent_to_joint,
-                bpj,
-                centroid_to_joint,
-                bcj,
-                rot,
-                pos,
-                axis,
-                tmp,
-                jp,
-            )
-            _link_motion(i, parent, qd, bd, axis, twist, accel)
-            qddi = qdd[bdd, i]
-            for a in range(6):
-                accel[i + 1, a] += axis[i, a] * qddi
-        g = gravity[_pick(b, gravity)]
-        for body in range(n + 1):
-            m = _body_inertia(
-                body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world
-            )
-            _body_wrench(body, m, world, g, pos, twist, accel, wrench)
-        _subtract_end_point_loads(
+        _newton_euler_pass(
+            b,
+            parent,
+            revolute,
             end_point_link,
-            centroid_to_end_point[_pick(b, centroid_to_end_point)],
-            end_point_force[_pick(b, end_point_force), 0],
-            end_point_torque[_pick(b, end_point_torque), 0],
+            inputs,
             rot,
             pos,
+            twist,
+            accel,
+            axis,
             wrench,
+            world,
+            jp,
+            tmp,
+            joint_position,
         )
-        # Subtree sums, leaves to root (eqs 3.32-3.35); the base's is the whole system's (eqs
-        # 3.38-3.39), each joint's load its axis . its subtree wrench (eqs 3.36-3.37).
-        for i in range(n - 1, -1, -1):
-            _wrench_to_parent(i, parent, wrench)
+        bj, bd = _pick(b, q), _pick(b, qd)
         for a in range(6):
             base_wrench_out[b, a] = wrench[0, a]
         bk, bdamp = _pick(b, stiffness), _pick(b, damping)
@@ -1444,47 +1516,26 @@ def _inverse_dynamics_vjp_sample(
     bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
     bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
     bw, bv = _pick(b, angular_velocity), _pick(b, linear_velocity)
-    # The forward pass, as inverse_dynamics_range, keeping the joint positions.
-    _base_frame(quaternion, _pick(b, quaternion), rot, pos)
-    _base_motion(angular_velocity[bw], linear_velocity[bv], twist, accel)
-    ba = base_acceleration[_pick(b, base_acceleration)]
-    for a in range(3):
-        accel[0, a] += ba[3 + a]
-        accel[0, 3 + a] += ba[a]
-    for i in range(n):
-        _link_frame(
-            i,
-            parent,
-            revolute,
-            q,
-            bj,
-            joint_frame,
-            bf,
-            parent_to_joint,
-            bpj,
-            centroid_to_joint,
-            bcj,
-            rot,
-            pos,
-            axis,
-            tmp,
-            jp,
-        )
-        for a in range(3):
-            joint_position[i, a] = jp[a]
-        _link_motion(i, parent, qd, bd, axis, twist, accel)
-        qddi = qdd[bdd, i]
-        for a in range(6):
-            accel[i + 1, a] += axis[i, a] * qddi
+    _newton_euler_pass(
+        b,
+        parent,
+        revolute,
+        end_point_link,
+        inputs,
+        rot,
+        pos,
+        twist,
+        accel,
+        axis,
+        wrench,
+        world,
+        jp,
+        tmp,
+        joint_position,
+    )
     g = gravity[_pick(b, gravity)]
-    for body in range(n + 1):
-        m = _body_inertia(body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world)
-        _body_wrench(body, m, world, g, pos, twist, accel, wrench)
     fe, te = end_point_force[_pick(b, end_point_force), 0], end_point_torque[_pick(b, end_point_torque), 0]
     ce = centroid_to_end_point[_pick(b, centroid_to_end_point)]
-    _subtract_end_point_loads(end_point_link, ce, fe, te, rot, pos, wrench)
-    for i in range(n - 1, -1, -1):
-        _wrench_to_parent(i, parent, wrench)
     # The reverse pass. Outputs: tau = axis . subtree wrench + K q + D qd, base = wrench[0].
     rot_bar[:] = 0.0
     pos_bar[:] = 0.0

@@ -790,7 +790,10 @@ def _batched_inverse_dynamics_vjp(
     mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
     if not _kernel_serves(args[0], mapped, axis_size):
         return None
-    return batch_kernel.inverse_dynamics_vjp(axis_size, *args, cotangent, in_batched)
+    model, state, base_acceleration, qdd, end_point_force, end_point_torque = args
+    return batch_kernel.inverse_dynamics_vjp(
+        axis_size, model, state, base_acceleration, qdd, end_point_force, end_point_torque, cotangent, in_batched
+    )
 
 
 _inverse_dynamics = batched_route(_newton_euler_inverse, _batched_inverse_dynamics, _batched_inverse_dynamics_vjp)
@@ -906,7 +909,10 @@ def _batched_forward_dynamics_vjp(axis_size: int, args: tuple[Any, ...], in_batc
     mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
     if not _kernel_serves(args[0], mapped, axis_size):
         return None
-    return batch_kernel.forward_dynamics_vjp(axis_size, *args, cotangent, in_batched)
+    model, state, controls, acceleration, factor = args
+    return batch_kernel.forward_dynamics_vjp(
+        axis_size, model, state, controls, acceleration, factor, cotangent, in_batched
+    )
 
 
 __all__ = [
