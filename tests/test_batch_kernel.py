@@ -717,7 +717,7 @@ def test_inverse_dynamics_vjp_kernel_equals_reverse_mode(base, dtype):
     equal ``jax.vjp`` of the per-sample XLA code, on branched trees with prismatic joints, for a
     shared model and for a batch of models; the leaves the inverse dynamics does not read
     (``base_position``, ``end_point_rpy``) get zero."""
-    for seed, links in ((3, 9), (5, 12)):
+    for seed, links in ((5, 12),):  # (three branches off the base, three prismatic joints)
         model = sdjax.edit_model(
             random_model(seed, links, chain_probability=0.4, gravity=True, passive=True), base=base
         ).astype(dtype)
