@@ -1448,11 +1448,12 @@ def _vjp_work(n, nv, q):  # pragma: no cover - compiled by Numba
     )
 
 
-# Compiled on its own (not inlined into its two callers, unlike the forward pieces): the callers
-# then share one compiled copy, which halved the first compilation of the forward dynamics'
-# reverse kernel (28 s -> 17 s, float64, 2-core AMD EPYC), and the gradient of a batched forward
-# dynamics ran as fast or faster (7-joint arm and a 30-link tree, batch 1024: 4.2-4.5 ms against
-# 5.6 ms, 23-28 ms against 34 ms; this machine's noise 10-30 %).
+# Compiled on its own, not inlined into its two callers as the forward pieces are: the callers
+# share one compiled copy. Inlined, the forward dynamics' reverse kernel ran 15 % faster (3.20 ms
+# against 3.75 ms per 1024 samples of the 7-joint arm on one thread, best of 7: the call passes
+# ~50 arrays per sample) but compiled in 28 s instead of 17 s (float64, 2-core AMD EPYC), and the
+# first compilations of the two kernels in two precisions took tests/test_batch_kernel.py from
+# 213 s to 582 s (two workers compiling at once). Numba caches the compiled kernels on disk.
 @_jit
 def _inverse_dynamics_vjp_sample(
     b, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work
