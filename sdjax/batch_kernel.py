@@ -344,9 +344,12 @@ def inverse_dynamics_vjp(
     model without mimic joints) by the compiled kernel (reverse mode of a batch).
 
     Arguments:
-        axis_size, model, state, base_acceleration, qdd, end_point_force, end_point_torque,
-            batched: as :func:`inverse_dynamics`.
+        axis_size: batch size ``B``.
+        model, state, base_acceleration, qdd, end_point_force, end_point_torque: as
+            :func:`inverse_dynamics`.
         cotangent: ``(base_wrench_bar (B, 6), tau_bar (B, n))``, the cotangents of its outputs.
+        batched: booleans, the structure of ``(model, state, base_acceleration, qdd,
+            end_point_force, end_point_torque)``.
 
     Returns:
         The cotangents of ``(model, state, base_acceleration, qdd, end_point_force,
