@@ -31,6 +31,12 @@ from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import ad, batching, mlir
 
+_ad_internal: Any
+try:  # JAX's table of linearization rules (internal; see _linearized_linearize)
+    from jax._src.interpreters import ad as _ad_internal
+except ImportError:  # pragma: no cover - other JAX versions: JAX's own fallback, same results
+    _ad_internal = None
+
 __all__ = [
     "BatchEvaluator",
     "VjpEvaluator",
@@ -201,19 +207,28 @@ class _Linearization:
     marked ``live``, the others ``SymbolicZero``) and its transpose ``vjp(*leaves,
     *cotangents)``, both per sample on flat lists of arrays. The transpose is
     :func:`batched_evaluation` of the plain map's transpose, so that under ``vmap`` it takes the
-    evaluator's route. Compared by identity (a primitive parameter)."""
+    evaluator's route. ``out_avals``: the per-sample output's abstract values (known beforehand,
+    so that abstract evaluation traces nothing). Compared by identity (a primitive parameter)."""
 
     def __init__(
-        self, tangent_map: Callable[..., Any], treedef: Any, live: tuple[bool, ...], evaluate_vjp: VjpEvaluator
+        self,
+        tangent_map: Callable[..., Any],
+        treedef: Any,
+        live: tuple[bool, ...],
+        evaluate_vjp: VjpEvaluator,
+        out_like: Any,
     ):
         self.tangent_map, self.treedef, self.live = tangent_map, treedef, live
         self.num_leaves = len(live)
-        self.out_treedef: Any = None  # (set by the first trace of jvp)
+        out_leaves, out_treedef = jax.tree.flatten(out_like)
+        self.out_treedef: Any = out_treedef
+        self.out_avals = [jax.typeof(x).to_tangent_aval() for x in out_leaves]
 
         def plain_vjp(leaves: list[Any], cotangents: list[Any]) -> list[Any]:
-            zeros = [jnp.zeros_like(x) for x in self._live(leaves)]
-            _, pullback = jax.vjp(lambda *tangents: self.jvp(*leaves, *tangents), *zeros)
-            return list(pullback(cotangents))
+            tangent_avals = [jax.typeof(x).to_tangent_aval() for x in self._live(leaves)]
+            examples = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in tangent_avals]
+            transpose = jax.linear_transpose(lambda *tangents: self.jvp(*leaves, *tangents), *examples)
+            return list(transpose(cotangents))
 
         def batched_vjp(axis_size: int, args: Any, in_batched: Any, mapped: list[Any], rebuild: Any) -> Any:
             leaves, cotangents = args
@@ -258,7 +273,15 @@ class _Linearization:
         out_tangent = self.tangent_map(
             jax.tree.unflatten(self.treedef, leaves), jax.tree.unflatten(self.treedef, tangents)
         )
-        out_leaves, self.out_treedef = jax.tree.flatten(out_tangent)
+        out_leaves, out_treedef = jax.tree.flatten(out_tangent)
+        avals = [jax.typeof(x) for x in out_leaves]
+        if out_treedef != self.out_treedef or [(a.shape, a.dtype) for a in avals] != [
+            (a.shape, a.dtype) for a in self.out_avals
+        ]:
+            raise TypeError(
+                f"sdjax_linearized: the tangent map returned {out_treedef} of {avals}, "
+                f"not the declared {self.out_treedef} of {self.out_avals}"
+            )
         return out_leaves
 
     def vjp(self, *operands: Any) -> list[Any]:
@@ -286,8 +309,9 @@ def _linearized_impl(*operands: Any, linearization: _Linearization, levels: tupl
 
 
 def _linearized_abstract_eval(*avals: Any, linearization: _Linearization, levels: tuple) -> list[Any]:
-    shapes = jax.eval_shape(_under_levels(linearization.jvp, levels), *avals)
-    return [jax.core.ShapedArray(s.shape, s.dtype) for s in shapes]
+    # Each vmap level (innermost first) puts its batch axis in front of the outputs.
+    batch = tuple(axis_size for axis_size, _ in reversed(levels))
+    return [jax.core.ShapedArray(batch + a.shape, a.dtype) for a in linearization.out_avals]
 
 
 def _linearized_batch(operands: Any, dims: Any, *, linearization: _Linearization, levels: tuple) -> Any:
@@ -302,6 +326,26 @@ def _linearized_jvp(primals: Any, tangents: Any, *, linearization: _Linearizatio
     # (Second derivatives: the plain JVP's own derivative.)
     tangents = [ad.instantiate_zeros(t) for t in tangents]
     return jax.jvp(_under_levels(linearization.jvp, levels), list(primals), tangents)
+
+
+def _linearized_linearize(
+    is_vjp: bool, nonzeros: list[bool], *primals: Any, linearization: _Linearization, levels: tuple
+) -> tuple[Any, ...]:
+    """The linearization of the primitive: itself where only its tangent operands vary (it is
+    linear in them), without tracing the plain map's JVP as JAX's fallback (the JVP rule,
+    partially evaluated) would; that fallback where a leaf varies too."""
+    if any(nonzeros[: linearization.num_leaves]):
+        return _ad_internal.fallback_linearize_rule(
+            _linearized_p, is_vjp, nonzeros, *primals, linearization=linearization, levels=levels
+        )
+    leaves = list(primals[: linearization.num_leaves])
+    out = _linearized_p.bind(*primals, linearization=linearization, levels=levels)
+
+    def linearized(residuals: list[Any], *tangents: Any) -> list[Any]:
+        live = [ad.instantiate_zeros(t) for t in tangents[linearization.num_leaves :]]
+        return _linearized_p.bind(*residuals, *live, linearization=linearization, levels=levels)
+
+    return out, [True] * len(out), leaves, linearized
 
 
 def _linearized_transpose(cotangents: Any, *operands: Any, linearization: _Linearization, levels: tuple) -> list[Any]:
@@ -340,11 +384,13 @@ mlir.register_lowering(
 )
 batching.primitive_batchers[_linearized_p] = _linearized_batch
 ad.primitive_jvps[_linearized_p] = _linearized_jvp
+if hasattr(_ad_internal, "primitive_linearizations") and hasattr(_ad_internal, "fallback_linearize_rule"):
+    _ad_internal.primitive_linearizations[_linearized_p] = _linearized_linearize
 ad.primitive_transposes[_linearized_p] = _linearized_transpose
 
 
 def linearized_tangent(
-    tangent_map: Callable[[Any, Any], Any], evaluate_vjp: VjpEvaluator, primals: Any, tangents: Any
+    tangent_map: Callable[[Any, Any], Any], evaluate_vjp: VjpEvaluator, primals: Any, tangents: Any, out_like: Any
 ) -> Any:
     """The tangent ``tangent_map(primals, tangents)`` of a ``custom_jvp`` rule (defined with
     ``symbolic_zeros=True``), as one linear primitive whose transpose (reverse mode) is the
@@ -355,6 +401,9 @@ def linearized_tangent(
             tangents (``SymbolicZero`` where an argument carries none), plain JAX.
         evaluate_vjp: :class:`VjpEvaluator` of the map's transpose (``args``: ``primals``).
         primals, tangents: the rule's arguments (tuples of pytrees).
+        out_like: a pytree of arrays (or tracers) whose tangents are the map's output, e.g. the
+            rule's primal output: the output's structure, shapes and dtypes, known without
+            tracing the map.
 
     Returns:
         The output tangent (zero where no argument carries a tangent).
@@ -362,7 +411,7 @@ def linearized_tangent(
     leaves, treedef = jax.tree.flatten(primals)
     tangent_leaves = jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
     live = tuple(not isinstance(t, SymbolicZero) for t in tangent_leaves)
-    linearization = _Linearization(tangent_map, treedef, live, evaluate_vjp)
+    linearization = _Linearization(tangent_map, treedef, live, evaluate_vjp, out_like)
     operands = [*leaves, *[t for t, b in zip(tangent_leaves, live) if b]]
     out_tangent = _linearized_p.bind(*operands, linearization=linearization, levels=())
     return jax.tree.unflatten(linearization.out_treedef, out_tangent)
@@ -380,5 +429,5 @@ def _jvp_through_linearization(
         for t in jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
     ):
         return out, jax.tree.map(jnp.zeros_like, out)
-    tangent = linearized_tangent(lambda p, t: jvp_along_nonzero(fun, p, t)[1], evaluate_vjp, primals, tangents)
+    tangent = linearized_tangent(lambda p, t: jvp_along_nonzero(fun, p, t)[1], evaluate_vjp, primals, tangents, out)
     return out, tangent

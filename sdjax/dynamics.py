@@ -874,6 +874,7 @@ def _forward_dynamics_jvp(primals, tangents):
             _batched_forward_dynamics_vjp,
             (model, state, controls, acceleration, factor),
             (*tangents, *constants),
+            acceleration,
         )
         return acceleration, tangent
     # Mimic joints: the residual vanishes at fixed *coordinate* accelerations ``a_c``; the joint

@@ -290,6 +290,80 @@ def test_batched_route_takes_its_batch_evaluation_and_the_plain_derivatives():
     assert_close(jac, jnp.diag(2.0 * jnp.cos(x)), 1e-15, "jacfwd of the batch")
 
 
+def test_batched_route_reverse_mode_takes_its_vjp_evaluation():
+    """``batched_route(fun, evaluate_batch, evaluate_vjp)``: reverse mode of a batch runs the
+    VJP evaluator (the transpose of the rule's linear primitive, ``_derivatives._linearized_p``),
+    told which arguments are batched, and its cotangents are the ones used (here scaled by 2 on
+    one leaf, to see which path ran); where it declines (None), the plain function's VJP runs.
+    Forward mode, second derivatives (forward over reverse, reverse over reverse) and nested
+    ``vmap`` under ``jit`` are the plain function's (closed forms)."""
+    from sdjax._derivatives import batched_route
+
+    def fun(x, pair):
+        return {"s": jnp.sin(x) * pair[0], "c": jnp.cos(pair[1]) + x}
+
+    def evaluate_batch(axis_size, args, in_batched, mapped, rebuild):
+        return jax.vmap(lambda m: fun(*rebuild(m)), axis_size=axis_size)(mapped)
+
+    calls, decline = [], []
+
+    def evaluate_vjp(axis_size, args, in_batched, cotangent):
+        calls.append((axis_size, jax.tree.leaves(in_batched)))
+        if decline:
+            return None
+        x, a, b = (v if f else jnp.broadcast_to(v, (axis_size, *jnp.shape(v))) for v, f in zip(
+            jax.tree.leaves(args), jax.tree.leaves(in_batched)))  # fmt: skip
+        cs, cc = cotangent["s"], cotangent["c"]
+        # d/dx: cos(x) a cs + cc; d/da: sin(x) cs; d/db: -sin(b) cc, the last marked by 2
+        return (jnp.cos(x) * a * cs + cc, (jnp.sin(x) * cs, -2.0 * jnp.sin(b) * cc))
+
+    routed = batched_route(fun, evaluate_batch, evaluate_vjp)
+    x, pair = jnp.linspace(0.1, 1.0, 5), (jnp.asarray(2.0), jnp.asarray(0.3))
+
+    def total(x, pair):
+        out = routed(x, pair)
+        return jnp.sum(out["s"]) + jnp.sum(out["c"])
+
+    def batch_total(x, pair):
+        return jnp.sum(jax.vmap(total, in_axes=(0, None))(x, pair))
+
+    # Reverse mode of the batch: the evaluator's cotangents (b's marked by 2), the shared
+    # arguments' summed over the batch (closed forms; round-off only, hence 1e-15 relative).
+    gx, (ga, gb) = jax.jit(jax.grad(batch_total, argnums=(0, 1)))(x, pair)
+    assert calls == [(5, [True, False, False])]
+    assert_close(gx, 2.0 * jnp.cos(x) + 1.0, 1e-15, "grad(vmap) in the batched argument")
+    assert_close(ga, jnp.sum(jnp.sin(x)), 1e-15, "grad(vmap) in a shared argument")
+    assert_close(gb, -2.0 * 5.0 * jnp.sin(0.3), 1e-15, "grad(vmap): the evaluator's cotangent")
+    assert_close(jax.vmap(jax.grad(total), in_axes=(0, None))(x, pair), 2.0 * jnp.cos(x) + 1.0, 1e-15, "vmap(grad)")
+    assert len(calls) == 2
+    # One sample (no vmap): the plain VJP, b's cotangent unmarked.
+    assert_close(jax.grad(total, argnums=1)(x[1], pair)[1], -jnp.sin(0.3), 1e-15, "grad of one sample")
+    assert len(calls) == 2
+    # Declined: the plain VJP under vmap.
+    decline.append(True)
+    assert_close(jax.grad(batch_total, argnums=1)(x, pair)[1], -5.0 * jnp.sin(0.3), 1e-15, "declined: plain VJP")
+    assert len(calls) == 3
+    # Nested vmap under jit (declined: the plain VJP, under both levels).
+    xx = jnp.stack([x, 2.0 * x])
+    grid = jax.jit(
+        jax.grad(lambda xx: jnp.sum(jax.vmap(jax.vmap(total, in_axes=(0, None)), in_axes=(0, None))(xx, pair)))
+    )
+    assert_close(grid(xx), 2.0 * jnp.cos(xx) + 1.0, 1e-15, "grad of a nested vmap")
+    decline.clear()
+    # Second derivatives and forward mode: the plain function's. d2/dx2 = -a sin x; the mixed
+    # d2/dx da = cos x (forward over reverse and reverse over reverse).
+    second = jax.vmap(jax.grad(jax.grad(total)), in_axes=(0, None))(x, pair)
+    assert_close(second, -2.0 * jnp.sin(x), 1e-15, "grad(grad)")
+    mixed = jax.jacfwd(lambda p: jax.grad(batch_total)(x, p))(pair)[0]
+    assert_close(mixed, jnp.cos(x), 1e-15, "forward over reverse")
+    mixed = jax.jacrev(lambda p: jax.grad(batch_total)(x, p))(pair)[0]
+    assert_close(mixed, jnp.cos(x), 1e-15, "reverse over reverse")
+    hess = jax.hessian(lambda x: batch_total(x, pair))(x)
+    assert_close(hess, jnp.diag(-2.0 * jnp.sin(x)), 1e-15, "hessian")
+    jac = jax.jacfwd(lambda x: jax.vmap(routed, in_axes=(0, None))(x, pair)["s"])(x)
+    assert_close(jac, jnp.diag(2.0 * jnp.cos(x)), 1e-15, "jacfwd of the batch")
+
+
 @pytest.mark.parametrize("dtype, rtol", [(jnp.float64, 1e-12), (jnp.float32, 1e-4)])
 def test_chunked_inverse_dynamics_equals_per_sample(monkeypatch, dtype, rtol):
     """Under vmap, inverse dynamics runs in chunks (lax.map) when the batch exceeds a chunk:
