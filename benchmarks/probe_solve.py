@@ -2,14 +2,17 @@
 batched Cholesky is the right solve on this device.
 
 Times, per evaluation under ``jit(vmap(...))`` on the default device: the inertia matrix ``H``
-alone, the bias forces alone, the whole forward dynamics (its solve is JAX's Cholesky: LAPACK
-on the CPU, cuSOLVER's batched factorisation and triangular solves on a GPU), the same
-``H`` and bias followed by the unrolled Cholesky of :func:`sdjax.algebra.small_cholesky_solve`
-(array arithmetic over the batch, no library call), and the two solves alone on stored
-matrices. Each route's accelerations are checked against the forward dynamics before timing.
-Compile times are reported apart (the unrolled factorisation's graph grows as ``(6 + n)^3``).
+alone, the bias forces alone, the whole forward dynamics with the library's factorisation
+(JAX's Cholesky: LAPACK on the CPU, cuSOLVER's batched factorisation and triangular solves on
+a GPU), the forward dynamics as the library runs it (on an accelerator, up to
+:data:`sdjax.dynamics.UNROLLED_CHOLESKY_MAX_SIZE` free coordinates, the Cholesky factorisation
+unrolled in array arithmetic over the batch: :func:`sdjax.algebra.small_cholesky_factor`), and
+the two solves alone on stored matrices (also, with ``--solve-sizes``, on random matrices of
+other sizes: the unrolled program's compile time grows as the cube of the size). Each route's
+accelerations are checked against the library-factorisation forward dynamics before timing.
+Compile times are reported apart.
 
-    python benchmarks/probe_solve.py --batches 16384,131072 --dtypes float32,float64
+    python benchmarks/probe_solve.py --batches 16384,131072 --dtypes float32,float64 --solve-sizes 16,20
 
 Writes ``benchmarks/results/probe_solve[_gpu].json``.
 """
@@ -17,6 +20,7 @@ Writes ``benchmarks/results/probe_solve[_gpu].json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
 import sys
 
@@ -30,27 +34,55 @@ import numpy as np  # noqa: E402
 from bench_dynamics import MODELS, random_state  # noqa: E402
 
 import sdjax  # noqa: E402
+from sdjax import dynamics  # noqa: E402
 from sdjax.algebra import small_cholesky_solve  # noqa: E402
+
+#: The route whose accelerations every other is checked against.
+REFERENCE = "forward_dynamics (library Cholesky)"
 
 
 def routes(model: sdjax.Model):
     """Per-sample functions of ``(state, tau)``, each returning an array."""
     n = model.num_joints
 
-    def applied_minus_bias(s, tau):
-        # The joints' own springs and dampers act beside the applied torques, as in
-        # forward_dynamics (free-floating base: no base force or torque applied).
-        applied = tau + sdjax.passive_joint_torques(model, s)
-        return jnp.concatenate([jnp.zeros(6, tau.dtype), applied]) - sdjax.bias_forces(model, s)
+    def forward_dynamics(s, tau):
+        return jnp.concatenate(sdjax.forward_dynamics(model, s, tau))
 
     return {
         "inertia_matrix": lambda s, tau: sdjax.inertia_matrix(model, s),
         "bias_forces": lambda s, tau: sdjax.bias_forces(model, s),
-        "forward_dynamics": lambda s, tau: jnp.concatenate(sdjax.forward_dynamics(model, s, tau)),
-        "H + bias + unrolled Cholesky": lambda s, tau: small_cholesky_solve(
-            sdjax.inertia_matrix(model, s), applied_minus_bias(s, tau)
-        ),
+        REFERENCE: forward_dynamics,
+        "forward_dynamics": forward_dynamics,
     }, 6 + n
+
+
+@contextlib.contextmanager
+def unrolled_up_to(size: int):
+    """Programs traced inside unroll the factorisation up to ``size`` free coordinates (0: never)."""
+    kept = dynamics.UNROLLED_CHOLESKY_MAX_SIZE
+    dynamics.UNROLLED_CHOLESKY_MAX_SIZE = size
+    try:
+        yield
+    finally:
+        dynamics.UNROLLED_CHOLESKY_MAX_SIZE = kept
+
+
+def spd_matrices(batch: int, size: int, dtype) -> tuple:
+    """``batch`` random well-conditioned symmetric positive definite ``(size, size)`` matrices
+    (64 distinct ones, repeated) and right-hand sides."""
+    rng = np.random.default_rng(size)
+    m = rng.normal(size=(64, size, size))
+    h = m @ np.swapaxes(m, 1, 2) + size * np.eye(size)
+    b = rng.normal(size=(64, size))
+    return tuple(jnp.asarray(np.resize(x, (batch, *x.shape[1:])), dtype) for x in (h, b))
+
+
+def time_solves(rows: list, dtype: str, name: str, batch: int, h, b) -> None:
+    for route, fn in solves().items():
+        seconds, compiled = common.compile_seconds(jax.jit(jax.vmap(fn)), h, b)
+        timing = common.time_call(lambda: compiled(h, b), repeats=3)
+        rows.append([dtype, name, batch, route, batch / timing["min"], seconds, ""])
+        print(rows[-1], flush=True)
 
 
 def solves():
@@ -67,6 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", default="1024,16384")
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--output", help="result name (default probe_solve, or probe_solve_gpu on a GPU)")
+    parser.add_argument(
+        "--solve-sizes", default="", help="sizes of random matrices whose solves alone are also timed (first batch)"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: the arm, batch 256, float64")
     args = parser.parse_args(argv)
     if args.quick:
@@ -83,12 +118,13 @@ def main(argv: list[str] | None = None) -> None:
                 tau = jnp.asarray(np.random.default_rng(0).normal(size=(batch, model.num_joints)), dtype)
                 reference = None
                 for route, fn in functions.items():
-                    seconds, compiled = common.compile_seconds(jax.jit(jax.vmap(fn)), states, tau)
+                    with unrolled_up_to(0) if route == REFERENCE else contextlib.nullcontext():
+                        seconds, compiled = common.compile_seconds(jax.jit(jax.vmap(fn)), states, tau)
                     out = compiled(states, tau)
                     check = ""
-                    if route == "forward_dynamics":
+                    if route == REFERENCE:
                         reference = np.asarray(out, np.float64)
-                    elif "Cholesky" in route:
+                    elif route == "forward_dynamics":
                         error = np.max(np.abs(np.asarray(out, np.float64) - reference)) / np.max(np.abs(reference))
                         check = f"{error:.1e}"
                     timing = common.time_call(lambda: compiled(states, tau), repeats=3)
@@ -96,11 +132,10 @@ def main(argv: list[str] | None = None) -> None:
                     print(rows[-1], flush=True)
                 h = jax.jit(jax.vmap(functions["inertia_matrix"]))(states, tau)
                 b = jnp.asarray(np.random.default_rng(1).normal(size=(batch, size)), dtype)
-                for route, fn in solves().items():
-                    seconds, compiled = common.compile_seconds(jax.jit(jax.vmap(fn)), h, b)
-                    timing = common.time_call(lambda: compiled(h, b), repeats=3)
-                    rows.append([dtype, name, batch, route, batch / timing["min"], seconds, ""])
-                    print(rows[-1], flush=True)
+                time_solves(rows, dtype, name, batch, h, b)
+        for size in (int(k) for k in args.solve_sizes.split(",") if k):
+            batch = int(args.batches.split(",")[0])
+            time_solves(rows, dtype, f"random SPD {size} x {size}", batch, *spd_matrices(batch, size, dtype))
     headers = ["dtype", "model", "batch", "route", "evaluations/s", "compile s", "vs FD (rel.)"]
     print(common.table(headers, rows))
     gpu = jax.default_backend() == "gpu"

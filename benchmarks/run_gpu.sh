@@ -26,7 +26,8 @@ step() {  # step SECONDS RESULT-NAME ARGS...: run one benchmark, keep its log an
 step 120 dynamics_gpu benchmarks/bench_dynamics.py --models free_flying_arm_7dof,random_tree_30 \
     --algorithms forward_dynamics,inverse_dynamics --batches 1024,16384,131072,1048576
 step 190 rollout_gpu benchmarks/bench_rollout.py --dtypes float32 --mjx-steps 100
-step 150 probe_solve_gpu benchmarks/probe_solve.py --models free_flying_arm_7dof --batches 16384,1048576 --dtypes float32,float64
+step 150 probe_solve_gpu benchmarks/probe_solve.py --models free_flying_arm_7dof --batches 16384,1048576 --dtypes float32,float64 \
+    --solve-sizes 16,20
 step 110 dynamics_gpu_float64 benchmarks/bench_dynamics.py --dtypes float64 --models free_flying_arm_7dof,random_tree_30 \
     --algorithms forward_dynamics,inverse_dynamics --batches 1024,16384,131072,1048576 --output dynamics_gpu_float64
 step 140 gradient_gpu benchmarks/bench_gradient.py --batches 1024

@@ -29,7 +29,19 @@ import numpy as np
 from jax import Array, lax
 from jax.custom_derivatives import SymbolicZero
 
-__all__ = ["PRECISION", "cross3", "dot", "einsum", "matmul", "matmul3", "matvec3", "small_cholesky_solve", "transpose3"]
+__all__ = [
+    "PRECISION",
+    "cross3",
+    "dot",
+    "einsum",
+    "matmul",
+    "matmul3",
+    "matvec3",
+    "small_cho_solve",
+    "small_cholesky_factor",
+    "small_cholesky_solve",
+    "transpose3",
+]
 
 #: Precision of every matrix product sdjax writes (``precision=`` of :func:`einsum` and
 #: :func:`matmul`): float32 operands multiplied in float32. JAX's default lets an accelerator
@@ -138,6 +150,39 @@ def transpose3(a: Array) -> Array:
     return jnp.swapaxes(a, -1, -2)
 
 
+def _minus(value: Array, products: Iterable[Array]) -> Array:
+    """``value - sum(products)``, with no zero to start from (an empty sum leaves ``value``)."""
+    for product in products:
+        value = value - product
+    return value
+
+
+def _unrolled_factor(a: Array) -> list[list[Array]]:
+    """The lower Cholesky factor of ``(..., k, k)`` matrices as rows of ``(...)`` arrays:
+    ``lower[i][j]`` for ``j <= i``."""
+    k = a.shape[-1]
+    lower: list[list[Array]] = [[] for _ in range(k)]
+    for j in range(k):
+        pivot = jnp.sqrt(_minus(a[..., j, j], (lower[j][m] ** 2 for m in range(j))))
+        lower[j].append(pivot)
+        for i in range(j + 1, k):
+            lower[i].append(_minus(a[..., i, j], (lower[i][m] * lower[j][m] for m in range(j))) / pivot)
+    return lower
+
+
+def _unrolled_substitution(lower: list[list[Array]], b: Array) -> Array:
+    """``x`` with ``L L^T x = b`` for a factor in rows (:func:`_unrolled_factor`) and ``b`` of
+    shape ``(..., k)``: forward then backward substitution."""
+    k = len(lower)
+    forward: list[Array] = []
+    for i in range(k):
+        forward.append(_minus(b[..., i], (lower[i][m] * forward[m] for m in range(i))) / lower[i][i])
+    backward: list[Array] = [forward[0]] * k  # (placeholders, each written once below)
+    for i in reversed(range(k)):
+        backward[i] = _minus(forward[i], (lower[m][i] * backward[m] for m in range(i + 1, k))) / lower[i][i]
+    return jnp.stack(backward, axis=-1)
+
+
 def small_cholesky_solve(a: Array, b: Array) -> Array:
     """``x`` with ``a x = b`` for a small symmetric positive definite ``(k, k)`` matrix ``a``
     and ``b`` of shape ``(k,)``, by a Cholesky factorisation unrolled in array arithmetic.
@@ -147,25 +192,26 @@ def small_cholesky_solve(a: Array, b: Array) -> Array:
     Cholesky of that block inside the forward-mode Jacobian of a rollout (the planners' torque
     rows: 200 steps x 56 unknowns) stalled XLA's CPU runtime, every thread asleep; this form
     runs it in 18 s. Differentiable by JAX (square roots and divisions of a positive definite
-    matrix's pivots).
+    matrix's pivots). The program grows as ``k^3`` scalar operations (compile time: see
+    :data:`sdjax.dynamics.UNROLLED_CHOLESKY_MAX_SIZE`).
     """
-    k = a.shape[-1]
+    return _unrolled_substitution(_unrolled_factor(a), b)
 
-    def minus(value: Array, products: Iterable[Array]) -> Array:
-        for product in products:  # (no zero to start from: an empty sum leaves ``value``)
-            value = value - product
-        return value
 
-    lower: list[list[Array]] = [[] for _ in range(k)]  # lower[i][j], j <= i
-    for j in range(k):
-        pivot = jnp.sqrt(minus(a[..., j, j], (lower[j][m] ** 2 for m in range(j))))
-        lower[j].append(pivot)
-        for i in range(j + 1, k):
-            lower[i].append(minus(a[..., i, j], (lower[i][m] * lower[j][m] for m in range(j))) / pivot)
-    forward: list[Array] = []
-    for i in range(k):
-        forward.append(minus(b[..., i], (lower[i][m] * forward[m] for m in range(i))) / lower[i][i])
-    backward: list[Array] = [forward[0]] * k  # (placeholders, each written once below)
-    for i in reversed(range(k)):
-        backward[i] = minus(forward[i], (lower[m][i] * backward[m] for m in range(i + 1, k))) / lower[i][i]
-    return jnp.stack(backward, axis=-1)
+def small_cholesky_factor(a: Array) -> Array:
+    """The lower Cholesky factor ``L`` (``a = L L^T``, zeros above the diagonal) of a small
+    symmetric positive definite ``(..., k, k)`` matrix, unrolled as :func:`small_cholesky_solve`
+    is: what ``jax.scipy.linalg.cho_factor(a, lower=True)`` gives, without a library call."""
+    lower = _unrolled_factor(a)
+    k = len(lower)
+    zero = jnp.zeros_like(lower[0][0])
+    return jnp.stack([jnp.stack(row + [zero] * (k - len(row)), axis=-1) for row in lower], axis=-2)
+
+
+def small_cho_solve(factor: Array, b: Array) -> Array:
+    """``x`` with ``L L^T x = b`` for a lower factor ``L`` ``(..., k, k)`` (of
+    :func:`small_cholesky_factor`, or LAPACK's: only the lower triangle is read) and ``b``
+    ``(..., k)``, by substitutions unrolled in array arithmetic (``k^2`` scalar operations):
+    what ``jax.scipy.linalg.cho_solve((L, True), b)`` gives, without a library call."""
+    k = factor.shape[-1]
+    return _unrolled_substitution([[factor[..., i, j] for j in range(i + 1)] for i in range(k)], b)

@@ -63,7 +63,7 @@ from sdjax.model import (
     leader_torques,
     on_independent_joints,
 )
-from sdjax.algebra import cross3, dot, matmul, matvec3, small_cholesky_solve
+from sdjax.algebra import cross3, dot, matmul, matvec3, small_cho_solve, small_cholesky_factor, small_cholesky_solve
 from sdjax.rotation import skew
 from sdjax._checks import check_vector
 from sdjax.state import BASE_TWIST_NAMES, State, check_state, with_mimic_relations_checked
@@ -696,7 +696,13 @@ def _dynamics_residual(model: Model, state: State, controls: Controls, accelerat
 
 def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
     """Accelerations ``(6 + n,)`` and the lower Cholesky factor of the free coordinates' ``H``
-    (eq 3.29)."""
+    (eq 3.29), the factorisation and solve by a library call (LAPACK, cuSOLVER)."""
+    return _solve_with_factorisation(model, state, controls, unrolled=False)
+
+
+def _solve_with_factorisation(model: Model, state: State, controls: Controls, unrolled: bool) -> tuple[Array, Array]:
+    """:func:`_solve_forward_dynamics`, the factorisation and solve by a library call or, with
+    ``unrolled``, in array arithmetic (:func:`_unrolled_cholesky`)."""
     n = model.num_joints
     zero = jnp.zeros(6 + n, state.q.dtype)
     motion, accelerations = _motion(model, state, zero[:6], zero[6:])
@@ -705,8 +711,36 @@ def _solve_forward_dynamics(model: Model, state: State, controls: Controls) -> t
     bias = _newton_euler(model, motion, accelerations, external)
     applied = _applied_loads(model, state, controls)
     h = free_coordinates(model, free_coordinates(model, h, 0), 1)
+    rhs = free_coordinates(model, applied - bias)
+    if unrolled:
+        factor = small_cholesky_factor(h)
+        return floating_coordinates(model, small_cho_solve(factor, rhs)), factor
     factor, _ = jsl.cho_factor(h, lower=True)
-    return floating_coordinates(model, jsl.cho_solve((factor, True), free_coordinates(model, applied - bias))), factor
+    return floating_coordinates(model, jsl.cho_solve((factor, True), rhs)), factor
+
+
+#: Largest number of free coordinates whose inertia matrix a batch on an accelerator factorises
+#: with the Cholesky factorisation written out as array arithmetic over the batch
+#: (:func:`sdjax.algebra.small_cholesky_factor`) instead of a library call (cuSOLVER's batched
+#: factorisation and triangular solves), from :data:`UNROLLED_CHOLESKY_MIN_BATCH` samples.
+#: Measured on an H200 for the 13-DOF arm (benchmarks/README.md, "the GPU forward dynamics by
+#: parts"): at 131,072 samples and more the forward dynamics ran 1.3-1.4x faster in float64 and
+#: 1.5-1.6x in float32 (the factorisation and solves alone 4x), at 16,384 only 1.1-1.2x; but
+#: the program grows as the cube of the size and its compile time with it (the unrolled
+#: factorisation and solve compiled in 3-6 s at 13, 87 s at 36; about 6-11 s expected at 16).
+UNROLLED_CHOLESKY_MAX_SIZE = 16
+#: Smallest batch for which an accelerator unrolls the factorisation (see
+#: :data:`UNROLLED_CHOLESKY_MAX_SIZE`): below it the gain measured does not pay the compile time.
+UNROLLED_CHOLESKY_MIN_BATCH = 1 << 17
+
+
+def _unrolled_cholesky(size: int, batch: int) -> bool:
+    """Whether a batch of ``batch`` inertia matrices ``(size, size)`` is factorised by
+    unrolled array arithmetic: on an accelerator (on the CPU the compiled kernel or LAPACK
+    serves), small matrices, large batches. Decided when the program is traced."""
+    return (
+        jax.default_backend() != "cpu" and size <= UNROLLED_CHOLESKY_MAX_SIZE and batch >= UNROLLED_CHOLESKY_MIN_BATCH
+    )
 
 
 #: Working-set budget of one chunk of a batched forward dynamics, in units of ``(6 + n)^2``
@@ -819,7 +853,9 @@ def _batched_solve(
     one chunk does instead of leaving the cache (measured 1.4-2.6x faster at 8192). On an
     accelerator the whole batch is one vectorised program: chunks there run one after another,
     each a few dozen kernel launches (measured on an H200 with chunks: a flat 10 M evaluations/s
-    from batch 1024 to 10^6 for the 7-joint arm, against 180 M/s for the inverse dynamics)."""
+    from batch 1024 to 10^6 for the 7-joint arm, against 180 M/s for the inverse dynamics), and
+    large batches of small inertia matrices are factorised by unrolled array arithmetic
+    (:data:`UNROLLED_CHOLESKY_MAX_SIZE`)."""
     model, state, controls = args
     if _kernel_serves(model, mapped, axis_size):
         acceleration, factor = batch_kernel.solve_forward_dynamics(
@@ -827,8 +863,10 @@ def _batched_solve(
         )
         return (acceleration, factor) if with_factor else acceleration
 
+    unrolled = _unrolled_cholesky(model.num_velocities, axis_size)
+
     def one(batched_leaves):
-        solved = _solve_forward_dynamics(*rebuild(batched_leaves))
+        solved = _solve_with_factorisation(*rebuild(batched_leaves), unrolled=unrolled)
         return solved if with_factor else solved[0]
 
     return _map_in_chunks(one, mapped, axis_size, batch_chunk_size(model.num_velocities))

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdjax.algebra import cross3, dot, matmul3, matvec3, small_cholesky_solve
+from sdjax.algebra import cross3, dot, matmul3, matvec3, small_cho_solve, small_cholesky_factor, small_cholesky_solve
 
 # Products of O(1) numbers: float64 round-off in a 3-term sum is ~1e-15; 1e-12 leaves room
 # for the different summation orders of the two forms.
@@ -101,3 +101,27 @@ def test_small_cholesky_solve_against_numpy(k):
     )
     expected = -np.linalg.solve(a[0], da @ np.linalg.solve(a[0], b[0]))
     np.testing.assert_allclose(tangent, expected, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("k", [1, 4, 13])
+def test_small_cholesky_factor_and_solve_against_numpy(k):
+    """The unrolled factor equals NumPy's Cholesky factor (lower, zeros above the diagonal), and
+    solving with it, or with LAPACK's factor, equals NumPy's solve; the solve is linear in its
+    right-hand side, so its transpose (reverse mode) is the solve with the same factor
+    (``H`` symmetric)."""
+    rng = np.random.default_rng(10 + k)
+    m = rng.normal(size=(5, k, k))
+    a = m @ np.swapaxes(m, 1, 2) + k * np.eye(k)  # well conditioned (eigenvalues >= k)
+    b = rng.normal(size=(5, k))
+    factor = jax.vmap(small_cholesky_factor)(jnp.asarray(a))
+    # float64 round-off of a k x k factorisation with condition number < 100: ~1e-14
+    np.testing.assert_allclose(factor, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+    assert np.all(np.triu(np.asarray(factor), 1) == 0.0)
+    expected = np.linalg.solve(a, b[..., None])[..., 0]
+    np.testing.assert_allclose(jax.vmap(small_cho_solve)(factor, jnp.asarray(b)), expected, rtol=1e-12, atol=1e-12)
+    # LAPACK's factor: only its lower triangle is read (garbage above must not matter).
+    lapack = np.linalg.cholesky(a) + np.triu(rng.normal(size=(5, k, k)), 1)
+    np.testing.assert_allclose(jax.vmap(small_cho_solve)(lapack, b), expected, rtol=1e-12, atol=1e-12)
+    cotangent = rng.normal(size=k)
+    (transposed,) = jax.linear_transpose(lambda v: small_cho_solve(factor[0], v), jnp.asarray(b[0]))(cotangent)
+    np.testing.assert_allclose(transposed, np.linalg.solve(a[0], cotangent), rtol=1e-12, atol=1e-12)
