@@ -607,11 +607,12 @@ def _view(args: argparse.Namespace) -> int:
     )  # fmt: skip
     drawn = sum(len(robot.shape_nodes) for robot in shown._robots[:1])
     shapes = f", {drawn} of {len(visuals)} visual shapes drawn" if visuals else ""
-    print(
-        f"sdjax view: {', '.join(labels)} ({models[0].name}, {runs[0].num_steps} steps{shapes}) at {shown.url}; Ctrl-C stops",
-        flush=True,
-    )
-    try:
+    try:  # (the banner inside: a Ctrl-C as soon as it is read still closes the server)
+        print(
+            f"sdjax view: {', '.join(labels)} ({models[0].name}, {runs[0].num_steps} steps{shapes}) at {shown.url}; "
+            "Ctrl-C stops",
+            flush=True,
+        )
         shown.wait()
     except KeyboardInterrupt:
         pass
