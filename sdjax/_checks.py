@@ -52,6 +52,18 @@ def check_choice(name: str, value: Any, choices: Collection[Any], what: str = "v
     return value
 
 
+def check_count(name: str, value: Any, minimum: int) -> int:
+    """``value`` as a Python ``int`` if it is an integer (Python or NumPy; not a ``bool``: ``True``
+    is no count) of at least ``minimum``: a number of steps, iterations, samples, segments.
+    ``TypeError`` naming ``name`` for anything else (a float, even a whole one: a count is given
+    as an integer), ``ValueError`` below ``minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name}: must be an integer >= {minimum}, got {value}")
+    return int(value)
+
+
 def _listed(choices: Collection[Any]) -> list[Any]:
     """The choices in a stable order for messages (sorted when they are sets)."""
     return sorted(choices) if isinstance(choices, (set, frozenset)) else list(choices)

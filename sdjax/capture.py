@@ -49,7 +49,7 @@ from sdjax.kinematics import kinematic_pass, point_velocity
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, kinetic_energy, linear_momentum, potential_energy
 from sdjax.rotation import matrix_to_rotation_vector, quat_normalize, rpy_to_matrix
-from sdjax._checks import float_array, is_traced
+from sdjax._checks import check_count, float_array, is_traced
 from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
 
@@ -339,8 +339,7 @@ def pair_rollout(
     check_state(target, initial.target)
     cut.frame_a.check(robot, "VirtualCut.frame_a")
     cut.frame_b.check(target, "VirtualCut.frame_b")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
-        raise ValueError(f"pair_rollout: num_steps must be a non-negative int, got {num_steps!r}")
+    num_steps = check_count("pair_rollout: num_steps", num_steps, 0)
     initial = eqx.tree_at(
         lambda p: (p.robot, p.target),
         initial,

@@ -46,7 +46,7 @@ from sdjax.integrate import as_controls, control_schedule, runge_kutta4
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model, check_no_mimic, floating_coordinates, floating_loads, free_coordinates, free_motion
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_difference, rotation_vector_to_quat
-from sdjax._checks import check_vector
+from sdjax._checks import check_count, check_vector
 from sdjax.state import State, check_state, with_base_motion_checked
 
 #: Row names of a frame constraint's error, in the frame of ``other``: position, then rotation.
@@ -732,8 +732,7 @@ def project_to_constraints(
     :func:`constraint_impulse`. Each iteration squares the error (quadratic convergence), so
     two remove the drift of one integration step to round-off.
     """
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 0:
-        raise ValueError(f"project_to_constraints: iterations must be an int >= 0, got {iterations!r}")
+    iterations = check_count("project_to_constraints: iterations", iterations, 0)
     systems, states, constraints = _systems(model, state, constraints, "project_to_constraints")
     mask = _row_mask(constraints, active, states[0].q.dtype, "project_to_constraints")
     return systems.pack(_projected(systems, states, constraints, mask, int(iterations)))

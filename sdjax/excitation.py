@@ -47,7 +47,7 @@ import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
-from sdjax._checks import check_choice, float_array
+from sdjax._checks import check_choice, check_count, float_array
 from sdjax._compile import solver_jit
 from sdjax.identification import (
     RESIDUALS,
@@ -163,8 +163,7 @@ def random_excitation(
     """
     if not amplitude > 0:
         raise ValueError(f"random_excitation: amplitude must be positive, got {amplitude}")
-    if isinstance(harmonics, bool) or not isinstance(harmonics, (int, np.integer)) or harmonics < 1:
-        raise ValueError(f"random_excitation: harmonics must be an integer >= 1, got {harmonics!r}")
+    harmonics = check_count("random_excitation: harmonics", harmonics, 1)
     raw = np.random.default_rng(seed).normal(size=(model.num_joints, 2, int(harmonics)))
     reference = _with_excursion(FourierExcitation(q0, raw, duration), amplitude)
     return tracking_record(model, reference.q0, reference, duration, dt, **tracking)
@@ -360,8 +359,7 @@ def optimal_excitation(
         ("iterations", iterations, 1),
         ("structural_records", structural_records, 1),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
-            raise ValueError(f"optimal_excitation: {name} must be an integer >= {lowest}, got {value!r}")
+        check_count(f"optimal_excitation: {name}", value, lowest)
     if not (duration > 0 and dt > 0) or round(duration / dt) // sample_every < 1:
         raise ValueError(
             f"optimal_excitation: duration {duration} s at dt {dt} s gives fewer than 2 samples every "

@@ -88,7 +88,7 @@ from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_rpy, rot_x, rot_y, rpy_to_matrix
-from sdjax._checks import check_choice, float_array, is_traced, rotation_matrix
+from sdjax._checks import check_choice, check_count, float_array, is_traced, rotation_matrix
 from sdjax.state import State, make_state
 
 __all__ = [
@@ -197,12 +197,7 @@ class Beam(eqx.Module):
                 both damping arguments, a missing section inertia with torsion, or an unknown
                 lumping.
         """
-        if (
-            isinstance(num_segments, (bool, np.bool_))
-            or not isinstance(num_segments, (int, np.integer))
-            or num_segments < 1
-        ):
-            raise ValueError(f"Beam: num_segments must be an integer >= 1, got {num_segments!r}")
+        num_segments = check_count("Beam: num_segments", num_segments, 1)
         check_choice("Beam", lumping, LUMPINGS, "lumping")
         if damping_ratio is not None and damping_time is not None:
             raise ValueError("Beam: give damping_ratio or damping_time, not both")

@@ -76,7 +76,7 @@ from sdjax.integrate import Trajectory, rollout
 from sdjax.io.npz import NpzArchive
 from sdjax.model import Model, check_no_mimic, free_coordinates, on_independent_joints
 from sdjax.rotation import quat_normalize
-from sdjax._checks import check_choice, is_traced
+from sdjax._checks import check_choice, check_count, is_traced
 from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marquardt
 from sdjax.state import BASE_TWIST_NAMES, State, make_state
 
@@ -1337,8 +1337,7 @@ def identify(
     """
     _check_problem(model, data, unknowns, residual)
     check_choice("identify: covariance_method", covariance_method, COVARIANCE_METHODS)
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
-        raise ValueError(f"identify: num_steps must be a non-negative int, got {num_steps!r}")
+    num_steps = check_count("identify: num_steps", num_steps, 0)
     if not regularization >= 0:
         raise ValueError(f"identify: regularization must be non-negative, got {regularization}")
     k = unknowns.num_bodies

@@ -40,7 +40,7 @@ from sdjax.dynamics import (
 )
 from sdjax.model import Model, floating_coordinates, free_coordinates, free_motion, joint_coordinate_map
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
-from sdjax._checks import check_choice, is_traced
+from sdjax._checks import check_choice, check_count, is_traced
 from sdjax._derivatives import batched_route
 from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
@@ -694,8 +694,7 @@ class Adaptive(Integrator):
             raise ValueError(
                 f"Adaptive: rtol and atol must be positive and finite, got rtol={self.rtol}, atol={self.atol}"
             )
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise ValueError(f"Adaptive: max_steps must be a positive int, got {self.max_steps!r}")
+        check_count("Adaptive: max_steps", self.max_steps, 1)
 
     def step(self, model, state, dt, controls=None, *, environment=None, t=0.0):
         return adaptive_step(
@@ -819,8 +818,7 @@ def control_schedule(
     """Checked ``num_steps``, ``dt`` and control of a rollout: ``(law, sequence, dt)``, one of
     ``law`` (a function ``(t, state) -> tau | Controls``) and ``sequence`` (leading axis
     ``num_steps``) is ``None``. Shared by :func:`rollout` and the constrained rollout."""
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
-        raise ValueError(f"{what}: num_steps must be a non-negative int, got {num_steps!r}")
+    num_steps = check_count(f"{what}: num_steps", num_steps, 0)
     n = model.num_joints
     if control is None or callable(control):
         law = control

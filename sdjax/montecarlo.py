@@ -68,7 +68,7 @@ from jax.sharding import PartitionSpec as P
 
 from sdjax.algebra import matmul
 from sdjax import batch_kernel
-from sdjax._checks import float_array
+from sdjax._checks import check_count, float_array
 from sdjax._derivatives import batched_route
 from sdjax.constraints import ConstrainedTrajectory, constrained_rollout
 from sdjax.control import ComputedTorque, JointPD
@@ -482,9 +482,7 @@ class Payload(Perturbation):
     radius_of_gyration: Distribution
 
     def __init__(self, link: int, mass: Any, offset: Any = (0.0, 0.0, 0.0), radius_of_gyration: Any = 0.0):
-        if isinstance(link, bool) or not isinstance(link, (int, np.integer)):
-            raise ValueError(f"Payload: link must be an int (1..n), got {link!r}")
-        self.link = int(link)
+        self.link = check_count("Payload: link", link, 1)  # (at most n: checked against the model)
         self.mass = _as_distribution("Payload: mass", mass)
         self.offset = _as_distribution("Payload: offset", offset)
         self.radius_of_gyration = _as_distribution("Payload: radius_of_gyration", radius_of_gyration)
@@ -702,8 +700,7 @@ class ControlScenario(eqx.Module):
         dtype = model.dtype
         if controller not in ("pd", "computed_torque"):
             raise ValueError(f"ControlScenario: unknown controller {controller!r}; choose 'pd' or 'computed_torque'")
-        if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-            raise ValueError(f"ControlScenario: num_steps must be a positive int, got {num_steps!r}")
+        num_steps = check_count("ControlScenario: num_steps", num_steps, 1)
         if not float(dt) > 0 or not math.isfinite(float(dt)):
             raise ValueError(f"ControlScenario: dt must be positive and finite, got {dt!r}")
         self.nominal_model = model
@@ -1482,8 +1479,7 @@ def samples_needed(max_probability: float, *, confidence: float = 0.95, failures
     p = max_probability
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) < 1.0:
         raise ValueError(f"samples_needed: max_probability must lie strictly between 0 and 1, got {p!r}")
-    if isinstance(failures, bool) or not isinstance(failures, (int, np.integer)) or failures < 0:
-        raise ValueError(f"samples_needed: failures must be an int >= 0, got {failures!r}")
+    failures = check_count("samples_needed: failures", failures, 0)
     p, k = float(p), int(failures)
     if k == 0:
         return max(1, math.ceil(math.log(alpha) / math.log1p(-p) - 1e-12))
@@ -1544,17 +1540,6 @@ def _order_statistic_ranks(count: int, fraction: float, alpha: float) -> tuple[i
 # The engine.
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"run_monte_carlo: {name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(
-            f"run_monte_carlo: {name} must be >= {minimum}, got {value}"
-            + (" (empty batch)" if name == "num_samples" else "")
-        )
-    return int(value)
-
-
 def run_monte_carlo(
     model: Model,
     uncertainty: Uncertainty,
@@ -1592,8 +1577,8 @@ def run_monte_carlo(
     Returns:
         :class:`MonteCarloResults`.
     """
-    num_samples = _check_int("num_samples", num_samples, 1)
-    seed = _check_int("seed", seed, 0)
+    num_samples = check_count("run_monte_carlo: num_samples", num_samples, 1)
+    seed = check_count("run_monte_carlo: seed", seed, 0)
     if not isinstance(model, Model):
         raise ValueError(f"run_monte_carlo: model must be a sdjax.Model, got {type(model).__name__}")
     if not isinstance(uncertainty, Uncertainty):
@@ -1613,7 +1598,7 @@ def run_monte_carlo(
     if not devices:
         raise ValueError("run_monte_carlo: devices is empty")
     num_devices = len(devices)
-    chunk = min(num_samples, 4096) if chunk_size is None else _check_int("chunk_size", chunk_size, 1)
+    chunk = min(num_samples, 4096) if chunk_size is None else check_count("run_monte_carlo: chunk_size", chunk_size, 1)
     chunk = min(chunk, num_samples)
     chunk = -(-chunk // num_devices) * num_devices
     num_chunks = -(-num_samples // chunk)

@@ -70,7 +70,7 @@ from sdjax.rotation import (
     quat_rate,
     quat_to_rotation_vector,
 )
-from sdjax._checks import float_array, is_traced, rotation_matrix
+from sdjax._checks import check_count, float_array, is_traced, rotation_matrix
 from sdjax._compile import solver_jit
 from sdjax._derivatives import jvp_along_nonzero
 from sdjax.solvers import levenberg_marquardt
@@ -370,14 +370,8 @@ class PlanningProblem(eqx.Module):
             else rotation_matrix("PlanningProblem: target_rotation", target_rotation, dtype)
         )
         self.duration = float_array("PlanningProblem: duration", duration, shape=(), dtype=dtype, sign="positive")
-        if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-            raise ValueError(f"PlanningProblem: num_steps must be an int >= 1, got {num_steps!r}")
-        if (
-            isinstance(num_coefficients, bool)
-            or not isinstance(num_coefficients, (int, np.integer))
-            or num_coefficients < 1
-        ):
-            raise ValueError(f"PlanningProblem: num_coefficients must be an int >= 1, got {num_coefficients!r}")
+        num_steps = check_count("PlanningProblem: num_steps", num_steps, 1)
+        num_coefficients = check_count("PlanningProblem: num_coefficients", num_coefficients, 1)
         if degree not in DEGREES:
             raise ValueError(f"PlanningProblem: degree must be one of {DEGREES}, got {degree!r}")
         if (
@@ -949,8 +943,7 @@ def initial_coefficients(
     goal = jnp.asarray(goal)
     if goal.shape != (n,):
         raise ValueError(f"initial_coefficients: goal expected shape ({n},), got {goal.shape}")
-    if isinstance(num_starts, bool) or not isinstance(num_starts, (int, np.integer)) or num_starts < 1:
-        raise ValueError(f"initial_coefficients: num_starts must be an int >= 1, got {num_starts!r}")
+    num_starts = check_count("initial_coefficients: num_starts", num_starts, 1)
     if not float(np.asarray(spread)) >= 0:
         raise ValueError(f"initial_coefficients: spread must be non-negative, got {spread!r}")
     q0 = problem.initial_state.q
@@ -1194,12 +1187,7 @@ def straight_line_plan(
         :class:`StraightLinePlan`.
     """
     n = problem.model.num_joints
-    if (
-        isinstance(refine_iterations, bool)
-        or not isinstance(refine_iterations, (int, np.integer))
-        or refine_iterations < 0
-    ):
-        raise ValueError(f"straight_line_plan: refine_iterations must be an int >= 0, got {refine_iterations!r}")
+    refine_iterations = check_count("straight_line_plan: refine_iterations", refine_iterations, 0)
     _check_positive_settings("straight_line_plan", tolerance=tolerance, damping=damping, max_step=max_step)
     if goal is None:
         goal = _inverse_kinematics_goal(problem, ik_base, ik_iterations)
@@ -1361,8 +1349,7 @@ def optimize_plan(
         :class:`PlanResult`.
     """
     starts = _check_coefficients(problem, initial_coefficients, batched=True)
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
-        raise ValueError(f"optimize_plan: iterations must be an int >= 1, got {iterations!r}")
+    iterations = check_count("optimize_plan: iterations", iterations, 1)
     if optimizer is None and not is_traced(learning_rate) and not float(np.asarray(learning_rate)) > 0:
         raise ValueError(f"optimize_plan: learning_rate must be positive, got {learning_rate!r}")
     if not is_traced(feasibility_tolerance) and not float(np.asarray(feasibility_tolerance)) >= 0:
@@ -1412,8 +1399,7 @@ def refine_plan(
         :class:`PlanEvaluation`.
     """
     coefficients = _check_coefficients(problem, coefficients, batched=False)
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
-        raise ValueError(f"refine_plan: iterations must be an int >= 1, got {iterations!r}")
+    iterations = check_count("refine_plan: iterations", iterations, 1)
     _check_positive_settings("refine_plan", tolerance=tolerance, damping=damping, max_step=max_step)
     refined, evaluation, _, _ = _gauss_newton(
         problem,
@@ -1544,8 +1530,7 @@ def reactionless_plan(
     if coefficients is None:
         coefficients = initial_coefficients(problem, _inverse_kinematics_goal(problem, "fixed", IK_ITERATIONS), 1)[0]
     coefficients = _check_coefficients(problem, coefficients, batched=False)
-    if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
-        raise ValueError(f"reactionless_plan: max_iterations must be an int >= 1, got {max_iterations!r}")
+    max_iterations = check_count("reactionless_plan: max_iterations", max_iterations, 1)
     _check_positive_settings("reactionless_plan", tolerance=tolerance, damping=damping, max_step=max_step)
     residuals = 6 + (3 if problem.target_rotation is not None else 0)
     residuals += 0 if problem.obstacles is None else problem.obstacles.shape[0]  # one row per sphere

@@ -62,6 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sdjax._checks import check_count
 from sdjax.dynamics import Controls, make_controls
 from sdjax.integrate import Trajectory, rollout
 from sdjax.kinematics import center_of_mass
@@ -95,9 +96,7 @@ def _steps_from(dt: Any, num_steps: Any, duration: Any) -> int:
         if not (math.isfinite(duration) and duration >= 0):
             raise ValueError(f"simulate: duration must be non-negative and finite, got {duration!r}")
         return int(round(duration / dt_value))
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
-        raise ValueError(f"simulate: num_steps must be a non-negative int, got {num_steps!r}")
-    return int(num_steps)
+    return check_count("simulate: num_steps", num_steps, 0)
 
 
 def simulate(
@@ -146,10 +145,8 @@ def simulate(
     if chunk_steps is None:
         # Equal chunks of at most DEFAULT_CHUNK_STEPS: little padding in the last one.
         chunk = -(-num_steps // max(1, -(-num_steps // DEFAULT_CHUNK_STEPS))) if num_steps else 1
-    elif isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)) or chunk_steps < 1:
-        raise ValueError(f"simulate: chunk_steps must be a positive int, got {chunk_steps!r}")
     else:
-        chunk = int(chunk_steps)
+        chunk = check_count("simulate: chunk_steps", chunk_steps, 1)
     if not (isinstance(progress, bool) or callable(progress)):
         raise ValueError(f"simulate: progress must be True, False or a callable, got {progress!r}")
     dtype = initial_state.q.dtype

@@ -110,7 +110,7 @@ import numpy as np
 from jax import Array, lax
 
 from sdjax.algebra import matmul
-from sdjax._checks import check_choice, check_vector, is_traced
+from sdjax._checks import check_choice, check_count, check_vector, is_traced
 
 #: Forms of the damped system solved by :func:`damped_solve`: ``"auto"`` (the smaller of the
 #: two: minimum norm when ``m <= n``), ``"min_norm"`` (``m x m``) or ``"normal"`` (``n x n``).
@@ -430,8 +430,7 @@ def levenberg_marquardt(
     Returns:
         :class:`LeastSquaresResult`.
     """
-    if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 0:
-        raise ValueError(f"levenberg_marquardt: max_iterations must be an int >= 0, got {max_iterations!r}")
+    max_iterations = check_count("levenberg_marquardt: max_iterations", max_iterations, 0)
     check_choice("levenberg_marquardt: scaling", scaling, ("identity", "marquardt"))
     check_choice("levenberg_marquardt: form", form, FORMS)
     x0 = jnp.asarray(x0)
@@ -642,8 +641,7 @@ def lbfgs(
     if max_evaluations is not None:
         counts["max_evaluations"] = max_evaluations
     for name, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"lbfgs: {name} must be an integer >= 1, got {value!r}")
+        check_count(f"lbfgs: {name}", value, 1)
     if not 0.0 < sufficient_decrease < curvature < 1.0:
         raise ValueError(
             f"lbfgs: need 0 < sufficient_decrease < curvature < 1, got {sufficient_decrease} and {curvature}"

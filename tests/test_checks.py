@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdjax._checks import ROTATION_TOL, check_choice, check_vector, float_array, is_traced, rotation_matrix
+from sdjax._checks import ROTATION_TOL, check_choice, check_count, check_vector, float_array, is_traced, rotation_matrix
 from sdjax.rotation import rpy_to_matrix
 
 
@@ -66,6 +66,23 @@ def test_values_are_checked_only_when_concrete():
     assert np.isnan(traced(jnp.array([np.nan, 1.0]))[0])
     with pytest.raises(ValueError, match=r"x: expected shape \(2,\), got shape \(3,\)"):  # shapes still are
         traced(jnp.ones(3))
+
+
+def test_check_count():
+    """Counts (steps, iterations, samples): Python or NumPy integers at or above the minimum,
+    returned as Python ints; other types are a TypeError, smaller values a ValueError."""
+    assert check_count("n", 3, 1) == 3 and type(check_count("n", np.int64(0), 0)) is int
+    for value, error, message in [
+        (2.5, TypeError, r"^n: expected an integer, got float 2.5$"),
+        (3.0, TypeError, r"^n: expected an integer, got float 3.0$"),  # a count is an integer, not a whole float
+        (True, TypeError, r"^n: expected an integer, got bool True$"),
+        (np.bool_(True), TypeError, r"^n: expected an integer, got bool np.True_$"),
+        ("3", TypeError, r"^n: expected an integer, got str '3'$"),
+        (0, ValueError, r"^n: must be an integer >= 1, got 0$"),
+        (np.int32(-2), ValueError, r"^n: must be an integer >= 1, got -2$"),
+    ]:
+        with pytest.raises(error, match=message):
+            check_count("n", value, 1)
 
 
 def test_check_choice_and_vector():

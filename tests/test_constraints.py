@@ -456,7 +456,7 @@ def test_joint_coupling_in_a_rollout():
     state = random_state(model, 32)
     state = C.project_to_constraints(model, state, gear)
     assert abs(float(state.q[3] + 1.5 * state.q[1] - 0.2)) < 1e-14
-    with pytest.raises(ValueError, match="iterations must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="iterations: must be an integer >= 0, got -1"):
         C.project_to_constraints(model, state, gear, iterations=-1)
     tau = jnp.linspace(-0.5, 0.5, model.num_joints)
     result = C.constrained_forward_dynamics(model, state, tau, gear)

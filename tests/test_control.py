@@ -610,9 +610,9 @@ def test_bad_inputs(arm, arm_state):
         ik(arm, arm_state, x, rot, orientation_tolerance=-1e-6)
     with pytest.raises(ValueError, match="max_step must be positive"):
         ik(arm, arm_state, x, max_step=0.0)
-    with pytest.raises(ValueError, match="max_iterations must be an int >= 1"):
+    with pytest.raises(ValueError, match="max_iterations: must be an integer >= 1"):
         ik(arm, arm_state, x, max_iterations=0)
-    with pytest.raises(ValueError, match="substeps must be an int >= 1"):
+    with pytest.raises(ValueError, match="substeps: must be an integer >= 1"):
         ik(arm, arm_state, x, substeps=0)
     with pytest.raises(ValueError, match="unknown value 'hover'"):
         ik(arm, arm_state, x, base="hover")

@@ -197,7 +197,7 @@ def test_optimal_excitation_refuses_bad_arguments(planar):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, criterion="a-optimal")
     with pytest.raises(ValueError, match="q0 not strictly inside joint_limits for joint"):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, joint_limits=(Q0 - 0.1, Q0))
-    with pytest.raises(ValueError, match="iterations must be an integer >= 1"):
+    with pytest.raises(ValueError, match="iterations: must be an integer >= 1"):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, iterations=0)
     with pytest.raises(ValueError, match="rate_limit: must be positive"):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, rate_limit=0.0)

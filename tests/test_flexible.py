@@ -272,9 +272,9 @@ def test_simulated_spectrum_matches_linear_modes():
 
 
 def test_bad_parameters_raise(sample_model):
-    with pytest.raises(ValueError, match="num_segments must be an integer >= 1"):
+    with pytest.raises(ValueError, match="num_segments: must be an integer >= 1, got 0"):
         Beam(1.0, 1.0, 1.0, 0)
-    with pytest.raises(ValueError, match="num_segments must be an integer >= 1"):
+    with pytest.raises(TypeError, match="num_segments: expected an integer, got float 2.5"):
         Beam(1.0, 1.0, 1.0, 2.5)
     with pytest.raises(ValueError, match="Beam: bending_stiffness: must be positive"):
         Beam(1.0, 1.0, -1.0, 2)

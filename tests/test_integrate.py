@@ -156,8 +156,10 @@ def test_rollout_bad_arguments(sample_model):
     state = sdjax.make_state(sample_model)
     with pytest.raises(ValueError, match="unknown integrator 'rk45'"):
         sdjax.rollout(sample_model, state, 0.01, 10, integrator="rk45")
-    with pytest.raises(ValueError, match="num_steps must be a non-negative int"):
+    with pytest.raises(TypeError, match="rollout: num_steps: expected an integer, got float 2.5"):
         sdjax.rollout(sample_model, state, 0.01, 2.5)
+    with pytest.raises(ValueError, match="rollout: num_steps: must be an integer >= 0, got -1"):
+        sdjax.rollout(sample_model, state, 0.01, -1)
     with pytest.raises(ValueError, match=r"torque sequence expected shape \(10, 6\)"):
         sdjax.rollout(sample_model, state, 0.01, 10, jnp.zeros((10, 5)))
     with pytest.raises(ValueError, match="leading axis of num_steps=10"):

@@ -467,11 +467,11 @@ def test_bad_configuration_errors(case):
         progress=False,
         **{"num_samples": 2, **kw},
     )
-    with pytest.raises(ValueError, match="empty batch"):
+    with pytest.raises(ValueError, match="num_samples: must be an integer >= 1, got 0"):
         run(num_samples=0)
-    with pytest.raises(ValueError, match="num_samples must be an int"):
+    with pytest.raises(TypeError, match="num_samples: expected an integer, got float 2.5"):
         run(num_samples=2.5)
-    with pytest.raises(ValueError, match="chunk_size must be >= 1"):
+    with pytest.raises(ValueError, match="chunk_size: must be an integer >= 1"):
         run(chunk_size=0)
     with pytest.raises(ValueError, match="at least one metric"):
         run(metrics={})
@@ -519,7 +519,7 @@ def test_bad_configuration_errors(case):
         mc.Offset("joint_damping", mc.Normal(0.0, 1.0)).check(model)
     with pytest.raises(ValueError, match=r"ControlScenario: torque_limit: must be positive and finite"):
         mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=3, torque_limit=0.0)
-    with pytest.raises(ValueError, match="num_steps must be a positive int"):
+    with pytest.raises(ValueError, match="ControlScenario: num_steps: must be an integer >= 1"):
         mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=0)
     with pytest.raises(ValueError, match="unknown controller"):
         mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=3, controller="lqr")
@@ -674,7 +674,7 @@ def test_samples_needed_against_the_binomial_distribution():
     for bad in (0.0, 1.0, -0.1, True, "0.1"):
         with pytest.raises(ValueError, match="max_probability must lie strictly between 0 and 1"):
             mc.samples_needed(bad)
-    with pytest.raises(ValueError, match="failures must be an int >= 0"):
+    with pytest.raises(ValueError, match="failures: must be an integer >= 0"):
         mc.samples_needed(0.1, failures=-1)
     with pytest.raises(ValueError, match="confidence must be a number strictly between 0 and 1"):
         mc.samples_needed(0.1, confidence=1.0)

@@ -94,13 +94,11 @@ def test_progress_callback_and_bar(pd_run, capsys):
     [
         (dict(num_steps=10, duration=1.0), "exactly one of num_steps and duration"),
         (dict(), "exactly one of num_steps and duration"),
-        (dict(num_steps=-1), "num_steps must be a non-negative int"),
-        (dict(num_steps=2.5), "num_steps must be a non-negative int"),
+        (dict(num_steps=-1), "num_steps: must be an integer >= 0"),
         (dict(duration=float("nan")), "duration must be non-negative and finite"),
         (dict(num_steps=10, dt=0.0), "dt must be positive and finite"),
         (dict(num_steps=10, dt="fast"), "dt must be a number"),
-        (dict(num_steps=10, chunk_steps=0), "chunk_steps must be a positive int"),
-        (dict(num_steps=10, chunk_steps=True), "chunk_steps must be a positive int"),
+        (dict(num_steps=10, chunk_steps=0), "chunk_steps: must be an integer >= 1"),
         (dict(num_steps=10, progress="yes"), "progress must be True, False or a callable"),
         (dict(num_steps=10, control=np.zeros((9, 6))), "leading axis of num_steps=10"),
     ],
@@ -110,6 +108,18 @@ def test_bad_arguments(sample_model, kwargs, message):
     kwargs = dict(dt=0.01) | kwargs
     with pytest.raises(ValueError, match=message):
         simulate(sample_model, state, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_steps=2.5), "simulate: num_steps: expected an integer, got float 2.5"),
+        (dict(num_steps=10, chunk_steps=True), "simulate: chunk_steps: expected an integer, got bool True"),
+    ],
+)
+def test_counts_of_the_wrong_type(sample_model, kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        simulate(sample_model, sdjax.make_state(sample_model), dt=0.01, **kwargs)
 
 
 def test_quantities_conservation_and_energy_balance(pd_run):

@@ -529,13 +529,13 @@ def test_lbfgs_backs_off_where_the_objective_is_infinite():
 
 def test_lbfgs_argument_errors():
     vg = jax.value_and_grad(_rosenbrock)
-    with pytest.raises(ValueError, match="max_iterations must be an integer >= 1"):
+    with pytest.raises(ValueError, match="max_iterations: must be an integer >= 1"):
         solvers.lbfgs(vg, jnp.zeros(2), max_iterations=0)
-    with pytest.raises(ValueError, match="memory must be"):
+    with pytest.raises(ValueError, match="memory: must be"):
         solvers.lbfgs(vg, jnp.zeros(2), max_iterations=5, memory=0)
     with pytest.raises(ValueError, match="0 < sufficient_decrease < curvature < 1"):
         solvers.lbfgs(vg, jnp.zeros(2), max_iterations=5, sufficient_decrease=0.9, curvature=0.5)
-    with pytest.raises(ValueError, match="max_evaluations must be"):
+    with pytest.raises(ValueError, match="max_evaluations: must be"):
         solvers.lbfgs(vg, jnp.zeros(2), max_iterations=5, max_evaluations=0)
 
 

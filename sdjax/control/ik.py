@@ -31,7 +31,7 @@ from sdjax.solvers import (
     limit_step,
     solve_damped_least_squares,
 )
-from sdjax._checks import check_choice, check_vector, is_traced, rotation_matrix
+from sdjax._checks import check_choice, check_count, check_vector, is_traced, rotation_matrix
 from sdjax.state import State, check_state
 
 
@@ -189,10 +189,8 @@ def inverse_kinematics(
     )
     if target_rotation is not None:
         target_rotation = rotation_matrix("inverse_kinematics: target_rotation", target_rotation, dtype)
-    if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
-        raise ValueError(f"inverse_kinematics: max_iterations must be an int >= 1, got {max_iterations!r}")
-    if isinstance(substeps, bool) or not isinstance(substeps, (int, np.integer)) or substeps < 1:
-        raise ValueError(f"inverse_kinematics: substeps must be an int >= 1, got {substeps!r}")
+    max_iterations = check_count("inverse_kinematics: max_iterations", max_iterations, 1)
+    substeps = check_count("inverse_kinematics: substeps", substeps, 1)
     default_tol = float(np.sqrt(np.finfo(np.dtype(dtype)).eps))
     position_tolerance = default_tol if position_tolerance is None else position_tolerance
     orientation_tolerance = default_tol if orientation_tolerance is None else orientation_tolerance

@@ -70,7 +70,7 @@ from sdjax.rotation import (
     rpy_to_matrix,
     skew,
 )
-from sdjax._checks import check_vector, is_traced, rotation_matrix
+from sdjax._checks import check_count, check_vector, is_traced, rotation_matrix
 from sdjax.state import State, make_state
 
 __all__ = [
@@ -787,8 +787,7 @@ def simulate_two_body(
     Returns:
         :class:`MasslessArmTrajectory`.
     """
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
-        raise ValueError(f"simulate_two_body: num_steps must be a non-negative int, got {num_steps!r}")
+    num_steps = check_count("simulate_two_body: num_steps", num_steps, 0)
     dtype = initial_state.q.dtype
     loads = make_loads(dtype) if loads is None else loads
     sequence = None
