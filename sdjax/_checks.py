@@ -64,6 +64,21 @@ def check_count(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+def check_index(name: str, value: Any, low: int, high: int, meaning: str = "") -> int:
+    """``value`` as a Python ``int`` if it is an integer (Python or NumPy; not a ``bool``) in
+    ``low..high`` (inclusive): a static index into a model (a body, a joint, an end point), which
+    selects the program's structure and so cannot be traced. ``TypeError`` naming ``name`` for
+    anything else, ``ValueError`` outside the range; ``meaning`` says what the numbers are in
+    that message (``"0 = base, 1..n = links"``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected a static integer index {low}..{high}, got {type(value).__name__} {value!r}")
+    if not low <= value <= high:
+        raise ValueError(
+            f"{name}: index {value} out of range; expected {low}..{high}" + (f" ({meaning})" if meaning else "")
+        )
+    return int(value)
+
+
 def _listed(choices: Collection[Any]) -> list[Any]:
     """The choices in a stable order for messages (sorted when they are sets)."""
     return sorted(choices) if isinstance(choices, (set, frozenset)) else list(choices)

@@ -57,7 +57,7 @@ import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
-from sdjax._checks import ROTATION_TOL, check_choice, float_array, is_traced, rotation_matrix
+from sdjax._checks import ROTATION_TOL, check_choice, check_index, float_array, is_traced, rotation_matrix
 from sdjax.model import JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model, mimic_tolerance
 from sdjax.rotation import matrix_to_rpy, rot_z, rpy_to_matrix
 from sdjax.state import State, check_state
@@ -92,13 +92,8 @@ def _floats(name: str, value: Any, trailing: tuple[int, ...], xp: Any, sign: str
 
 
 def _body_index(name: str, model: Model, body: Any, *, allow_base: bool = True) -> int:
-    low, n = (0 if allow_base else 1), model.num_joints
-    if isinstance(body, (bool, np.bool_)) or not isinstance(body, (int, np.integer)):
-        raise TypeError(f"{name}: expected a static int body index ({low}..{n}), got {type(body).__name__} {body!r}")
-    if not low <= body <= n:
-        what = "0 = base, 1..n = links" if allow_base else "joints 1..n"
-        raise ValueError(f"{name}: {body} is out of range for model {model.name!r}: expected {low}..{n} ({what})")
-    return int(body)
+    what = "0 = base, 1..n = links" if allow_base else "joints 1..n"
+    return check_index(name, body, 0 if allow_base else 1, model.num_joints, f"{what} of model {model.name!r}")
 
 
 def _body_indices(name: str, model: Model, bodies: Any, *, allow_base: bool = True) -> tuple[int, ...]:
@@ -551,8 +546,7 @@ def append_links(
         check_choice(f"append_links: joint_type[{i}]", t, JOINT_TYPES, "joint type")
     ends = tuple(end_point_link)
     for e, b in enumerate(ends):
-        if isinstance(b, (bool, np.bool_)) or not isinstance(b, (int, np.integer)) or not 0 <= b <= n + k:
-            raise ValueError(f"append_links: end_point_link[{e}] = {b!r} is not a body of the result (0..{n + k})")
+        check_index(f"append_links: end_point_link[{e}]", b, 0, n + k, "the bodies of the result")
     ke = len(ends)
 
     def array(name: str, value: Any, shape: tuple[int, ...], sign: str | None = None) -> Array:

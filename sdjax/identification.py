@@ -76,7 +76,7 @@ from sdjax.integrate import Trajectory, rollout
 from sdjax.io.npz import NpzArchive
 from sdjax.model import Model, check_no_mimic, free_coordinates, on_independent_joints
 from sdjax.rotation import quat_normalize
-from sdjax._checks import check_choice, check_count, is_traced
+from sdjax._checks import check_choice, check_count, check_index, is_traced
 from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marquardt
 from sdjax.state import BASE_TWIST_NAMES, State, make_state
 
@@ -284,9 +284,11 @@ class Unknowns:
     def check(self, model: Model) -> None:
         n = model.num_joints
         links = tuple(self.links)
-        for k in links + ((self.payload_link,) if self.payload_link is not None else ()):
-            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
-                raise ValueError(f"Unknowns: link {k!r} does not exist in model {model.name!r} (links are 1..{n})")
+        named = [(f"Unknowns: links[{i}]", k) for i, k in enumerate(links)]
+        for name, k in named + (
+            [("Unknowns: payload_link", self.payload_link)] if self.payload_link is not None else []
+        ):
+            check_index(name, k, 1, n, f"the links of model {model.name!r}")
         if len(set(links)) != len(links):
             raise ValueError(f"Unknowns.links: repeated links in {links}")
         if self.payload_link is not None and self.payload_link in links:

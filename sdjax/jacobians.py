@@ -28,7 +28,7 @@ from sdjax.kinematics import Frames, KinematicPass, end_point_frames, kinematic_
 from sdjax.algebra import cross3, matmul
 from sdjax.model import Model, free_coordinates
 from sdjax.rotation import skew
-from sdjax._checks import check_vector
+from sdjax._checks import check_index, check_vector
 from sdjax.state import State, check_state
 
 __all__ = [
@@ -100,9 +100,7 @@ def _jacobian_derivatives_at(model: Model, axes: Array, twists: Array, bodies: n
 
 
 def _check_body(model: Model, link: Any) -> int:
-    if isinstance(link, bool) or not isinstance(link, (int, np.integer)) or not 0 <= int(link) <= model.num_joints:
-        raise ValueError(f"link: expected a static body index 0..{model.num_joints} (0 = base), got {link!r}")
-    return int(link)
+    return check_index("link", link, 0, model.num_joints, "0 = base, 1..n = links")
 
 
 def _point_on_body(model: Model, frames: Frames, link: int, point: Array) -> Array:

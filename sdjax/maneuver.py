@@ -50,7 +50,7 @@ from sdjax.dynamics import Controls
 from sdjax.editing import append_links
 from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import quat_conjugate, quat_multiply, quat_to_rotation_vector, rpy_to_matrix
-from sdjax._checks import check_choice, is_traced
+from sdjax._checks import check_choice, check_index, is_traced
 from sdjax.state import State
 
 #: The five maneuvering modes of seed 003, Table 1 (how the base is actuated; not to be confused
@@ -248,8 +248,7 @@ def _check_wheel_joints(model: Model, wheel_joints: Sequence[int]) -> tuple[int,
     joints = tuple(wheel_joints)
     n = model.num_joints
     for i, j in enumerate(joints):
-        if isinstance(j, (bool, np.bool_)) or not isinstance(j, (int, np.integer)) or not 1 <= j <= n:
-            raise ValueError(f"wheel_joints[{i}]: {j!r} is not a joint of {model.name!r} (expected 1..{n})")
+        check_index(f"wheel_joints[{i}]", j, 1, n, f"the joints of {model.name!r}")
         if j in joints[:i]:
             raise ValueError(f"wheel_joints[{i}]: joint {j} is listed twice")
         if model.parent[j - 1] != 0 or model.joint_type[j - 1] != "R":

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from sdjax._checks import check_choice
+from sdjax._checks import check_choice, check_index
 from sdjax.algebra import matmul
 from sdjax.tree import TreeIndex, tree_index
 
@@ -583,13 +583,7 @@ def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
 
 
 def _check_link_index(model: Model, link: int, *, allow_base: bool = False) -> None:
-    low = 0 if allow_base else 1
-    if (
-        isinstance(link, (bool, np.bool_))
-        or not isinstance(link, (int, np.integer))
-        or not low <= link <= model.num_joints
-    ):
-        raise ValueError(f"link index {link!r} out of range: expected {low}..{model.num_joints}")
+    check_index("link index", link, 0 if allow_base else 1, model.num_joints)
 
 
 def check_spacedyn_end_points(model: Model, what: str) -> None:

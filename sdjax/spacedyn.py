@@ -59,6 +59,7 @@ from sdjax.rotation import (
     skew,
 )
 from sdjax.state import State
+from sdjax._checks import check_index
 
 __all__ = [
     "calc_aa",
@@ -284,8 +285,7 @@ def calc_acc(model: Model | Mapping[str, Any], SV: Mapping[str, Any]) -> SV:
 def j_num(model: Model | Mapping[str, Any], num_e: int) -> np.ndarray:
     """Joints (1-based, base first) from the base to end point ``num_e`` (1-based)."""
     model = _model(model)
-    if isinstance(num_e, bool) or not isinstance(num_e, (int, np.integer)) or not 1 <= num_e <= model.num_end_points:
-        raise ValueError(f"j_num: end point number {num_e!r} out of range 1..{model.num_end_points}")
+    num_e = check_index("j_num: end point number", num_e, 1, model.num_end_points)
     return np.asarray(model.end_point_paths[num_e - 1], dtype=np.int64)
 
 

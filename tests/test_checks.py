@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sdjax._checks import ROTATION_TOL, check_choice, check_count, check_vector, float_array, is_traced, rotation_matrix
+import sdjax
+
+from sdjax._checks import (
+    ROTATION_TOL,
+    check_choice,
+    check_count,
+    check_index,
+    check_vector,
+    float_array,
+    is_traced,
+    rotation_matrix,
+)
 from sdjax.rotation import rpy_to_matrix
 
 
@@ -85,6 +98,21 @@ def test_check_count():
             check_count("n", value, 1)
 
 
+def test_check_index():
+    """Static indices into a model: integers in the inclusive range, returned as Python ints;
+    other types are a TypeError, values outside the range a ValueError saying what they mean."""
+    assert check_index("link", np.int64(7), 1, 7) == 7 and type(check_index("link", 0, 0, 3)) is int
+    for value, error, message in [
+        (2.0, TypeError, r"^link: expected a static integer index 1\.\.7, got float 2\.0$"),
+        (True, TypeError, r"^link: expected a static integer index 1\.\.7, got bool True$"),
+        (jnp.int32(2), TypeError, r"^link: expected a static integer index 1\.\.7, got ArrayImpl"),
+        (0, ValueError, r"^link: index 0 out of range; expected 1\.\.7 \(the links\)$"),
+        (8, ValueError, r"^link: index 8 out of range; expected 1\.\.7 \(the links\)$"),
+    ]:
+        with pytest.raises(error, match=message):
+            check_index("link", value, 1, 7, "the links")
+
+
 def test_check_choice_and_vector():
     assert check_choice("mode", "fixed", ("floating", "fixed")) == "fixed"
     with pytest.raises(
@@ -124,3 +152,47 @@ def test_rotation_matrix_tolerance_follows_the_precision():
         rotation_matrix("R", np.ones(3))
     # traced: shape checked, value not (nothing concrete to check)
     assert jax.jit(lambda r: rotation_matrix("R", 2.0 * r))(exact).shape == (3, 3)
+
+
+def _index_doors():
+    """``(door, call)`` for every public function that takes a static index into a model: each
+    ``call(index)`` passes ``index`` where the function expects one of the 7-joint arm's
+    links (1..7)."""
+    from sdjax import spacedyn
+    from sdjax.models import free_flying_arm_7dof
+
+    arm = free_flying_arm_7dof()
+    state = sdjax.make_state(arm)
+    return [
+        ("point_jacobian: link", lambda k: sdjax.point_jacobian(arm, state, k)),
+        ("merge_payload: body", lambda k: sdjax.merge_payload(arm, k, 1.0)),
+        ("Unknowns: links[0]", lambda k: sdjax.Unknowns(links=(k,)).check(arm)),
+        ("wheel_joints[0]", lambda k: sdjax.reaction_wheel_axes(arm, (k,))),
+        ("j_num: end point number", lambda k: spacedyn.j_num(arm, k)),
+        ("path_to_link: link index", lambda k: arm.path_to_link(k)),
+        (
+            "append_links: end_point_link[0]",
+            lambda k: sdjax.append_links(
+                arm,
+                [7],
+                "R",
+                link_mass=[1.0],
+                link_inertia=np.eye(3)[None],
+                parent_centroid_to_joint=np.zeros((1, 3)),
+                centroid_to_joint=np.zeros((1, 3)),
+                end_point_link=[k],
+                centroid_to_end_point=np.zeros((1, 3)),
+            ),
+        ),  # fmt: skip
+    ]
+
+
+@pytest.mark.parametrize("door", range(7))
+def test_every_door_with_a_static_index_refuses_a_float_and_an_index_out_of_range(door):
+    name, call = _index_doors()[door]
+    # The message's name without the function (some doors are methods or inner checks).
+    label = name.split(": ")[-1]
+    with pytest.raises(TypeError, match=rf"{re.escape(label)}: expected a static integer index \d+\.\.\d+, got float"):
+        call(1.5)
+    with pytest.raises(ValueError, match=rf"{re.escape(label)}: index 99 out of range; expected \d+\.\.\d+"):
+        call(99)

@@ -600,8 +600,10 @@ def test_bad_inputs(arm, arm_state):
         ik(arm, arm_state, np.zeros(2))
     with pytest.raises(ValueError, match="unknown end point 1"):
         ik(arm, arm_state, x, end_point=1)
-    with pytest.raises(ValueError, match="link: expected a static link index"):
+    with pytest.raises(ValueError, match=r"link: index 0 out of range; expected 1\.\.7"):
         ik(arm, arm_state, x, link=0)
+    with pytest.raises(TypeError, match=r"link: expected a static integer index 1\.\.7, got float 2\.0"):
+        ik(arm, arm_state, x, link=2.0)
     with pytest.raises(ValueError, match="point: give a point together with link"):
         ik(arm, arm_state, x, point=np.zeros(3))
     with pytest.raises(ValueError, match="position_tolerance must be positive"):

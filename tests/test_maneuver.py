@@ -685,7 +685,7 @@ def test_maneuver_law_rejects_bad_modes_and_laws(arm7_model, sample_model):
             wheeled,
             "rotation-floating",
             dict(attitude_law=att, wheel_joints=(8, 9, 11)),
-            r"wheel_joints\[2\]: 11 is not a joint",
+            r"wheel_joints\[2\]: index 11 out of range; expected 1\.\.10 \(the joints of",
         ),
         (
             wheeled,

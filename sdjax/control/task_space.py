@@ -30,7 +30,7 @@ from sdjax.jacobians import point_jacobian
 from sdjax.kinematics import relative_frames
 from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_rotation_vector, rpy_to_matrix
-from sdjax._checks import check_choice, check_vector
+from sdjax._checks import check_choice, check_index, check_vector
 from sdjax.state import State, check_state
 
 #: What the model-based functions assume of the base (see the module docstring): it reacts
@@ -44,9 +44,8 @@ TASKS = {"pose": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6
 def _task_point(model: Model, end_point: Any, link: Any, point: Any, dtype: Any) -> tuple[int, Array, Array]:
     """``(link, point in the link frame from its centroid (3,), frame offset rotation (3, 3))``."""
     if link is not None:
-        if isinstance(link, bool) or not isinstance(link, (int, np.integer)) or not 1 <= int(link) <= model.num_joints:
-            raise ValueError(f"link: expected a static link index 1..{model.num_joints}, got {link!r}")
-        return int(link), check_vector("point", point, (3,), dtype), jnp.eye(3, dtype=dtype)
+        link = check_index("link", link, 1, model.num_joints, f"the links of model {model.name!r}")
+        return link, check_vector("point", point, (3,), dtype), jnp.eye(3, dtype=dtype)
     if point is not None:
         raise ValueError("point: give a point together with link=...; end points carry their own offset")
     ne = model.num_end_points
