@@ -476,8 +476,10 @@ class Viewer:
 
     def wait(self) -> None:
         """Block until :meth:`close` (or Ctrl-C, which is raised)."""
-        while not self._stop.wait(0.5):
-            pass
+        # Polled with a plain sleep: a Ctrl-C raised inside ``Event.wait`` could land while the
+        # event's lock is held, and close() sets that event.
+        while not self._stop.is_set():
+            _time.sleep(0.2)
 
     def close(self) -> None:
         """Stop the playback and the server (idempotent)."""
