@@ -58,13 +58,18 @@ def routes(model: sdjax.Model):
 
 @contextlib.contextmanager
 def unrolled_up_to(size: int):
-    """Programs traced inside unroll the factorisation up to ``size`` free coordinates (0: never)."""
+    """Programs traced inside unroll the factorisation up to ``size`` free coordinates (0: never).
+
+    JAX's trace caches are dropped on the way in and out: the route is chosen when a batch is
+    traced, and ``sdjax.forward_dynamics`` (jitted) would otherwise reuse the other route's trace."""
     kept = dynamics.UNROLLED_CHOLESKY_MAX_SIZE
+    jax.clear_caches()
     dynamics.UNROLLED_CHOLESKY_MAX_SIZE = size
     try:
         yield
     finally:
         dynamics.UNROLLED_CHOLESKY_MAX_SIZE = kept
+        jax.clear_caches()
 
 
 def spd_matrices(batch: int, size: int, dtype) -> tuple:
