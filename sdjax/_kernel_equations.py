@@ -1812,7 +1812,6 @@ def forward_dynamics_vjp_range(
     qdd,
     end_point_force,
     end_point_torque,
-    factor,
     acceleration_bar,
     quaternion_bar,
     linear_velocity_bar,
@@ -1841,14 +1840,16 @@ def forward_dynamics_vjp_range(
     """Reverse mode of the forward dynamics (eq 3.29) for the samples ``start <= b < stop``, by
     the implicit-function rule: the forward dynamics ``a`` zeroes the residual ``H a + c - Q``
     (the inverse dynamics at ``a`` less the applied loads), so a cotangent ``a_bar`` gives the
-    multiplier ``lambda = H^-1 a_bar`` (free coordinates, by the Cholesky factor of the forward
-    solve) and the inputs' cotangents are those of the inverse dynamics at ``a`` for the
-    cotangent ``-lambda``, and ``+lambda`` for the applied loads.
+    multiplier ``lambda = H^-1 a_bar`` (free coordinates) and the inputs' cotangents are those
+    of the inverse dynamics at ``a`` for the cotangent ``-lambda``, and ``+lambda`` for the
+    applied loads. ``H`` (eqs 3.18-3.28) and its factor are recomputed here, sample by sample,
+    rather than stored by the forward pass: a 13-DOF factor is 1.4 kB per sample and stage,
+    most of what a reverse-mode rollout kept per step, and copying it in and out of the
+    kernels cost more than refactorising (benchmarks/README.md, *Gradient of a rollout*).
 
     Inputs as :func:`inverse_dynamics_vjp_range`'s, with ``base_acceleration`` and ``qdd`` the
-    forward dynamics' solution, ``factor (B, nv, nv)`` the lower Cholesky factor of the free
-    coordinates' ``H`` and ``acceleration_bar (.., 6 + n)`` (floating order) in place of the
-    output cotangents. Outputs as :func:`inverse_dynamics_vjp_range`'s, and
+    forward dynamics' solution and ``acceleration_bar (.., 6 + n)`` (floating order) in place
+    of the output cotangents. Outputs as :func:`inverse_dynamics_vjp_range`'s, and
     ``multiplier_out (B, 6 + n)``: ``lambda`` in floating order (zero along the components the
     base mode fixes), the cotangent of the applied loads ``[F0, N0, tau]``."""
     n, nv = parent.shape[0], free.shape[0]
@@ -1897,14 +1898,43 @@ def forward_dynamics_vjp_range(
         end_point_torque_bar,
     )
     work = _vjp_work(n, nv, q)
-    multiplier = np.zeros(nv, q.dtype)
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, multiplier = work[0]
     wrench_cot = np.zeros(6, q.dtype)
     tau_cot = np.zeros(n, q.dtype)
     for b in range(start, stop):
+        _frames_and_inertia_matrix(
+            b,
+            parent,
+            revolute,
+            quaternion,
+            q,
+            base_mass,
+            base_inertia,
+            link_mass,
+            link_inertia,
+            joint_frame,
+            parent_to_joint,
+            centroid_to_joint,
+            rot,
+            pos,
+            axis,
+            mass,
+            first,
+            second,
+            world,
+            jp,
+            tmp,
+            h,
+        )
         ab = acceleration_bar[_pick(b, acceleration_bar)]
         for r in range(nv):
             multiplier[r] = ab[free[r]]
-        _cholesky_solve(factor[b], nv, multiplier)
+        if dof_parent.shape[0] == 0:
+            _cholesky(h, free, nv, factor)
+            _cholesky_solve(factor, nv, multiplier)
+        else:
+            _tree_factor(h, free, dof_parent, factor)
+            _tree_solve(factor, dof_parent, nv, multiplier)
         for r in range(6 + n):
             multiplier_out[b, r] = 0.0
         for r in range(nv):
@@ -1947,6 +1977,123 @@ def inertia_matrix_range(
     3.18-3.28) of the samples ``start <= b < stop``, in the base mode's free coordinates
     ``free (nv,)``: ``h_out (B, nv, nv)``. Inputs as :func:`forward_dynamics_range`'s (the
     velocities, end points, passive joints and gravity are not read)."""
+    _inertia_matrix_samples(
+        parent,
+        revolute,
+        free,
+        end_point_link,
+        dof_parent,
+        quaternion,
+        linear_velocity,
+        angular_velocity,
+        q,
+        qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        h_out,
+        start,
+        stop,
+        False,
+    )
+
+
+@_jit
+def inertia_factor_range(
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    dof_parent,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    h_out,
+    start,
+    stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
+    """As :func:`inertia_matrix_range`, but ``h_out`` receives the lower Cholesky factor of the
+    inertia matrix (zero above the diagonal), the factor of :func:`forward_dynamics_range`'s
+    ``factor_out``."""
+    _inertia_matrix_samples(
+        parent,
+        revolute,
+        free,
+        end_point_link,
+        dof_parent,
+        quaternion,
+        linear_velocity,
+        angular_velocity,
+        q,
+        qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        h_out,
+        start,
+        stop,
+        True,
+    )
+
+
+@_inline
+def _inertia_matrix_samples(
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    dof_parent,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    h_out,
+    start,
+    stop,
+    factorise,
+):  # pragma: no cover - compiled by Numba
+    """:func:`inertia_matrix_range` (``factorise`` False) or :func:`inertia_factor_range`."""
     rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(
         parent.shape[0], free.shape[0], q
     )
@@ -1976,9 +2123,15 @@ def inertia_matrix_range(
             tmp,
             h,
         )
-        for r in range(nv):
-            for c in range(nv):
-                h_out[b, r, c] = h[free[r], free[c]]
+        if factorise:
+            _cholesky(h, free, nv, factor)
+            for r in range(nv):
+                for c in range(nv):
+                    h_out[b, r, c] = factor[r, c] if c <= r else 0.0
+        else:
+            for r in range(nv):
+                for c in range(nv):
+                    h_out[b, r, c] = h[free[r], free[c]]
 
 
 #: Joint laws of :func:`rk4_rollout`, evaluated at the start of each step and held over it

@@ -380,39 +380,33 @@ def forward_dynamics_vjp(
     state: Any,
     controls: Any,
     acceleration: Any,
-    factor: Any,
     cotangent: Any,
     batched: Any,
-) -> tuple[Any, ...]:
+) -> tuple[Any, Any, Any]:
     """Batched reverse mode of :func:`sdjax.dynamics.floating_acceleration` (a model without
     mimic joints) by the compiled kernel, at the forward dynamics' solution (the
-    implicit-function rule of :func:`sdjax._kernel_equations.forward_dynamics_vjp_range`).
+    implicit-function rule of :func:`sdjax._kernel_equations.forward_dynamics_vjp_range`, which
+    refactorises ``H`` sample by sample).
 
     Arguments:
         axis_size: batch size ``B``.
         model, state, controls: the forward dynamics' arguments, each leaf batched or shared
-            as ``batched`` (booleans, the structure of ``(model, state, controls, acceleration,
-            factor)``) says.
+            as ``batched`` (booleans, the structure of ``(model, state, controls,
+            acceleration)``) says.
         acceleration: ``(B, 6 + n)`` its solution (floating order).
-        factor: ``(B, nv, nv)`` the lower Cholesky factor of the free coordinates' ``H``.
         cotangent: ``(B, 6 + n)`` the cotangent of the acceleration.
 
     Returns:
-        The cotangents of ``(model, state, controls, acceleration, factor)``, that structure,
-        each leaf ``(B, *leaf.shape)``; zero for the solution and the factor (the rule's
-        constants) and for the leaves the dynamics does not read.
+        The cotangents of ``(model, state, controls)``, that structure, each leaf ``(B,
+        *leaf.shape)``; zero for the leaves the dynamics does not read.
     """
     dtype = _dtype(model, state)
-    flags = _flags((model, state, controls, acceleration, factor), batched)
-    n = model.num_joints
-    if not flags[id(acceleration)]:  # (shared solution and factor: the kernel reads one per sample)
+    flags = _flags((model, state, controls, acceleration), batched)
+    if not flags[id(acceleration)]:  # (a shared solution: the kernel reads one per sample)
         acceleration = jnp.broadcast_to(acceleration, (axis_size, *acceleration.shape))
-    if not flags[id(factor)]:
-        factor = jnp.broadcast_to(factor, (axis_size, *factor.shape))
     base_acceleration, qdd = acceleration[:, :6], acceleration[:, 6:]
     for x in (base_acceleration, qdd):
         flags[id(x)] = True
-    cotangent_leaves = [jnp.asarray(factor, dtype), jnp.asarray(cotangent, dtype)]
     motion = (base_acceleration, qdd, controls.end_point_force, controls.end_point_torque)
     bars, (multiplier,) = _newton_euler_vjp(
         "forward_dynamics_vjp_range",
@@ -420,10 +414,10 @@ def forward_dynamics_vjp(
         model,
         state,
         motion,
-        cotangent_leaves,
+        [jnp.asarray(cotangent, dtype)],
         flags,
         (batched[0], batched[1]),
-        extra_sizes=(6 + n,),
+        extra_sizes=(6 + model.num_joints,),
     )
     model_bar, state_bar, _, _, force_bar, torque_bar = bars
     controls_bar = eqx.tree_at(
@@ -432,13 +426,7 @@ def forward_dynamics_vjp(
         (multiplier[:, 6:], multiplier[:, :3], multiplier[:, 3:6], force_bar, torque_bar),
     )
     controls_bar = jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), controls_bar, controls)
-    return (
-        model_bar,
-        state_bar,
-        controls_bar,
-        jnp.zeros((axis_size, 6 + n), jnp.result_type(acceleration)),
-        jnp.zeros((axis_size, *factor.shape[1:]), jnp.result_type(factor)),
-    )
+    return model_bar, state_bar, controls_bar
 
 
 def _newton_euler_vjp(
@@ -533,17 +521,19 @@ def _newton_euler_vjp(
     return jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), bars_out, args), bars[20:]
 
 
-def inertia_matrix(axis_size: int, model: Any, state: Any, batched: Any) -> Array:
+def inertia_matrix(axis_size: int, model: Any, state: Any, batched: Any, *, factorise: bool = False) -> Array:
     """Batched :func:`sdjax.inertia_matrix` (a model without mimic joints) by the compiled
-    kernel: ``(B, nv, nv)`` in the base mode's free coordinates. ``batched``: booleans, the
-    structure of ``(model, state)``."""
+    kernel: ``(B, nv, nv)`` in the base mode's free coordinates, or with ``factorise`` its lower
+    Cholesky factor (zero above the diagonal). ``batched``: booleans, the structure of
+    ``(model, state)``."""
     dtype = _dtype(model, state)
     flags = _flags((model, state), batched)
     leaves = _sample_leaves(model, state, dtype, flags)
     nv = model.num_velocities
     results = [jax.ShapeDtypeStruct((axis_size, nv, nv), dtype)]
     is_batched = [bool(flags[id(x)]) for x in leaves]
-    return _call("inertia_matrix_range", axis_size, _topology(model), leaves, is_batched, dtype, results, tuple)[0]
+    kernel = "inertia_factor_range" if factorise else "inertia_matrix_range"
+    return _call(kernel, axis_size, _topology(model), leaves, is_batched, dtype, results, tuple)[0]
 
 
 #: Smallest batch whose open-loop RK4 rollout runs in the kernel: every batch. Each rollout

@@ -840,6 +840,7 @@ def _batched_solve(
     mapped: list[Any],
     rebuild: Callable[[list[Any]], Any],
     with_factor: bool,
+    factor_from_kernel: bool = True,
 ) -> Any:
     """Batched evaluation of the forward-dynamics solve (only primal values pass through here:
     derivatives come from :func:`_forward_dynamics`'s own rule, whose reverse mode goes through
@@ -855,12 +856,19 @@ def _batched_solve(
     each a few dozen kernel launches (measured on an H200 with chunks: a flat 10 M evaluations/s
     from batch 1024 to 10^6 for the 7-joint arm, against 180 M/s for the inverse dynamics), and
     large batches of small inertia matrices are factorised by unrolled array arithmetic
-    (:data:`UNROLLED_CHOLESKY_MAX_SIZE`)."""
+    (:data:`UNROLLED_CHOLESKY_MAX_SIZE`).
+
+    ``with_factor``: also return the factor; without ``factor_from_kernel``, a batch the kernel
+    solves returns zeros in its place (the derivative rule's solve: the kernel refactorises
+    where the factor is used, :func:`_rule_factor`)."""
     model, state, controls = args
     if _kernel_serves(model, mapped, axis_size):
         acceleration, factor = batch_kernel.solve_forward_dynamics(
-            axis_size, model, state, controls, in_batched, with_factor=with_factor
+            axis_size, model, state, controls, in_batched, with_factor=with_factor and factor_from_kernel
         )
+        if with_factor and not factor_from_kernel:
+            nv = model.num_velocities
+            factor = jnp.zeros((axis_size, nv, nv), acceleration.dtype)
         return (acceleration, factor) if with_factor else acceleration
 
     unrolled = _unrolled_cholesky(model.num_velocities, axis_size)
@@ -883,6 +891,34 @@ _batchable_solve = batched_route(_solve_forward_dynamics, functools.partial(_bat
 #: The acceleration alone (the batched solve then returns no factor): the primal of
 #: :func:`_forward_dynamics`, whose own rule gives every derivative (so no rule of its own).
 _batchable_acceleration = batched_evaluation(_solve_acceleration, functools.partial(_batched_solve, with_factor=False))
+#: The solve of :func:`_forward_dynamics`'s derivative rule: a batch the compiled kernel solves
+#: comes with zeros for its factor, which the rule reads through :func:`_rule_factor` only. The
+#: factor (1.4 kB per sample for 13 free coordinates) is then neither copied out of the kernel
+#: nor kept by reverse mode (a rollout stored it for every RK4 stage: 80 % of its residuals);
+#: the reverse kernel refactorises (benchmarks/README.md, *Gradient of a rollout*).
+_rule_solve = batched_route(
+    _solve_forward_dynamics, functools.partial(_batched_solve, with_factor=True, factor_from_kernel=False)
+)
+
+
+def _given_factor(model: Model, state: State, factor: Array) -> Array:
+    return factor
+
+
+def _batched_rule_factor(
+    axis_size: int, args: tuple[Model, State, Array], in_batched: Any, mapped: list[Any], rebuild: Any
+) -> Array:
+    model, state, factor = args
+    if _kernel_serves(model, mapped, axis_size):  # (as the solve decided: the same model and batch)
+        return batch_kernel.inertia_matrix(axis_size, model, state, in_batched[:2], factorise=True)
+    return factor if in_batched[2] else jnp.broadcast_to(factor, (axis_size, *factor.shape))
+
+
+#: ``(model, state, factor) -> factor``: the factor from :func:`_rule_solve`, the compiled
+#: kernel's refactorisation where that solve left zeros (the same batches: both decide by
+#: :func:`_kernel_serves` on the same model and batch size, and the solve's outputs are always
+#: batched). Its derivatives are the identity's (those of the solve's factor).
+_rule_factor = batched_route(_given_factor, _batched_rule_factor)
 
 
 def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
@@ -903,8 +939,8 @@ def _forward_dynamics_jvp(primals, tangents):
     # (Tangents are JAX's symbolic zeros where an argument is not differentiated: the residual's
     # JVP then follows the others only, e.g. not the model's masses when only torques vary.)
     model, state, controls = primals
-    acceleration, factor = _batchable_solve(model, state, controls)
     if not model.has_mimic:
+        acceleration, factor = _rule_solve(model, state, controls)
         # The solution and the factor are the rule's constants (no tangent of their own).
         constants = [SymbolicZero(jax.typeof(x).to_tangent_aval()) for x in (acceleration, factor)]
         tangent = linearized_tangent(
@@ -915,6 +951,7 @@ def _forward_dynamics_jvp(primals, tangents):
             acceleration,
         )
         return acceleration, tangent
+    acceleration, factor = _batchable_solve(model, state, controls)
     # Mimic joints: the residual vanishes at fixed *coordinate* accelerations ``a_c``; the joint
     # accelerations ``G a_c`` move with the mimic multipliers too (d(G a_c) = G da_c + dG a_c).
     coordinates = free_motion(model, acceleration)
@@ -937,6 +974,7 @@ def _forward_dynamics_tangent(primals: tuple, tangents: tuple) -> Array:
     _, residual_tangent = jvp_along_nonzero(
         lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals[:3], tangents[:3]
     )
+    factor = _rule_factor(model, state, factor)
     return floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent))
 
 
@@ -949,9 +987,10 @@ def _batched_forward_dynamics_vjp(axis_size: int, args: tuple[Any, ...], in_batc
     if not _kernel_serves(args[0], mapped, axis_size):
         return None
     model, state, controls, acceleration, factor = args
-    return batch_kernel.forward_dynamics_vjp(
-        axis_size, model, state, controls, acceleration, factor, cotangent, in_batched
-    )
+    bars = batch_kernel.forward_dynamics_vjp(axis_size, model, state, controls, acceleration, cotangent, in_batched[:4])
+    # The solution and the factor are the rule's constants (and the factor, zeros here, unread).
+    constants = [jnp.zeros((axis_size, *x.shape[1 if b else 0 :]), x.dtype) for x, b in ((acceleration, in_batched[3]), (factor, in_batched[4]))]
+    return (*bars, *constants)
 
 
 __all__ = [

@@ -831,3 +831,47 @@ def test_gradients_through_the_kernel_equal_the_xla_path(monkeypatch):
     for what, a, b in zip(("grad outside vmap", "grad inside vmap", "forward over reverse"), ours, expected):
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
             assert_close(x, y, 1e-10, what)  # (round-off of the solves and the reverse pass's sums, as VJP_RTOL)
+
+
+@pytest.mark.parametrize("base", ["floating", "fixed"])
+def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, monkeypatch):
+    """The derivative rule of a batch the kernel solves keeps no factor: reverse mode
+    refactorises ``H`` inside the kernel's vector-Jacobian product (by the sparse factorisation
+    on a bushy tree, checked), forward mode through the kernel's factor of ``H`` (counted).
+    Both equal the XLA path (``SDJAX_KERNEL=jax``, which keeps the solve's own factor) on a
+    30-link branched tree with prismatic joints, gravity, passive joints and loads, with
+    respect to the model's masses and inertias, the states and the torques."""
+    kernels = _counting_kernels(monkeypatch)
+    model = sdjax.edit_model(random_model(3, 30, chain_probability=0.25, gravity=True, passive=True), base=base)
+    assert len(batch_kernel._topology(model)[4]) == model.num_velocities  # (the sparse factorisation)
+    states, controls = _batch(model, 6, 8, jnp.float64)
+    weights = jnp.asarray(np.random.default_rng(5).normal(size=(6, 6 + model.num_joints)))
+    rng = np.random.default_rng(6)
+    inertia_direction = jnp.asarray(rng.normal(size=model.link_inertia.shape))
+    inertia_direction = inertia_direction + jnp.swapaxes(inertia_direction, -1, -2)
+    directions = (jnp.asarray(rng.normal(size=model.link_mass.shape)), inertia_direction, jnp.ones_like(states.qd))
+
+    def loss(masses, inertias, s, c):
+        m = eqx.tree_at(lambda m: (m.link_mass, m.link_inertia), model, (masses, inertias))
+        accelerations = jax.vmap(lambda s, c: dynamics.floating_acceleration(m, s, c))(s, c)
+        return jnp.sum(jnp.sin(accelerations) * weights)
+
+    def runs():
+        reverse = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(model.link_mass, model.link_inertia, states, controls)
+        forward = jax.jit(
+            lambda masses, inertias, qd: jax.jvp(
+                lambda a, b, x: loss(a, b, eqx.tree_at(lambda s: s.qd, states, x), controls),
+                (masses, inertias, qd),
+                directions,
+            )[1]
+        )(model.link_mass, model.link_inertia, states.qd)
+        return reverse, forward
+
+    ours = runs()
+    assert "forward_dynamics_vjp_range" in kernels and "inertia_factor_range" in kernels
+    monkeypatch.setenv("SDJAX_KERNEL", "jax")
+    jax.clear_caches()
+    expected = runs()
+    for what, a, b in zip(("reverse mode", "forward mode"), ours, expected):
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+            assert_close(x, y, 1e-10, f"{base}: {what}")  # (round-off of two factorisations, as RTOL)
