@@ -23,8 +23,9 @@ JAX path stays the reference and runs everywhere else (GPU, no Numba, ``SDJAX_KE
 Reverse mode of a batch passes through here too: the vector-Jacobian product of the
 Newton-Euler inverse dynamics (:func:`inverse_dynamics_vjp`: every piece of its forward pass
 transposed by hand, eqs 3.1-3.39), and that of the forward dynamics by its implicit-function
-rule (:func:`forward_dynamics_vjp`: the multiplier ``H^-1 a_bar`` from the forward solve's
-Cholesky factor, then the same product), entered through the linear primitive of
+rule (:func:`forward_dynamics_vjp`: the multiplier ``H^-1 a_bar``, ``H`` refactorised per
+sample rather than stored by the forward pass, then the same product), entered through the
+linear primitive of
 :func:`sdjax._derivatives.linearized_tangent`. Forward mode and higher derivatives are the JAX
 path's. Values and cotangents agree with the JAX path to round-off (tests/test_batch_kernel.py).
 """

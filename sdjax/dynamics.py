@@ -968,8 +968,9 @@ _forward_dynamics.defjvp(_forward_dynamics_jvp, symbolic_zeros=True)
 def _forward_dynamics_tangent(primals: tuple, tangents: tuple) -> Array:
     """The implicit-function rule of the forward dynamics (no mimic joints): ``da = -H^-1
     (d residual)`` at the solution ``a``, ``primals = (model, state, controls, a, factor)``
-    (``factor``: the lower Cholesky factor of the free coordinates' ``H``; ``a`` and ``factor``
-    carry no tangent)."""
+    (``factor``: the lower Cholesky factor of the free coordinates' ``H`` from
+    :func:`_rule_solve`, zeros where the compiled kernel solved the batch, read through
+    :func:`_rule_factor`; ``a`` and ``factor`` carry no tangent)."""
     model, state, controls, acceleration, factor = primals
     _, residual_tangent = jvp_along_nonzero(
         lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals[:3], tangents[:3]
@@ -989,7 +990,10 @@ def _batched_forward_dynamics_vjp(axis_size: int, args: tuple[Any, ...], in_batc
     model, state, controls, acceleration, factor = args
     bars = batch_kernel.forward_dynamics_vjp(axis_size, model, state, controls, acceleration, cotangent, in_batched[:4])
     # The solution and the factor are the rule's constants (and the factor, zeros here, unread).
-    constants = [jnp.zeros((axis_size, *x.shape[1 if b else 0 :]), x.dtype) for x, b in ((acceleration, in_batched[3]), (factor, in_batched[4]))]
+    constants = [
+        jnp.zeros((axis_size, *x.shape[1 if b else 0 :]), x.dtype)
+        for x, b in ((acceleration, in_batched[3]), (factor, in_batched[4]))
+    ]
     return (*bars, *constants)
 
 
