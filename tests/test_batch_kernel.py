@@ -839,10 +839,10 @@ def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, monkeypat
     refactorises ``H`` inside the kernel's vector-Jacobian product (by the sparse factorisation
     on a bushy tree, checked), forward mode through the kernel's factor of ``H`` (counted).
     Both equal the XLA path (``SDJAX_KERNEL=jax``, which keeps the solve's own factor) on a
-    30-link branched tree with prismatic joints, gravity, passive joints and loads, with
+    12-link branched tree with prismatic joints, gravity, passive joints and loads, with
     respect to the model's masses and inertias, the states and the torques."""
     kernels = _counting_kernels(monkeypatch)
-    model = sdjax.edit_model(random_model(3, 30, chain_probability=0.25, gravity=True, passive=True), base=base)
+    model = sdjax.edit_model(random_model(5, 12, chain_probability=0.25, gravity=True, passive=True), base=base)
     assert len(batch_kernel._topology(model)[4]) == model.num_velocities  # (the sparse factorisation)
     states, controls = _batch(model, 6, 8, jnp.float64)
     weights = jnp.asarray(np.random.default_rng(5).normal(size=(6, 6 + model.num_joints)))
