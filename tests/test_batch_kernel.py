@@ -833,8 +833,10 @@ def test_gradients_through_the_kernel_equal_the_xla_path(monkeypatch):
             assert_close(x, y, 1e-10, what)  # (round-off of the solves and the reverse pass's sums, as VJP_RTOL)
 
 
-@pytest.mark.parametrize("base", ["floating", "fixed"])
-def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, monkeypatch):
+@pytest.mark.parametrize(
+    ("base", "dtype"), [("floating", jnp.float64), ("fixed", jnp.float64), ("floating", jnp.float32)]
+)
+def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, dtype, monkeypatch):
     """The derivative rule of a batch the kernel solves keeps no factor: reverse mode
     refactorises ``H`` inside the kernel's vector-Jacobian product (by the sparse factorisation
     on a bushy tree, checked), forward mode through the kernel's factor of ``H`` (counted).
@@ -843,13 +845,15 @@ def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, monkeypat
     respect to the model's masses and inertias, the states and the torques."""
     kernels = _counting_kernels(monkeypatch)
     model = sdjax.edit_model(random_model(5, 12, chain_probability=0.25, gravity=True, passive=True), base=base)
+    model = model.astype(dtype)
     assert len(batch_kernel._topology(model)[4]) == model.num_velocities  # (the sparse factorisation)
-    states, controls = _batch(model, 6, 8, jnp.float64)
-    weights = jnp.asarray(np.random.default_rng(5).normal(size=(6, 6 + model.num_joints)))
+    states, controls = _batch(model, 6, 8, dtype)
+    weights = jnp.asarray(np.random.default_rng(5).normal(size=(6, 6 + model.num_joints)), dtype)
     rng = np.random.default_rng(6)
-    inertia_direction = jnp.asarray(rng.normal(size=model.link_inertia.shape))
+    inertia_direction = jnp.asarray(rng.normal(size=model.link_inertia.shape), dtype)
     inertia_direction = inertia_direction + jnp.swapaxes(inertia_direction, -1, -2)
-    directions = (jnp.asarray(rng.normal(size=model.link_mass.shape)), inertia_direction, jnp.ones_like(states.qd))
+    mass_direction = jnp.asarray(rng.normal(size=model.link_mass.shape), dtype)
+    directions = (mass_direction, inertia_direction, jnp.ones_like(states.qd))
 
     def loss(masses, inertias, s, c):
         m = eqx.tree_at(lambda m: (m.link_mass, m.link_inertia), model, (masses, inertias))
@@ -874,4 +878,5 @@ def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, monkeypat
     expected = runs()
     for what, a, b in zip(("reverse mode", "forward mode"), ours, expected):
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-            assert_close(x, y, 1e-10, f"{base}: {what}")  # (round-off of two factorisations, as RTOL)
+            assert x.dtype == dtype
+            assert_close(x, y, RTOL[dtype], f"{base}: {what}")  # (round-off of two factorisations)
