@@ -346,6 +346,11 @@ def test_view_command_serves_the_page_until_interrupted(sample_model, sample_run
         with urllib.request.urlopen(match.group(1), timeout=30) as response:
             assert response.status == 200 and b"<html" in response.read().lower()
         process.send_signal(signal.SIGINT)
+        try:  # (for the message below)
+            with open(f"/proc/{process.pid}/status") as status:
+                masks = [line.strip() for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+        except OSError as error:
+            masks = [str(error)]
         # The server's own shutdown is bounded by ~11 s of joins (playback thread, viser's loop
         # thread); it takes under 1 s alone and ~15 s on a loaded machine.
         try:
@@ -353,7 +358,11 @@ def test_view_command_serves_the_page_until_interrupted(sample_model, sample_run
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGABRT)  # the threads' stacks, for the message below
             process.wait(timeout=30)
-            pytest.fail(f"sdjax view did not exit within 60 s of Ctrl-C; its threads:\n{process.stderr.read()[-8000:]}")
+            stderr = process.stderr.read()
+            pytest.fail(
+                f"sdjax view did not exit within 60 s of Ctrl-C; signal masks {masks}; its stderr before the "
+                f"stacks:\n{stderr[:-8000][-4000:]}\nits threads:\n{stderr[-8000:]}"
+            )
         assert process.returncode == 0, process.stderr.read()
     finally:
         watchdog.cancel()
@@ -362,6 +371,43 @@ def test_view_command_serves_the_page_until_interrupted(sample_model, sample_run
             process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+def test_a_ctrl_c_stops_wait(sample_model, sample_run):
+    """``Viewer.wait`` ends on a Ctrl-C with ``KeyboardInterrupt``: a SIGINT to the process, and
+    one sent to the waiting thread while that thread blocks SIGINT (a mask inherited from the
+    process that started it would leave it pending for ever: wait unblocks it). Its handler
+    only records the signal and the loop raises; the previous handler and mask are back after.
+    (A close() after 5 s ends a wait that missed the signal, and the test fails.)"""
+    pytest.importorskip("viser")
+    from sdjax import viewer
+
+    shown = viewer.show(sample_model, sample_run, port=0)
+    original = signal.getsignal(signal.SIGINT)
+    main = threading.main_thread().ident
+    try:
+        for blocked in (False, True):
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                send = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+            else:
+                send = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+            rescue = threading.Timer(5.0, shown.close)
+            send.start()
+            rescue.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    shown.wait()
+            finally:
+                rescue.cancel()
+                send.join()
+            assert signal.getsignal(signal.SIGINT) is original
+            assert (signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())) == blocked
+    finally:
+        if signal.SIGINT in signal.sigpending():  # (one a failed wait left pending: dropped)
+            signal.sigwait({signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        shown.close()
 
 
 def test_scene_follows_the_timeline(sample_model, sample_run):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+import signal
 import threading
 import time as _time
 import webbrowser
@@ -475,11 +476,21 @@ class Viewer:
         return f"http://{host}:{self.port}"
 
     def wait(self) -> None:
-        """Block until :meth:`close` (or Ctrl-C, which is raised)."""
+        """Block until :meth:`close` (or Ctrl-C, which is raised as ``KeyboardInterrupt``).
+
+        In the main thread, while it waits, a Ctrl-C (SIGINT) only records that it came and is
+        raised from this loop: Python's own handler raises ``KeyboardInterrupt`` wherever the
+        thread happens to be, and inside a finaliser or a callback it is printed and dropped
+        (a server that ignored its Ctrl-C was seen in tests). SIGINT is also unblocked in this
+        thread for the wait (a mask inherited from the process that started this one would keep
+        it pending). The previous handler and mask are restored after."""
         # Polled with a plain sleep: a Ctrl-C raised inside ``Event.wait`` could land while the
         # event's lock is held, and close() sets that event.
-        while not self._stop.is_set():
-            _time.sleep(0.2)
+        with _recorded_interrupt() as interrupted:
+            while not self._stop.is_set():
+                if interrupted():
+                    raise KeyboardInterrupt
+                _time.sleep(0.2)
 
     def close(self) -> None:
         """Stop the playback and the server (idempotent)."""
@@ -585,6 +596,29 @@ def show(
     if open_browser:
         webbrowser.open(viewer.url)
     return viewer
+
+
+class _recorded_interrupt:
+    """``with _recorded_interrupt() as interrupted:``: in the main thread, SIGINT only records
+    that it came (``interrupted()`` is then true) and is unblocked until the block ends; the
+    previous handler and mask are restored after. Elsewhere (where handlers cannot be set)
+    nothing changes and ``interrupted()`` stays false."""
+
+    def __enter__(self) -> Any:
+        self.received: list[int] = []
+        self.installed = threading.current_thread() is threading.main_thread()
+        self.unblocked: set[int] = set()
+        if self.installed:
+            self.previous = signal.signal(signal.SIGINT, lambda signum, frame: self.received.append(signum))
+            if hasattr(signal, "pthread_sigmask"):  # (POSIX)
+                self.unblocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}) & {signal.SIGINT}
+        return lambda: bool(self.received)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.unblocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, self.unblocked)
+        if self.installed:  # (None: a handler set outside Python, which cannot be put back)
+            signal.signal(signal.SIGINT, signal.default_int_handler if self.previous is None else self.previous)
 
 
 __all__ = ["PALETTE", "VISER_VERSION", "Viewer", "import_viser", "show"]
