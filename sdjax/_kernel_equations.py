@@ -1970,130 +1970,16 @@ def inertia_matrix_range(
     damping,
     gravity,
     h_out,
+    factor_out,
     start,
     stop,
 ):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
     """The inertia matrix (:func:`sdjax.inertia_matrix` of a model without mimic joints, eqs
     3.18-3.28) of the samples ``start <= b < stop``, in the base mode's free coordinates
-    ``free (nv,)``: ``h_out (B, nv, nv)``. Inputs as :func:`forward_dynamics_range`'s (the
+    ``free (nv,)``: ``h_out (B, nv, nv)``, and ``factor_out (B, nv, nv)`` its lower Cholesky
+    factor (zero above the diagonal, as :func:`forward_dynamics_range`'s); either output may be
+    a ``(0, nv, nv)`` array: not computed. Inputs as :func:`forward_dynamics_range`'s (the
     velocities, end points, passive joints and gravity are not read)."""
-    _inertia_matrix_samples(
-        parent,
-        revolute,
-        free,
-        end_point_link,
-        dof_parent,
-        quaternion,
-        linear_velocity,
-        angular_velocity,
-        q,
-        qd,
-        base_mass,
-        base_inertia,
-        link_mass,
-        link_inertia,
-        joint_frame,
-        parent_to_joint,
-        centroid_to_joint,
-        centroid_to_end_point,
-        stiffness,
-        damping,
-        gravity,
-        h_out,
-        start,
-        stop,
-        False,
-    )
-
-
-@_jit
-def inertia_factor_range(
-    parent,
-    revolute,
-    free,
-    end_point_link,
-    dof_parent,
-    quaternion,
-    linear_velocity,
-    angular_velocity,
-    q,
-    qd,
-    base_mass,
-    base_inertia,
-    link_mass,
-    link_inertia,
-    joint_frame,
-    parent_to_joint,
-    centroid_to_joint,
-    centroid_to_end_point,
-    stiffness,
-    damping,
-    gravity,
-    h_out,
-    start,
-    stop,
-):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
-    """As :func:`inertia_matrix_range`, but ``h_out`` receives the lower Cholesky factor of the
-    inertia matrix (zero above the diagonal), the factor of :func:`forward_dynamics_range`'s
-    ``factor_out``."""
-    _inertia_matrix_samples(
-        parent,
-        revolute,
-        free,
-        end_point_link,
-        dof_parent,
-        quaternion,
-        linear_velocity,
-        angular_velocity,
-        q,
-        qd,
-        base_mass,
-        base_inertia,
-        link_mass,
-        link_inertia,
-        joint_frame,
-        parent_to_joint,
-        centroid_to_joint,
-        centroid_to_end_point,
-        stiffness,
-        damping,
-        gravity,
-        h_out,
-        start,
-        stop,
-        True,
-    )
-
-
-@_inline
-def _inertia_matrix_samples(
-    parent,
-    revolute,
-    free,
-    end_point_link,
-    dof_parent,
-    quaternion,
-    linear_velocity,
-    angular_velocity,
-    q,
-    qd,
-    base_mass,
-    base_inertia,
-    link_mass,
-    link_inertia,
-    joint_frame,
-    parent_to_joint,
-    centroid_to_joint,
-    centroid_to_end_point,
-    stiffness,
-    damping,
-    gravity,
-    h_out,
-    start,
-    stop,
-    factorise,
-):  # pragma: no cover - compiled by Numba
-    """:func:`inertia_matrix_range` (``factorise`` False) or :func:`inertia_factor_range`."""
     rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = scratch(
         parent.shape[0], free.shape[0], q
     )
@@ -2123,15 +2009,15 @@ def _inertia_matrix_samples(
             tmp,
             h,
         )
-        if factorise:
-            _cholesky(h, free, nv, factor)
-            for r in range(nv):
-                for c in range(nv):
-                    h_out[b, r, c] = factor[r, c] if c <= r else 0.0
-        else:
+        if h_out.shape[0]:
             for r in range(nv):
                 for c in range(nv):
                     h_out[b, r, c] = h[free[r], free[c]]
+        if factor_out.shape[0]:
+            _cholesky(h, free, nv, factor)
+            for r in range(nv):
+                for c in range(nv):
+                    factor_out[b, r, c] = factor[r, c] if c <= r else 0.0
 
 
 #: Joint laws of :func:`rk4_rollout`, evaluated at the start of each step and held over it

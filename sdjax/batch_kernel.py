@@ -533,8 +533,12 @@ def inertia_matrix(axis_size: int, model: Any, state: Any, batched: Any, *, fact
     nv = model.num_velocities
     results = [jax.ShapeDtypeStruct((axis_size, nv, nv), dtype)]
     is_batched = [bool(flags[id(x)]) for x in leaves]
-    kernel = "inertia_factor_range" if factorise else "inertia_matrix_range"
-    return _call(kernel, axis_size, _topology(model), leaves, is_batched, dtype, results, tuple)[0]
+
+    def outputs(buffers: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        empty = np.empty((0, nv, nv), dtype)  # (not computed)
+        return (empty, buffers[0]) if factorise else (buffers[0], empty)
+
+    return _call("inertia_matrix_range", axis_size, _topology(model), leaves, is_batched, dtype, results, outputs)[0]
 
 
 #: Smallest batch whose open-loop RK4 rollout runs in the kernel: every batch. Each rollout

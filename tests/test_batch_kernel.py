@@ -839,7 +839,7 @@ def test_gradients_through_the_kernel_equal_the_xla_path(monkeypatch):
 def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, dtype, monkeypatch):
     """The derivative rule of a batch the kernel solves keeps no factor: reverse mode
     refactorises ``H`` inside the kernel's vector-Jacobian product (by the sparse factorisation
-    on a bushy tree, checked), forward mode through the kernel's factor of ``H`` (counted).
+    on a bushy tree, checked), forward mode through the inertia kernel's factor (counted).
     Both equal the XLA path (``SDJAX_KERNEL=jax``, which keeps the solve's own factor) on a
     12-link branched tree with prismatic joints, gravity, passive joints and loads, with
     respect to the model's masses and inertias, the states and the torques."""
@@ -872,7 +872,8 @@ def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, dtype, mo
         return reverse, forward
 
     ours = runs()
-    assert "forward_dynamics_vjp_range" in kernels and "inertia_factor_range" in kernels
+    # (The loss reads no inertia matrix: the inertia kernel ran for forward mode's factor.)
+    assert "forward_dynamics_vjp_range" in kernels and "inertia_matrix_range" in kernels
     monkeypatch.setenv("SDJAX_KERNEL", "jax")
     jax.clear_caches()
     expected = runs()
