@@ -120,10 +120,12 @@ def _link_frame(
     i, parent, revolute, q, bj, joint_frame, bf, parent_to_joint, bpj, centroid_to_joint, bcj, rot, pos, axis, tmp, jp
 ):  # pragma: no cover - compiled by Numba
     """Link ``i``'s rotation ``rot[i + 1]``, centroid ``pos[i + 1]`` (relative to r0) and joint
-    motion axis ``axis[i]`` from its parent's (eq 3.1)."""
+    motion axis ``axis[i]`` from its parent's (eq 3.1); returns ``(cos q_i, sin q_i)`` of a
+    revolute joint (``(1, 0)`` for a prismatic one)."""
     p = parent[i]
     qi = q[bj, i]
     fixed = joint_frame[bf, i]
+    c, sn = 1.0, 0.0
     if revolute[i]:
         c, sn = np.cos(qi), np.sin(qi)
         for r in range(3):
@@ -155,6 +157,7 @@ def _link_frame(
     else:
         axis[i, 0], axis[i, 1], axis[i, 2] = 0.0, 0.0, 0.0
         axis[i, 3], axis[i, 4], axis[i, 5] = k0, k1, k2
+    return c, sn
 
 
 @_inline
@@ -768,15 +771,23 @@ def _frames_and_inertia_matrix(
 ):  # pragma: no cover - compiled by Numba
     """Sample ``b``'s body frames (:func:`_body_frames`), subtree mass moments and ``(6 + n, 6 +
     n)`` inertia matrix ``h`` (eqs 3.18-3.28)."""
-    n = parent.shape[0]
-    bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
     _body_frames(
         b, parent, revolute, quaternion, q, joint_frame, parent_to_joint, centroid_to_joint, rot, pos, axis, tmp, jp
     )
+    n = parent.shape[0]
+    bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
     for body in range(n + 1):
         m = _body_inertia(body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world)
         _body_moments(body, m, world, pos, mass, first, second)
-    for i in range(n - 1, -1, -1):
+    _subtree_inertia_matrix(parent, axis, mass, first, second, h)
+
+
+@_inline
+def _subtree_inertia_matrix(parent, axis, mass, first, second, h):  # pragma: no cover - compiled by Numba
+    """The ``(6 + n, 6 + n)`` inertia matrix ``h`` (eqs 3.18-3.28) from each body's own mass
+    moments about r0 (``mass``, ``first``, ``second``: summed over subtrees here, leaves to
+    root) and the motion axes."""
+    for i in range(parent.shape[0] - 1, -1, -1):
         _moments_to_parent(i, parent, mass, first, second)
     _inertia_matrix(parent, axis, mass, first, second, h)
 
@@ -908,12 +919,30 @@ def computed_torque_range(
 
 @_inline
 def _newton_euler_pass(
-    b, parent, revolute, end_point_link, inputs, rot, pos, twist, accel, axis, wrench, world, jp, tmp, joint_position
+    b,
+    parent,
+    revolute,
+    end_point_link,
+    inputs,
+    rot,
+    pos,
+    twist,
+    accel,
+    axis,
+    wrench,
+    world,
+    jp,
+    tmp,
+    joint_position,
+    joint_trig,
+    body_world,
 ):  # pragma: no cover - compiled by Numba
     """Sample ``b``'s Newton-Euler pass (eqs 3.1-3.35): ``inputs`` the tuple of
     :func:`inverse_dynamics_range`'s inputs; fills the frames, motion axes, joint positions
-    ``joint_position (n, 3)``, twists, accelerations and, after the pass, each subtree's wrench
-    (``wrench[i + 1]``: the load joint ``i`` transmits; ``wrench[0]``: the whole system's)."""
+    ``joint_position (n, 3)``, each joint's ``(cos q, sin q)`` ``joint_trig (n, 2)``, each body's
+    inertia in the inertial frame ``body_world (n + 1, 3, 3)``, twists, accelerations and, after
+    the pass, each subtree's wrench (``wrench[i + 1]``: the load joint ``i`` transmits;
+    ``wrench[0]``: the whole system's)."""
     (
         quaternion,
         linear_velocity,
@@ -951,7 +980,7 @@ def _newton_euler_pass(
     # motion in one loop over the links, as forward_dynamics_range (the frames alone are
     # _body_frames; as two loops, the timings were within this machine's 10-15 % noise).
     for i in range(n):
-        _link_frame(
+        joint_trig[i, 0], joint_trig[i, 1] = _link_frame(
             i,
             parent,
             revolute,
@@ -978,6 +1007,9 @@ def _newton_euler_pass(
     g = gravity[_pick(b, gravity)]
     for body in range(n + 1):
         m = _body_inertia(body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world)
+        for r in range(3):
+            for k in range(3):
+                body_world[body, r, k] = world[r, k]
         _body_wrench(body, m, world, g, pos, twist, accel, wrench)
     _subtract_end_point_loads(
         end_point_link,
@@ -1040,6 +1072,8 @@ def inverse_dynamics_range(
     )
     n = parent.shape[0]
     joint_position = np.zeros((n, 3), q.dtype)
+    joint_trig = np.zeros((n, 2), q.dtype)
+    body_world = np.zeros((n + 1, 3, 3), q.dtype)
     inputs = (
         quaternion,
         linear_velocity,
@@ -1079,6 +1113,8 @@ def inverse_dynamics_range(
             jp,
             tmp,
             joint_position,
+            joint_trig,
+            body_world,
         )
         bj, bd = _pick(b, q), _pick(b, qd)
         for a in range(6):
@@ -1284,6 +1320,7 @@ def _link_frame_adjoint(
     bcj,
     rot,
     joint_position,
+    joint_trig,
     axis_bar,
     rot_bar,
     pos_bar,
@@ -1342,7 +1379,7 @@ def _link_frame_adjoint(
         parent_to_joint_bar[i, k] = rot[p, 0, k] * jbx + rot[p, 1, k] * jby + rot[p, 2, k] * jbz
     # A = A_p T, T = F Rz(q) (revolute) or F: A_p_bar += A_bar T^T, T_bar = A_p^T A_bar
     if revolute[i]:
-        c, sn = np.cos(qi), np.sin(qi)
+        c, sn = joint_trig[i, 0], joint_trig[i, 1]
         for r in range(3):
             tmp[r, 0] = c * fixed[r, 0] + sn * fixed[r, 1]
             tmp[r, 1] = c * fixed[r, 1] - sn * fixed[r, 0]
@@ -1436,9 +1473,10 @@ def _base_frame_adjoint(quaternion, bq, rot_bar, quaternion_bar):  # pragma: no 
 
 @_inline
 def _vjp_work(n, nv, q):  # pragma: no cover - compiled by Numba
-    """Working arrays of :func:`_inverse_dynamics_vjp_sample`: :func:`scratch`'s, the
+    """Working arrays of :func:`_newton_euler_reverse`: :func:`scratch`'s, the
     cotangents of the rotations, centroids, twists, accelerations, motion axes and wrenches,
-    the joint positions and one body's parameter cotangents."""
+    the joint positions, their joints' ``(cos q, sin q)``, the bodies' inertias in the inertial
+    frame (:func:`_newton_euler_pass`'s) and one body's parameter cotangents."""
     dtype = q.dtype
     return (
         scratch(n, nv, q),
@@ -1449,24 +1487,27 @@ def _vjp_work(n, nv, q):  # pragma: no cover - compiled by Numba
         np.zeros((n, 6), dtype),
         np.zeros((n + 1, 6), dtype),
         np.zeros((n, 3), dtype),
+        np.zeros((n, 2), dtype),
+        np.zeros((n + 1, 3, 3), dtype),
         np.zeros(13, dtype),
     )
 
 
-# Compiled on its own and called (not inlined) by its two callers. Inlined at Numba's IR level,
-# the forward dynamics' reverse kernel ran 15 % faster (3.20 ms against 3.75 ms per 1024 samples
-# of the 7-joint arm on one thread, best of 7: the call passes ~50 arrays per sample) but compiled
-# in 28 s instead of 17 s; since the pieces are inlined by LLVM instead (see _inline), inlining
-# this one too changes neither its compile time (9 s) nor the kernels' run time. Numba caches the
-# compiled kernels on disk.
-@_jit
-def _inverse_dynamics_vjp_sample(
+# Inlined into its two callers at Numba's IR level (inline="always"): called as a compiled
+# function it passes ~50 arrays per sample, each reference-counted, and the forward dynamics'
+# reverse kernel ran 8 % slower (4.35 against 4.00 us per sample, 7-joint arm, batch 1024, one
+# thread, three alternating runs); its compile time is the same either way (12 s). (Inlined by
+# LLVM instead, as the pieces are by _inline, the reference counts stay and nothing changes.)
+@numba.njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath=_FAST_MATH)
+def _newton_euler_reverse(
     b, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work
 ):  # pragma: no cover - compiled by Numba
     """Sample ``b``'s vector-Jacobian product of the inverse dynamics (eqs 3.1-3.39, each
-    piece transposed): ``inputs`` and ``outputs`` the tuples of :func:`inverse_dynamics_vjp_range`'s
-    inputs and cotangent outputs, ``wrench_cot (6,)`` and ``tau_cot (n,)`` the cotangents of the
-    base wrench and the joint loads, ``work`` from :func:`_vjp_work`."""
+    piece transposed), once :func:`_newton_euler_pass` has filled ``work``'s frames, motion,
+    wrenches and joint positions for it: ``inputs`` and ``outputs`` the tuples of
+    :func:`inverse_dynamics_vjp_range`'s inputs and cotangent outputs, ``wrench_cot (6,)`` and
+    ``tau_cot (n,)`` the cotangents of the base wrench and the joint loads, ``work`` from
+    :func:`_vjp_work`."""
     (
         quaternion,
         linear_velocity,
@@ -1520,6 +1561,8 @@ def _inverse_dynamics_vjp_sample(
         axis_bar,
         wrench_bar,
         joint_position,
+        joint_trig,
+        body_world,
         body_bar,
     ) = work
     n = parent.shape[0]
@@ -1527,23 +1570,6 @@ def _inverse_dynamics_vjp_sample(
     bf, bpj, bcj = _pick(b, joint_frame), _pick(b, parent_to_joint), _pick(b, centroid_to_joint)
     bm, bbm, bbi, bli = _pick(b, link_mass), _pick(b, base_mass), _pick(b, base_inertia), _pick(b, link_inertia)
     bw, bv = _pick(b, angular_velocity), _pick(b, linear_velocity)
-    _newton_euler_pass(
-        b,
-        parent,
-        revolute,
-        end_point_link,
-        inputs,
-        rot,
-        pos,
-        twist,
-        accel,
-        axis,
-        wrench,
-        world,
-        jp,
-        tmp,
-        joint_position,
-    )
     g = gravity[_pick(b, gravity)]
     fe, te = end_point_force[_pick(b, end_point_force), 0], end_point_torque[_pick(b, end_point_torque), 0]
     ce = centroid_to_end_point[_pick(b, centroid_to_end_point)]
@@ -1590,8 +1616,13 @@ def _inverse_dynamics_vjp_sample(
     for a in range(3):
         gravity_bar[b, a] = 0.0
     for body in range(n + 1):
-        m = _body_inertia(body, base_mass, bbm, base_inertia, bbi, link_mass, bm, link_inertia, bli, rot, tmp, world)
-        inertia = base_inertia[bbi] if body == 0 else link_inertia[bli, body - 1]
+        if body == 0:
+            m, inertia = base_mass[bbm], base_inertia[bbi]
+        else:
+            m, inertia = link_mass[bm, body - 1], link_inertia[bli, body - 1]
+        for r in range(3):
+            for k in range(3):
+                world[r, k] = body_world[body, r, k]
         _body_wrench_adjoint(
             body,
             m,
@@ -1656,6 +1687,7 @@ def _inverse_dynamics_vjp_sample(
             bcj,
             rot,
             joint_position,
+            joint_trig,
             axis_bar,
             rot_bar,
             pos_bar,
@@ -1771,8 +1803,29 @@ def inverse_dynamics_vjp_range(
         end_point_torque_bar,
     )
     work = _vjp_work(parent.shape[0], free.shape[0], q)
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, y = work[0]
+    joint_position, joint_trig, body_world = work[7], work[8], work[9]
     for b in range(start, stop):
-        _inverse_dynamics_vjp_sample(
+        _newton_euler_pass(
+            b,
+            parent,
+            revolute,
+            end_point_link,
+            inputs,
+            rot,
+            pos,
+            twist,
+            accel,
+            axis,
+            wrench,
+            world,
+            jp,
+            tmp,
+            joint_position,
+            joint_trig,
+            body_world,
+        )
+        _newton_euler_reverse(
             b,
             parent,
             revolute,
@@ -1846,6 +1899,10 @@ def forward_dynamics_vjp_range(
     rather than stored by the forward pass: a 13-DOF factor is 1.4 kB per sample and stage,
     most of what a reverse-mode rollout kept per step, and copying it in and out of the
     kernels cost more than refactorising (benchmarks/README.md, *Gradient of a rollout*).
+    One Newton-Euler pass at the solution serves both: ``H`` is built from its frames and body
+    inertias, and its joint angles' sines and cosines and body inertias are reused by the
+    transpose (each computed once per sample: 3.4 us per sample instead of 5.1 with the frames
+    computed twice and the transpose called as a function; 7-joint arm, one thread).
 
     Inputs as :func:`inverse_dynamics_vjp_range`'s, with ``base_acceleration`` and ``qdd`` the
     forward dynamics' solution and ``acceleration_bar (.., 6 + n)`` (floating order) in place
@@ -1901,31 +1958,36 @@ def forward_dynamics_vjp_range(
     rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, multiplier = work[0]
     wrench_cot = np.zeros(6, q.dtype)
     tau_cot = np.zeros(n, q.dtype)
+    joint_position, joint_trig, body_world = work[7], work[8], work[9]
     for b in range(start, stop):
-        _frames_and_inertia_matrix(
+        # One Newton-Euler pass at the solution; H from its frames (eqs 3.18-3.28).
+        _newton_euler_pass(
             b,
             parent,
             revolute,
-            quaternion,
-            q,
-            base_mass,
-            base_inertia,
-            link_mass,
-            link_inertia,
-            joint_frame,
-            parent_to_joint,
-            centroid_to_joint,
+            end_point_link,
+            inputs,
             rot,
             pos,
+            twist,
+            accel,
             axis,
-            mass,
-            first,
-            second,
+            wrench,
             world,
             jp,
             tmp,
-            h,
+            joint_position,
+            joint_trig,
+            body_world,
         )
+        bm, bbm = _pick(b, link_mass), _pick(b, base_mass)
+        for body in range(n + 1):
+            for r in range(3):
+                for k in range(3):
+                    world[r, k] = body_world[body, r, k]
+            m = base_mass[bbm] if body == 0 else link_mass[bm, body - 1]
+            _body_moments(body, m, world, pos, mass, first, second)
+        _subtree_inertia_matrix(parent, axis, mass, first, second, h)
         ab = acceleration_bar[_pick(b, acceleration_bar)]
         for r in range(nv):
             multiplier[r] = ab[free[r]]
@@ -1943,7 +2005,7 @@ def forward_dynamics_vjp_range(
             wrench_cot[a] = -multiplier_out[b, a]
         for i in range(n):
             tau_cot[i] = -multiplier_out[b, 6 + i]
-        _inverse_dynamics_vjp_sample(b, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work)
+        _newton_euler_reverse(b, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work)
 
 
 @_jit
