@@ -44,6 +44,7 @@ __all__ = [
     "inverse_dynamics_vjp_range",
     "forward_dynamics_vjp_range",
     "rk4_rollout",
+    "rk4_step_vjp_range",
     "scratch",
 ]
 
@@ -63,6 +64,10 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST_MA
 # float32; 2-core AMD EPYC), the kernels' run times unchanged within 3 % (one thread, batch 1024,
 # the 7-joint arm and a 30-link tree).
 _inline = numba.njit(cache=True, nogil=True, forceinline=True, error_model="numpy", fastmath=_FAST_MATH)
+# Inlined at Numba's IR level instead, for the per-sample bodies that take tuples of ~50 arrays:
+# a call, even one LLVM inlines, keeps each array's reference counting (atomic operations); see
+# _newton_euler_reverse.
+_inline_ir = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath=_FAST_MATH)
 
 
 @_inline
@@ -1498,16 +1503,16 @@ def _vjp_work(n, nv, q):  # pragma: no cover - compiled by Numba
 # reverse kernel ran 8 % slower (4.35 against 4.00 us per sample, 7-joint arm, batch 1024, one
 # thread, three alternating runs); its compile time is the same either way (12 s). (Inlined by
 # LLVM instead, as the pieces are by _inline, the reference counts stay and nothing changes.)
-@numba.njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath=_FAST_MATH)
+@_inline_ir
 def _newton_euler_reverse(
-    b, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work
+    b, row, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work
 ):  # pragma: no cover - compiled by Numba
     """Sample ``b``'s vector-Jacobian product of the inverse dynamics (eqs 3.1-3.39, each
     piece transposed), once :func:`_newton_euler_pass` has filled ``work``'s frames, motion,
     wrenches and joint positions for it: ``inputs`` and ``outputs`` the tuples of
-    :func:`inverse_dynamics_vjp_range`'s inputs and cotangent outputs, ``wrench_cot (6,)`` and
-    ``tau_cot (n,)`` the cotangents of the base wrench and the joint loads, ``work`` from
-    :func:`_vjp_work`."""
+    :func:`inverse_dynamics_vjp_range`'s inputs and cotangent outputs (the inputs read at the
+    sample's row, the outputs written at row ``row``), ``wrench_cot (6,)`` and ``tau_cot (n,)``
+    the cotangents of the base wrench and the joint loads, ``work`` from :func:`_vjp_work`."""
     (
         quaternion,
         linear_velocity,
@@ -1586,10 +1591,10 @@ def _newton_euler_reverse(
         wrench_bar[0, a] = wrench_cot[a]
     for i in range(n):
         t = tb[i]
-        stiffness_bar[b, i] = t * q[bj, i]
-        damping_bar[b, i] = t * qd[bd, i]
-        q_bar[b, i] = t * stiffness[bk, i]
-        qd_bar[b, i] = t * damping[bdamp, i]
+        stiffness_bar[row, i] = t * q[bj, i]
+        damping_bar[row, i] = t * qd[bd, i]
+        q_bar[row, i] = t * stiffness[bk, i]
+        qd_bar[row, i] = t * damping[bdamp, i]
         for a in range(3):
             axis_bar[i, a] = t * wrench[i + 1, 3 + a]
             axis_bar[i, 3 + a] = t * wrench[i + 1, a]
@@ -1609,12 +1614,12 @@ def _newton_euler_reverse(
         wrench_bar,
         pos_bar,
         rot_bar,
-        centroid_to_end_point_bar[b],
-        end_point_force_bar[b],
-        end_point_torque_bar[b],
+        centroid_to_end_point_bar[row],
+        end_point_force_bar[row],
+        end_point_torque_bar[row],
     )
     for a in range(3):
-        gravity_bar[b, a] = 0.0
+        gravity_bar[row, a] = 0.0
     for body in range(n + 1):
         if body == 0:
             m, inertia = base_mass[bbm], base_inertia[bbi]
@@ -1642,35 +1647,35 @@ def _newton_euler_reverse(
             body_bar,
         )
         for a in range(3):
-            gravity_bar[b, a] += body_bar[1 + a]
+            gravity_bar[row, a] += body_bar[1 + a]
         if body == 0:
-            base_mass_bar[b] = body_bar[0]
+            base_mass_bar[row] = body_bar[0]
             for r in range(3):
                 for k in range(3):
-                    base_inertia_bar[b, r, k] = body_bar[4 + 3 * r + k]
+                    base_inertia_bar[row, r, k] = body_bar[4 + 3 * r + k]
         else:
-            link_mass_bar[b, body - 1] = body_bar[0]
+            link_mass_bar[row, body - 1] = body_bar[0]
             for r in range(3):
                 for k in range(3):
-                    link_inertia_bar[b, body - 1, r, k] = body_bar[4 + 3 * r + k]
+                    link_inertia_bar[row, body - 1, r, k] = body_bar[4 + 3 * r + k]
     # Motion, leaves to root (eqs 3.8-3.15 transposed), then the base's (dw0, dv0 - w0 x v0).
     for i in range(n - 1, -1, -1):
         _link_motion_adjoint(
-            i, parent, qd, bd, qdd, bdd, axis, twist, accel_bar, twist_bar, axis_bar, qd_bar[b], qdd_bar[b]
+            i, parent, qd, bd, qdd, bdd, axis, twist, accel_bar, twist_bar, axis_bar, qd_bar[row], qdd_bar[row]
         )
     w0, v0 = angular_velocity[bw], linear_velocity[bv]
     for a in range(3):
-        base_acceleration_bar[b, 3 + a] = accel_bar[0, a]
-        base_acceleration_bar[b, a] = accel_bar[0, 3 + a]
-        angular_velocity_bar[b, a] = twist_bar[0, a]
-        linear_velocity_bar[b, a] = twist_bar[0, 3 + a]
+        base_acceleration_bar[row, 3 + a] = accel_bar[0, a]
+        base_acceleration_bar[row, a] = accel_bar[0, 3 + a]
+        angular_velocity_bar[row, a] = twist_bar[0, a]
+        linear_velocity_bar[row, a] = twist_bar[0, 3 + a]
     c0, c1, c2 = accel_bar[0, 3], accel_bar[0, 4], accel_bar[0, 5]
-    angular_velocity_bar[b, 0] -= v0[1] * c2 - v0[2] * c1
-    angular_velocity_bar[b, 1] -= v0[2] * c0 - v0[0] * c2
-    angular_velocity_bar[b, 2] -= v0[0] * c1 - v0[1] * c0
-    linear_velocity_bar[b, 0] -= c1 * w0[2] - c2 * w0[1]
-    linear_velocity_bar[b, 1] -= c2 * w0[0] - c0 * w0[2]
-    linear_velocity_bar[b, 2] -= c0 * w0[1] - c1 * w0[0]
+    angular_velocity_bar[row, 0] -= v0[1] * c2 - v0[2] * c1
+    angular_velocity_bar[row, 1] -= v0[2] * c0 - v0[0] * c2
+    angular_velocity_bar[row, 2] -= v0[0] * c1 - v0[1] * c0
+    linear_velocity_bar[row, 0] -= c1 * w0[2] - c2 * w0[1]
+    linear_velocity_bar[row, 1] -= c2 * w0[0] - c0 * w0[2]
+    linear_velocity_bar[row, 2] -= c0 * w0[1] - c1 * w0[0]
     # Frames, leaves to root (eq 3.1 transposed), then the base rotation's quaternion.
     for i in range(n - 1, -1, -1):
         _link_frame_adjoint(
@@ -1691,13 +1696,13 @@ def _newton_euler_reverse(
             axis_bar,
             rot_bar,
             pos_bar,
-            q_bar[b],
-            joint_frame_bar[b],
-            parent_to_joint_bar[b],
-            centroid_to_joint_bar[b],
+            q_bar[row],
+            joint_frame_bar[row],
+            parent_to_joint_bar[row],
+            centroid_to_joint_bar[row],
             tmp,
         )
-    _base_frame_adjoint(quaternion, _pick(b, quaternion), rot_bar, quaternion_bar[b])
+    _base_frame_adjoint(quaternion, _pick(b, quaternion), rot_bar, quaternion_bar[row])
 
 
 @_jit
@@ -1827,6 +1832,7 @@ def inverse_dynamics_vjp_range(
         )
         _newton_euler_reverse(
             b,
+            b,
             parent,
             revolute,
             end_point_link,
@@ -1955,57 +1961,97 @@ def forward_dynamics_vjp_range(
         end_point_torque_bar,
     )
     work = _vjp_work(n, nv, q)
-    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, multiplier = work[0]
-    wrench_cot = np.zeros(6, q.dtype)
-    tau_cot = np.zeros(n, q.dtype)
-    joint_position, joint_trig, body_world = work[7], work[8], work[9]
+    cotangents = (np.zeros(6, q.dtype), np.zeros(n, q.dtype))
     for b in range(start, stop):
-        # One Newton-Euler pass at the solution; H from its frames (eqs 3.18-3.28).
-        _newton_euler_pass(
+        _forward_dynamics_vjp_sample(
+            b,
             b,
             parent,
             revolute,
+            free,
             end_point_link,
+            dof_parent,
             inputs,
-            rot,
-            pos,
-            twist,
-            accel,
-            axis,
-            wrench,
-            world,
-            jp,
-            tmp,
-            joint_position,
-            joint_trig,
-            body_world,
+            acceleration_bar,
+            multiplier_out,
+            outputs,
+            work,
+            cotangents,
         )
-        bm, bbm = _pick(b, link_mass), _pick(b, base_mass)
-        for body in range(n + 1):
-            for r in range(3):
-                for k in range(3):
-                    world[r, k] = body_world[body, r, k]
-            m = base_mass[bbm] if body == 0 else link_mass[bm, body - 1]
-            _body_moments(body, m, world, pos, mass, first, second)
-        _subtree_inertia_matrix(parent, axis, mass, first, second, h)
-        ab = acceleration_bar[_pick(b, acceleration_bar)]
-        for r in range(nv):
-            multiplier[r] = ab[free[r]]
-        if dof_parent.shape[0] == 0:
-            _cholesky(h, free, nv, factor)
-            _cholesky_solve(factor, nv, multiplier)
-        else:
-            _tree_factor(h, free, dof_parent, factor)
-            _tree_solve(factor, dof_parent, nv, multiplier)
-        for r in range(6 + n):
-            multiplier_out[b, r] = 0.0
-        for r in range(nv):
-            multiplier_out[b, free[r]] = multiplier[r]
-        for a in range(6):
-            wrench_cot[a] = -multiplier_out[b, a]
-        for i in range(n):
-            tau_cot[i] = -multiplier_out[b, 6 + i]
-        _newton_euler_reverse(b, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work)
+
+
+@_inline_ir
+def _forward_dynamics_vjp_sample(
+    b,
+    row,
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    dof_parent,
+    inputs,
+    acceleration_bar,
+    multiplier_out,
+    outputs,
+    work,
+    cotangents,
+):  # pragma: no cover - compiled by Numba
+    """Sample ``b``'s reverse mode of the forward dynamics (:func:`forward_dynamics_vjp_range`):
+    ``inputs``, ``acceleration_bar (.., 6 + n)`` (read at the sample's row), ``outputs`` and
+    ``multiplier_out (.., 6 + n)`` (written at row ``row``) as there; ``work`` from
+    :func:`_vjp_work`, ``cotangents`` two working vectors ``(6,)`` and ``(n,)``. (Rows are
+    indexed in place: a view per sample costs its reference counts.)"""
+    base_mass, link_mass = inputs[5], inputs[7]
+    rot, pos, twist, accel, axis, wrench, mass, first, second, world, jp, tmp, h, rhs, factor, multiplier = work[0]
+    joint_position, joint_trig, body_world = work[7], work[8], work[9]
+    wrench_cot, tau_cot = cotangents
+    n, nv = parent.shape[0], free.shape[0]
+    # One Newton-Euler pass at the solution; H from its frames and body inertias (eqs 3.18-3.28).
+    _newton_euler_pass(
+        b,
+        parent,
+        revolute,
+        end_point_link,
+        inputs,
+        rot,
+        pos,
+        twist,
+        accel,
+        axis,
+        wrench,
+        world,
+        jp,
+        tmp,
+        joint_position,
+        joint_trig,
+        body_world,
+    )
+    bm, bbm = _pick(b, link_mass), _pick(b, base_mass)
+    for body in range(n + 1):
+        for r in range(3):
+            for k in range(3):
+                world[r, k] = body_world[body, r, k]
+        m = base_mass[bbm] if body == 0 else link_mass[bm, body - 1]
+        _body_moments(body, m, world, pos, mass, first, second)
+    _subtree_inertia_matrix(parent, axis, mass, first, second, h)
+    ab = _pick(b, acceleration_bar)
+    for r in range(nv):
+        multiplier[r] = acceleration_bar[ab, free[r]]
+    if dof_parent.shape[0] == 0:
+        _cholesky(h, free, nv, factor)
+        _cholesky_solve(factor, nv, multiplier)
+    else:
+        _tree_factor(h, free, dof_parent, factor)
+        _tree_solve(factor, dof_parent, nv, multiplier)
+    for r in range(6 + n):
+        multiplier_out[row, r] = 0.0
+    for r in range(nv):
+        multiplier_out[row, free[r]] = multiplier[r]
+    for a in range(6):
+        wrench_cot[a] = -multiplier_out[row, a]
+    for i in range(n):
+        tau_cot[i] = -multiplier_out[row, 6 + i]
+    _newton_euler_reverse(b, row, parent, revolute, end_point_link, inputs, wrench_cot, tau_cot, outputs, work)
 
 
 @_jit
@@ -2140,11 +2186,15 @@ def rk4_rollout(
     noise,
     states_out,
     tau_out,
+    stages_out,
     start,
     stop,
 ):  # pragma: no cover - compiled by Numba; its results are tested against the JAX path
     """RK4 rollouts of the samples ``start <= b < stop``: ``states_out (B, N, 13 + 2 n)``
-    receives the state after each of the ``N`` steps, packed as ``[r0, quat, v0, w0, q, qd]``.
+    receives the state after each of the ``N`` steps, packed as ``[r0, quat, v0, w0, q, qd]``;
+    ``stages_out (B, 4, 16 + 3 n)`` (or ``(0, 4, 16 + 3 n)``: not stored) the four stages of the
+    last step, each packed as ``[quat, v0, w0, q, qd, acceleration (6 + n)]``
+    (what the reverse kernel :func:`rk4_step_vjp_range` reads).
 
     Inputs as :func:`forward_dynamics`'s (leading axis ``B`` or 1), plus the initial
     ``position (.., 3)``; the loads have a step axis after the batch axis, of ``N`` (held over
@@ -2304,6 +2354,11 @@ def rk4_rollout(
                     hi,
                 )
                 weight = _RK4_WEIGHTS[k]
+                if stages_out.shape[0]:
+                    for b in range(lo, hi):
+                        _store_stage(
+                            stage_quaternion, stage_v0, stage_w0, stage_q, stage_qd, acceleration, b, stages_out[b, k]
+                        )
                 for b in range(lo, hi):
                     # State derivative (sdjax.integrate.state_derivative): dr0/dt = v0,
                     # dquat/dt = 1/2 [w0, 0] * quat, the accelerations, dq/dt = qd.
@@ -2338,3 +2393,325 @@ def rk4_rollout(
                         y[b, a] /= norm
                 for a in range(size):
                     states_out[b, step, a] = y[b, a]
+
+
+@_inline
+def _store_stage(quaternion, v0, w0, q, qd, acceleration, b, out):  # pragma: no cover - compiled by Numba
+    """Sample ``b``'s RK4 stage (state rows of ``(B, ..)`` arrays and its acceleration) packed
+    into ``out (16 + 3 n,)`` as ``[quat, v0, w0, q, qd, acceleration]``."""
+    n = q.shape[1]
+    for a in range(4):
+        out[a] = quaternion[b, a]
+    for a in range(3):
+        out[4 + a] = v0[b, a]
+        out[7 + a] = w0[b, a]
+    for a in range(n):
+        out[10 + a] = q[b, a]
+        out[10 + n + a] = qd[b, a]
+    for a in range(6 + n):
+        out[10 + 2 * n + a] = acceleration[b, a]
+
+
+@_inline
+def _stage_rate(stage, n, rate):  # pragma: no cover - compiled by Numba
+    """The state's time derivative ``rate (13 + 2 n,)`` at a packed stage (:func:`_store_stage`):
+    ``[v0, 1/2 [w0, 0] * quat, dv0/dt, dw0/dt, qd, qdd]`` (:func:`sdjax.integrate.state_derivative`)."""
+    x, yq, z, w = stage[0], stage[1], stage[2], stage[3]
+    wx, wy, wz = stage[7], stage[8], stage[9]
+    for a in range(3):
+        rate[a] = stage[4 + a]
+    rate[3] = 0.5 * (w * wx + wy * z - wz * yq)
+    rate[4] = 0.5 * (w * wy + wz * x - wx * z)
+    rate[5] = 0.5 * (w * wz + wx * yq - wy * x)
+    rate[6] = -0.5 * (wx * x + wy * yq + wz * z)
+    for a in range(6):
+        rate[7 + a] = stage[10 + 2 * n + a]
+    for a in range(n):
+        rate[13 + a] = stage[10 + n + a]
+        rate[13 + n + a] = stage[16 + 2 * n + a]
+
+
+@_inline
+def _sum_row(total, b, part, first):  # pragma: no cover - compiled by Numba
+    """``total[b] = part[0]`` (``first``) or ``total[b] += part[0]`` for ``(.., m)`` arrays."""
+    for i in range(part.shape[1]):
+        total[b, i] = part[0, i] + (0.0 if first else total[b, i])
+
+
+@_inline
+def _sum_row_of_vectors(total, b, part, first):  # pragma: no cover - compiled by Numba
+    """:func:`_sum_row` for ``(.., m, k)`` arrays."""
+    for i in range(part.shape[1]):
+        for j in range(part.shape[2]):
+            total[b, i, j] = part[0, i, j] + (0.0 if first else total[b, i, j])
+
+
+@_inline
+def _sum_row_of_matrices(total, b, part, first):  # pragma: no cover - compiled by Numba
+    """:func:`_sum_row` for ``(.., m, 3, 3)`` arrays."""
+    for i in range(part.shape[1]):
+        for r in range(3):
+            for c in range(3):
+                total[b, i, r, c] = part[0, i, r, c] + (0.0 if first else total[b, i, r, c])
+
+
+@_jit
+def rk4_step_vjp_range(
+    parent,
+    revolute,
+    free,
+    end_point_link,
+    dof_parent,
+    quaternion,
+    linear_velocity,
+    angular_velocity,
+    q,
+    qd,
+    base_mass,
+    base_inertia,
+    link_mass,
+    link_inertia,
+    joint_frame,
+    parent_to_joint,
+    centroid_to_joint,
+    centroid_to_end_point,
+    stiffness,
+    damping,
+    gravity,
+    tau,
+    base_force,
+    base_torque,
+    end_point_force,
+    end_point_torque,
+    dt,
+    stages,
+    state_bar_in,
+    state_bar,
+    base_mass_bar,
+    base_inertia_bar,
+    link_mass_bar,
+    link_inertia_bar,
+    joint_frame_bar,
+    parent_to_joint_bar,
+    centroid_to_joint_bar,
+    centroid_to_end_point_bar,
+    stiffness_bar,
+    damping_bar,
+    gravity_bar,
+    tau_bar,
+    base_force_bar,
+    base_torque_bar,
+    end_point_force_bar,
+    end_point_torque_bar,
+    dt_bar,
+    start,
+    stop,
+):  # pragma: no cover - compiled by Numba; its results are tested against JAX's reverse mode
+    """Reverse mode of one RK4 step (:func:`sdjax.integrate.rk4_step`, the step of
+    :func:`rk4_rollout`) for the samples ``start <= b < stop``: the step's four stages
+    transposed, last to first, each stage's forward dynamics by the implicit-function rule of
+    :func:`forward_dynamics_vjp_range` (which refactorises ``H``), the quaternion's
+    normalisation after the step transposed first.
+
+    Inputs: the step's start state (``position`` is not read: nothing depends on it), model and
+    loads as :func:`forward_dynamics_range`'s (loads with a step axis of 1: held), ``dt (.., )``,
+    ``stages (B, 4, 16 + 3 n)`` the step's stages as :func:`rk4_rollout` stores them, and the
+    cotangent of the state after the step ``state_bar_in (.., 13 + 2 n)`` (packed as
+    ``[r0, quat, v0, w0, q, qd]``). Outputs, one row per sample: the start state's cotangent
+    ``state_bar (B, 13 + 2 n)`` (packed), the model arrays' (each shaped as its input without
+    the leading axis), the loads' (``tau_bar (B, n)``, ``base_force_bar, base_torque_bar (B,
+    3)``, end-point ``(B, ne, 3)``) and ``dt_bar (B,)``.
+    """
+    n, nv, ne = parent.shape[0], free.shape[0], end_point_link.shape[0]
+    size = 13 + 2 * n
+    dtype = q.dtype
+    work = _vjp_work(n, nv, q)
+    cotangents = (np.zeros(6, dtype), np.zeros(n, dtype))
+    # One stage as the forward dynamics' reverse mode reads it (one row: picked at 0) and its
+    # cotangents (one row, accumulated into the outputs after each stage).
+    stage_quaternion = np.zeros((1, 4), dtype)
+    stage_v0 = np.zeros((1, 3), dtype)
+    stage_w0 = np.zeros((1, 3), dtype)
+    stage_q = np.zeros((1, n), dtype)
+    stage_qd = np.zeros((1, n), dtype)
+    stage_base_acceleration = np.zeros((1, 6), dtype)
+    stage_qdd = np.zeros((1, n), dtype)
+    inputs = (
+        stage_quaternion,
+        stage_v0,
+        stage_w0,
+        stage_q,
+        stage_qd,
+        base_mass,
+        base_inertia,
+        link_mass,
+        link_inertia,
+        joint_frame,
+        parent_to_joint,
+        centroid_to_joint,
+        centroid_to_end_point,
+        stiffness,
+        damping,
+        gravity,
+        stage_base_acceleration,
+        stage_qdd,
+        end_point_force,
+        end_point_torque,
+    )
+    model_bars = (
+        np.zeros((1,), dtype),
+        np.zeros((1, 3, 3), dtype),
+        np.zeros((1, n), dtype),
+        np.zeros((1, n, 3, 3), dtype),
+        np.zeros((1, n, 3, 3), dtype),
+        np.zeros((1, n, 3), dtype),
+        np.zeros((1, n, 3), dtype),
+        np.zeros((1, ne, 3), dtype),
+        np.zeros((1, n), dtype),
+        np.zeros((1, n), dtype),
+        np.zeros((1, 3), dtype),
+    )
+    stage_bars = (
+        np.zeros((1, 4), dtype),
+        np.zeros((1, 3), dtype),
+        np.zeros((1, 3), dtype),
+        np.zeros((1, n), dtype),
+        np.zeros((1, n), dtype),
+        *model_bars,
+        np.zeros((1, 6), dtype),
+        np.zeros((1, n), dtype),
+        np.zeros((1, ne, 3), dtype),
+        np.zeros((1, ne, 3), dtype),
+    )
+    quaternion_cot, v0_cot, w0_cot, q_cot, qd_cot = stage_bars[:5]
+    force_cot, torque_cot = stage_bars[18], stage_bars[19]
+    acceleration_cot = np.zeros((1, 6 + n), dtype)
+    multiplier = np.zeros((1, 6 + n), dtype)
+    rates = np.zeros((4, size), dtype)
+    rate_bars = np.zeros((4, size), dtype)
+    y_bar = np.zeros(size, dtype)
+    u, rate_total = np.zeros(4, dtype), np.zeros(4, dtype)
+    for b in range(start, stop):
+        h = dt[_pick(b, dt)]
+        bq = _pick(b, quaternion)
+        cot = state_bar_in[_pick(b, state_bar_in)]
+        for k in range(4):
+            _stage_rate(stages[b, k], n, rates[k])
+        # The quaternion after the step, before its normalisation (as rk4_rollout sums it).
+        for a in range(4):
+            rate_total[a] = 0.0
+            for k in range(4):
+                rate_total[a] += _RK4_WEIGHTS[k] * rates[k, 3 + a]
+            u[a] = quaternion[bq, a] + h * rate_total[a]
+        for a in range(size):
+            y_bar[a] = cot[a]
+        norm_sq = u[0] * u[0] + u[1] * u[1] + u[2] * u[2] + u[3] * u[3]
+        if norm_sq > 0:  # quat / |quat|, transposed (a zero quaternion stays zero: identity)
+            norm = np.sqrt(norm_sq)
+            projection = 0.0
+            for a in range(4):
+                projection += u[a] * cot[3 + a]
+            for a in range(4):
+                y_bar[3 + a] = (cot[3 + a] - u[a] * projection / norm_sq) / norm
+        # y1 = y0 + h sum_k b_k k_k
+        dt_total = 0.0
+        for k in range(4):
+            for a in range(size):
+                dt_total += _RK4_WEIGHTS[k] * rates[k, a] * y_bar[a]
+                rate_bars[k, a] = h * _RK4_WEIGHTS[k] * y_bar[a]
+        for a in range(size):
+            state_bar[b, a] = y_bar[a]
+        for a in range(n):
+            tau_bar[b, a] = 0.0
+        for a in range(3):
+            base_force_bar[b, a] = 0.0
+            base_torque_bar[b, a] = 0.0
+        for k in range(3, -1, -1):
+            stage = stages[b, k]
+            kb = rate_bars[k]
+            for a in range(4):
+                stage_quaternion[0, a] = stage[a]
+            for a in range(3):
+                stage_v0[0, a] = stage[4 + a]
+                stage_w0[0, a] = stage[7 + a]
+            for a in range(n):
+                stage_q[0, a] = stage[10 + a]
+                stage_qd[0, a] = stage[10 + n + a]
+                stage_qdd[0, a] = stage[16 + 2 * n + a]
+            for a in range(6):
+                stage_base_acceleration[0, a] = stage[10 + 2 * n + a]
+            # The accelerations' cotangent: that of the rates dv0/dt, dw0/dt and qdd.
+            for a in range(6):
+                acceleration_cot[0, a] = kb[7 + a]
+            for a in range(n):
+                acceleration_cot[0, 6 + a] = kb[13 + n + a]
+            _forward_dynamics_vjp_sample(
+                b,
+                0,
+                parent,
+                revolute,
+                free,
+                end_point_link,
+                dof_parent,
+                inputs,
+                acceleration_cot,
+                multiplier,
+                stage_bars,
+                work,
+                cotangents,
+            )
+            # Each stage's cotangents of the model and the end-point loads, summed (the last
+            # stage, transposed first, writes them), element by element: as array expressions
+            # on row views (or np.ndindex) they cost 2-5 us per sample (7-joint arm; the
+            # whole step's reverse mode 15 us).
+            last = k == 3
+            base_mass_bar[b] = model_bars[0][0] + (0.0 if last else base_mass_bar[b])
+            _sum_row_of_vectors(base_inertia_bar, b, model_bars[1], last)
+            _sum_row(link_mass_bar, b, model_bars[2], last)
+            _sum_row_of_matrices(link_inertia_bar, b, model_bars[3], last)
+            _sum_row_of_matrices(joint_frame_bar, b, model_bars[4], last)
+            _sum_row_of_vectors(parent_to_joint_bar, b, model_bars[5], last)
+            _sum_row_of_vectors(centroid_to_joint_bar, b, model_bars[6], last)
+            _sum_row_of_vectors(centroid_to_end_point_bar, b, model_bars[7], last)
+            _sum_row(stiffness_bar, b, model_bars[8], last)
+            _sum_row(damping_bar, b, model_bars[9], last)
+            _sum_row(gravity_bar, b, model_bars[10], last)
+            _sum_row_of_vectors(end_point_force_bar, b, force_cot, last)
+            _sum_row_of_vectors(end_point_torque_bar, b, torque_cot, last)
+            for a in range(3):
+                base_force_bar[b, a] += multiplier[0, a]
+                base_torque_bar[b, a] += multiplier[0, 3 + a]
+            for a in range(n):
+                tau_bar[b, a] += multiplier[0, 6 + a]
+            # The other rates: dr0/dt = v0, dq/dt = qd, dquat/dt = 1/2 [w0, 0] * quat.
+            for a in range(3):
+                v0_cot[0, a] += kb[a]
+            for a in range(n):
+                qd_cot[0, a] += kb[13 + a]
+            x, yq, z, w = stage[0], stage[1], stage[2], stage[3]
+            wx, wy, wz = stage[7], stage[8], stage[9]
+            g3, g4, g5, g6 = kb[3], kb[4], kb[5], kb[6]
+            quaternion_cot[0, 0] += 0.5 * (g4 * wz - g5 * wy - g6 * wx)
+            quaternion_cot[0, 1] += 0.5 * (g5 * wx - g3 * wz - g6 * wy)
+            quaternion_cot[0, 2] += 0.5 * (g3 * wy - g4 * wx - g6 * wz)
+            quaternion_cot[0, 3] += 0.5 * (g3 * wx + g4 * wy + g5 * wz)
+            w0_cot[0, 0] += 0.5 * (g3 * w - g4 * z + g5 * yq - g6 * x)
+            w0_cot[0, 1] += 0.5 * (g3 * z + g4 * w - g5 * x - g6 * yq)
+            w0_cot[0, 2] += 0.5 * (g4 * x - g3 * yq + g5 * w - g6 * z)
+            # The stage state y0 + c_k h k_(k-1) (all but r0), transposed.
+            for a in range(4):
+                y_bar[3 + a] = quaternion_cot[0, a]
+            for a in range(3):
+                y_bar[7 + a] = v0_cot[0, a]
+                y_bar[10 + a] = w0_cot[0, a]
+            for a in range(n):
+                y_bar[13 + a] = q_cot[0, a]
+                y_bar[13 + n + a] = qd_cot[0, a]
+            for a in range(3, size):
+                state_bar[b, a] += y_bar[a]
+            if k > 0:
+                c = _RK4_OFFSETS[k]
+                for a in range(3, size):
+                    dt_total += c * rates[k - 1, a] * y_bar[a]
+                    rate_bars[k - 1, a] += c * h * y_bar[a]
+        dt_bar[b] = dt_total

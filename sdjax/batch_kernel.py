@@ -460,12 +460,36 @@ def _newton_euler_vjp(
         *cotangent_leaves,
     ]
     is_batched = [bool(flags[id(x)]) for x in leaves]
-    # One output buffer (each array a callback returns costs ~30 us), cut into the kernel's
-    # output arrays: the cotangents of the inputs before the cotangent leaves, in their order,
-    # then the extra rows.
+    # The cotangents of the inputs before the cotangent leaves, in their order, then the extra rows.
     shapes = [tuple(np.shape(x)[1 if b else 0 :]) for x, b in zip(leaves[:20], is_batched[:20])]
     shapes[18], shapes[19] = shapes[18][1:], shapes[19][1:]  # (the end-point loads' step axis)
     shapes += [(size,) for size in extra_sizes]
+    bars = _call_packed(kernel_name, axis_size, _topology(model), leaves, is_batched, dtype, shapes)
+    quaternion, v0, w0, q, qd = bars[:5]
+    base_acceleration_bar, qdd_bar, force_bar, torque_bar = bars[16:20]
+    model_bar = _model_cotangent(axis_size, model, flags, batched[0], tuple(bars[5:16]))
+    state_bar = eqx.tree_at(
+        lambda s: (s.base_quaternion, s.base_linear_velocity, s.base_angular_velocity, s.q, s.qd),
+        jax.tree.map(functools.partial(_zeros, axis_size), state, batched[1]),
+        (quaternion, v0, w0, q, qd),
+    )
+    bars_out = (model_bar, state_bar, base_acceleration_bar, qdd_bar, force_bar, torque_bar)
+    args = (model, state, base_acceleration, qdd, end_point_force, end_point_torque)
+    return jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), bars_out, args), bars[20:]
+
+
+def _call_packed(
+    kernel_name: str,
+    axis_size: int,
+    topology: tuple,
+    leaves: list[Any],
+    is_batched: list[bool],
+    dtype: Any,
+    shapes: list[tuple[int, ...]],
+) -> list[Array]:
+    """:func:`_call` of a kernel whose outputs are arrays of ``(B, *shape)`` for each of
+    ``shapes``, returned through one output buffer (each array a callback returns costs ~30 us)
+    cut into the kernel's output arrays, and cut again on the JAX side."""
     sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
     offsets = np.cumsum([0, *sizes])
 
@@ -477,23 +501,30 @@ def _newton_euler_vjp(
         )
 
     results = [jax.ShapeDtypeStruct((axis_size, int(offsets[-1])), dtype)]
-    packed = _call(kernel_name, axis_size, _topology(model), leaves, is_batched, dtype, results, outputs)[0]
-    bars = [
+    packed = _call(kernel_name, axis_size, topology, leaves, is_batched, dtype, results, outputs)[0]
+    return [
         packed[:, start:stop].reshape((axis_size, *shape))
         for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes)
     ]
-    (quaternion, v0, w0, q, qd, base_mass, base_inertia, link_mass, link_inertia, joint_frame) = bars[:10]
-    parent_to_joint, centroid_to_joint, end_point, stiffness, damping, gravity = bars[10:16]
-    base_acceleration_bar, qdd_bar, force_bar, torque_bar = bars[16:20]
+
+
+def _zeros(axis_size: int, x: Any, is_batched: bool) -> Array:
+    """Zero cotangents of leaf ``x`` for ``axis_size`` samples (a row each, a shared leaf's too)."""
+    return jnp.zeros((axis_size, *np.shape(x)[1 if is_batched else 0 :]), jnp.result_type(x))
+
+
+def _model_cotangent(
+    axis_size: int, model: Any, flags: dict[int, bool], batched_model: Any, bars: tuple[Any, ...]
+) -> Any:
+    """The model's cotangent (one row per sample) from the kernels' cotangents of their model
+    inputs (:func:`_model_leaves`' order, the joint frames' fixed rotations in place of their
+    RPY angles, mapped back here); zero for the leaves the kernels do not read."""
+    base_mass, base_inertia, link_mass, link_inertia, joint_frame = bars[:5]
     # The joint frames' fixed rotations come from their RPY angles: their cotangent, mapped back.
-    rpy = jnp.asarray(model.joint_rpy, dtype)
+    rpy = jnp.asarray(model.joint_rpy, joint_frame.dtype)
     if not flags[id(model.joint_rpy)]:
         rpy = jnp.broadcast_to(rpy, (axis_size, *rpy.shape))
     rpy_bar = jax.vmap(lambda angles, bar: jax.vjp(rpy_to_matrix, angles)[1](bar)[0])(rpy, joint_frame)
-
-    def zeros(x: Any, is_batched: bool) -> Any:
-        return jnp.zeros((axis_size, *np.shape(x)[1 if is_batched else 0 :]), jnp.result_type(x))
-
     model_bar = eqx.tree_at(
         lambda m: (
             m.base_mass,
@@ -508,18 +539,10 @@ def _newton_euler_vjp(
             m.joint_damping,
             m.gravity,
         ),
-        jax.tree.map(zeros, model, batched[0]),
-        (base_mass, base_inertia, link_mass, link_inertia, rpy_bar, parent_to_joint, centroid_to_joint, end_point)
-        + (stiffness, damping, gravity),
+        jax.tree.map(functools.partial(_zeros, axis_size), model, batched_model),
+        (base_mass, base_inertia, link_mass, link_inertia, rpy_bar, *bars[5:]),
     )
-    state_bar = eqx.tree_at(
-        lambda s: (s.base_quaternion, s.base_linear_velocity, s.base_angular_velocity, s.q, s.qd),
-        jax.tree.map(zeros, state, batched[1]),
-        (quaternion, v0, w0, q, qd),
-    )
-    bars_out = (model_bar, state_bar, base_acceleration_bar, qdd_bar, force_bar, torque_bar)
-    args = (model, state, base_acceleration, qdd, end_point_force, end_point_torque)
-    return jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), bars_out, args), bars[20:]
+    return jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), model_bar, model)
 
 
 def inertia_matrix(axis_size: int, model: Any, state: Any, batched: Any, *, factorise: bool = False) -> Array:
@@ -566,15 +589,114 @@ def rk4_rollout(axis_size: int, model: Any, state: Any, dt: Any, controls: Any, 
     """
     flags = _flags((model, state, dt, controls), batched)
     num_steps = controls.tau.shape[1 if flags[id(controls.tau)] else 0]
+    return _rollout(axis_size, "none", model, state, dt, controls, _no_law(model, flags), num_steps, flags)[0]
+
+
+def _no_law(model: Any, flags: dict[int, bool]) -> tuple:
+    """The joint law's inputs of an open-loop :func:`_rollout` (not read): one row, one step of
+    noise, the plant's model leaves (shared stand-ins of the batched ones, so that a batch of
+    models is not passed twice)."""
     n = model.num_joints
-    # The law's inputs (not read): one row, one step of noise, the plant's model leaves (shared
-    # stand-ins of the batched ones, so that a batch of models is not passed twice).
     row, noise = jnp.zeros((n,), model.joint_rpy.dtype), jnp.zeros((1, n), model.joint_rpy.dtype)
     law_model = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype) if flags[id(x)] else x, model)
     for x in (row, noise, *jax.tree.leaves(law_model)):
         flags.setdefault(id(x), False)
-    law = (law_model, row, row, row, row, row, noise)
-    return _rollout(axis_size, "none", model, state, dt, controls, law, num_steps, flags)[0]
+    return (law_model, row, row, row, row, row, noise)
+
+
+def stage_size(n: int) -> int:
+    """``16 + 3 n``: the numbers of one RK4 stage stored by :func:`rk4_step` (``n`` joints)."""
+    return 16 + 3 * n
+
+
+def rk4_step(
+    axis_size: int, model: Any, state: Any, dt: Any, controls: Any, batched: Any, *, with_stages: bool
+) -> tuple[Array, Array | None]:
+    """Batched :func:`sdjax.integrate.rk4_step` without environment loads (a model without
+    mimic joints) by the compiled kernel: one step, ``controls`` held over it.
+
+    Arguments:
+        axis_size: batch size ``B``.
+        model, state, dt, controls: the step's arguments, each leaf batched (batch on axis 0) or
+            shared as ``batched`` (booleans, the structure of ``(model, state, dt, controls)``)
+            says.
+        with_stages: also return the four stages (what reverse mode reads: :func:`rk4_step_vjp`).
+
+    Returns:
+        ``(new_state (B, 13 + 2 n), stages (B, 4, 16 + 3 n) or None)``: the state after the step
+        packed as ``[r0, quat, v0, w0, q, qd]``; each stage's state ``[quat, v0, w0, q, qd]`` and
+        accelerations ``[dv0/dt, dw0/dt, qdd]``.
+    """
+    flags = _flags((model, state, dt, controls), batched)
+    held = _HeldLoads(*_held_loads(_controls_leaves(controls), flags))
+    states, _, stages = _rollout(
+        axis_size, "none", model, state, dt, held, _no_law(model, flags), 1, flags, with_stages=with_stages
+    )
+    return states[:, 0], (stages if with_stages else None)
+
+
+def rk4_step_vjp(
+    axis_size: int, model: Any, state: Any, dt: Any, controls: Any, stages: Any, cotangent: Any, batched: Any
+) -> tuple[Any, Any, Any, Any]:
+    """Batched reverse mode of :func:`rk4_step` by the compiled kernel
+    (:func:`sdjax._kernel_equations.rk4_step_vjp_range`: the four stages transposed, each
+    stage's forward dynamics by its implicit-function rule).
+
+    Arguments:
+        axis_size: batch size ``B``.
+        model, state, dt, controls: the step's arguments, batched or shared as ``batched``
+            (booleans, the structure of ``(model, state, dt, controls, stages)``) says.
+        stages: ``(B, 4, 16 + 3 n)`` the step's stages (:func:`rk4_step`).
+        cotangent: a :class:`~sdjax.state.State` of ``(B, ...)`` leaves, the cotangent of the
+            state after the step.
+
+    Returns:
+        The cotangents of ``(model, state, dt, controls)``, that structure, each leaf ``(B,
+        *leaf.shape)`` (one row per sample, a shared leaf's too); zero for the leaves the step
+        does not read.
+    """
+    dtype = _dtype(model, state)
+    flags = _flags((model, state, dt, controls, stages), batched)
+    if not flags[id(stages)]:
+        stages = jnp.broadcast_to(stages, (axis_size, *stages.shape))
+    packed = jnp.concatenate([jnp.asarray(x, dtype) for x in _state_fields(cotangent)], axis=-1)
+    for x in (stages, packed):
+        flags[id(x)] = True
+    leaves = [
+        *_sample_leaves(model, state, dtype, flags),
+        *_held_loads(_controls_leaves(controls), flags),
+        dt,
+        stages,
+        packed,
+    ]
+    is_batched = [bool(flags[id(x)]) for x in leaves]
+    n, ne = model.num_joints, model.num_end_points
+    shapes = [(13 + 2 * n,)] + [tuple(np.shape(x)[1 if b else 0 :]) for x, b in zip(leaves[5:16], is_batched[5:16])]
+    shapes += [(n,), (3,), (3,), (ne, 3), (ne, 3), ()]
+    bars = _call_packed("rk4_step_vjp_range", axis_size, _topology(model), leaves, is_batched, dtype, shapes)
+    fields = jnp.split(bars[0], [3, 7, 10, 13, 13 + n], axis=-1)
+    state_bar = jax.tree.unflatten(jax.tree.structure(state), fields)
+    model_bar = _model_cotangent(axis_size, model, flags, batched[0], tuple(bars[1:12]))
+    controls_bar = eqx.tree_at(
+        lambda c: (c.tau, c.base_force, c.base_torque, c.end_point_force, c.end_point_torque),
+        controls,
+        tuple(bars[12:17]),
+    )
+    dt_bar = jnp.reshape(bars[17], (axis_size, *np.shape(dt)[1 if batched[2] else 0 :]))
+    bars_out = (model_bar, state_bar, dt_bar, controls_bar)
+    return jax.tree.map(lambda bar, x: bar.astype(jnp.result_type(x)), bars_out, (model, state, dt, controls))
+
+
+def _state_fields(state: Any) -> list[Any]:
+    """A :class:`~sdjax.state.State`'s leaves in the kernels' packed order ``[r0, quat, v0, w0, q, qd]``."""
+    return [
+        state.base_position,
+        state.base_quaternion,
+        state.base_linear_velocity,
+        state.base_angular_velocity,
+        state.q,
+        state.qd,
+    ]
 
 
 class JointLaw(NamedTuple):
@@ -627,7 +749,7 @@ def controlled_rk4_rollout(
     flags = _flags((model, state, dt, law, controls), batched)
     held = _HeldLoads(*_held_loads(_controls_leaves(controls), flags))  # (one step, held throughout)
     fields = (law.model, law.kp, law.kd, law.goal, law.limit, law.bias, law.noise)
-    return _rollout(axis_size, law.kind, model, state, dt, held, fields, num_steps, flags)
+    return _rollout(axis_size, law.kind, model, state, dt, held, fields, num_steps, flags)[:2]
 
 
 class _HeldLoads(NamedTuple):
@@ -650,22 +772,17 @@ def _rollout(
     law: tuple,
     num_steps: int,
     flags: dict[int, bool],
-) -> tuple[Array, Array]:
+    *,
+    with_stages: bool = False,
+) -> tuple[Array, Array, Array]:
     """The kernel :func:`sdjax._kernel_equations.rk4_rollout` on a batch: ``controls`` with a
     step axis (``N`` or 1) after any batch axis, ``law = (model, kp, kd, goal, limit, bias,
-    noise)``, ``flags``: id of each leaf -> batched."""
+    noise)``, ``flags``: id of each leaf -> batched. Returns the states, the law's torques and
+    (``with_stages``; otherwise an empty array) the last step's stages."""
     dtype = _dtype(model, state)
-    state_leaves = [
-        state.base_position,
-        state.base_quaternion,
-        state.base_linear_velocity,
-        state.base_angular_velocity,
-        state.q,
-        state.qd,
-    ]
     law_model, *law_arrays = law
     leaves = [
-        *state_leaves,
+        *_state_fields(state),
         *_model_leaves(model),
         *_controls_leaves(controls),
         dt,
@@ -680,10 +797,11 @@ def _rollout(
     results = [
         jax.ShapeDtypeStruct((axis_size, num_steps, 13 + 2 * n), dtype),
         jax.ShapeDtypeStruct((axis_size if kind != "none" else 0, num_steps, n), dtype),
+        jax.ShapeDtypeStruct((axis_size if with_stages else 0, 4, stage_size(n)), dtype),
     ]
     topology = (*_topology(model), getattr(_equations(), "LAW_" + kind.upper()))  # (the kernel's code)
     out = _call("rk4_rollout", axis_size, topology, leaves, is_batched, dtype, results, tuple)
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 _lock = threading.Lock()

@@ -479,9 +479,9 @@ def _batched_bias_forces(
 ) -> Any:
     """Batched evaluation of :func:`_plain_free_bias_forces` (primal values only): the
     kernel's inverse dynamics at zero accelerations, no loads and no passive joints where it
-    serves (:func:`_kernel_serves`), otherwise one vectorised program."""
+    serves (:func:`kernel_serves`), otherwise one vectorised program."""
     model, state = args
-    if not _kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+    if not kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
         return jax.vmap(lambda leaves: _plain_free_bias_forces(*rebuild(leaves)), axis_size=axis_size)(mapped)
     model_batched, state_batched = in_batched
     dtype = state.q.dtype
@@ -575,11 +575,11 @@ def _batched_inertia_matrix(
     axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Callable[[list[Any]], Any]
 ) -> Any:
     """Batched evaluation of :func:`_plain_free_inertia_matrix` (primal values only): the
-    compiled kernel where it serves (:func:`_kernel_serves`), otherwise one vectorised program
+    compiled kernel where it serves (:func:`kernel_serves`), otherwise one vectorised program
     (chunks of 128 to 2048 samples timed the same as the whole batch within this machine's
     noise: :data:`INVERSE_DYNAMICS_CHUNK_BUDGET`)."""
     model, state = args
-    if _kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+    if kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
         return batch_kernel.inertia_matrix(axis_size, model, state, in_batched)
     return jax.vmap(lambda leaves: _plain_free_inertia_matrix(*rebuild(leaves)), axis_size=axis_size)(mapped)
 
@@ -767,7 +767,7 @@ def _map_in_chunks(one: Any, mapped: list[Any], axis_size: int, chunk: int) -> A
     return jax.vmap(one, axis_size=axis_size)(mapped)
 
 
-def _kernel_serves(model: Model, mapped: list[Any], axis_size: int, min_bodies: int = 0) -> bool:
+def kernel_serves(model: Model, mapped: list[Any], axis_size: int, min_bodies: int = 0) -> bool:
     """Whether a batch goes to the compiled kernel (:mod:`sdjax.batch_kernel`): something is
     batched, the batch is at least :data:`sdjax.batch_kernel.MIN_BATCH` samples and
     ``min_bodies`` bodies in all, the kernel is available (Numba, the CPU), and the model has no
@@ -802,11 +802,11 @@ def _batched_inverse_dynamics(
 ) -> Any:
     """Batched evaluation of :func:`_newton_euler_inverse` (primal values only: reverse mode
     goes through :func:`_batched_inverse_dynamics_vjp`, other derivatives are the plain
-    function's): the compiled kernel where it serves (:func:`_kernel_serves`),
+    function's): the compiled kernel where it serves (:func:`kernel_serves`),
     otherwise, on the CPU, chunks of :data:`INVERSE_DYNAMICS_CHUNK_BUDGET` bodies' worth of
     samples (``lax.map``), each vectorised, and one vectorised program on an accelerator."""
     model, state, base_acceleration, qdd, end_point_force, end_point_torque = args
-    if _kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+    if kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
         return batch_kernel.inverse_dynamics(
             axis_size, model, state, base_acceleration, qdd, end_point_force, end_point_torque, in_batched
         )
@@ -818,11 +818,11 @@ def _batched_inverse_dynamics_vjp(
     axis_size: int, args: tuple[Any, ...], in_batched: Any, cotangent: tuple[Array, Array]
 ) -> Any:
     """Reverse mode of a batched :func:`_newton_euler_inverse`: the compiled kernel's
-    vector-Jacobian product where it serves (:func:`_kernel_serves`; the batch size alone
+    vector-Jacobian product where it serves (:func:`kernel_serves`; the batch size alone
     decides, the reverse pass being several times the forward one's work), otherwise None (the
     plain VJP, vectorised)."""
     mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
-    if not _kernel_serves(args[0], mapped, axis_size):
+    if not kernel_serves(args[0], mapped, axis_size):
         return None
     model, state, base_acceleration, qdd, end_point_force, end_point_torque = args
     return batch_kernel.inverse_dynamics_vjp(
@@ -862,7 +862,7 @@ def _batched_solve(
     solves returns zeros in its place (the derivative rule's solve: the kernel refactorises
     where the factor is used, :func:`_rule_factor`)."""
     model, state, controls = args
-    if _kernel_serves(model, mapped, axis_size):
+    if kernel_serves(model, mapped, axis_size):
         acceleration, factor = batch_kernel.solve_forward_dynamics(
             axis_size, model, state, controls, in_batched, with_factor=with_factor and factor_from_kernel
         )
@@ -909,14 +909,14 @@ def _batched_rule_factor(
     axis_size: int, args: tuple[Model, State, Array], in_batched: Any, mapped: list[Any], rebuild: Any
 ) -> Array:
     model, state, factor = args
-    if _kernel_serves(model, mapped, axis_size):  # (as the solve decided: the same model and batch)
+    if kernel_serves(model, mapped, axis_size):  # (as the solve decided: the same model and batch)
         return batch_kernel.inertia_matrix(axis_size, model, state, in_batched[:2], factorise=True)
     return factor if in_batched[2] else jnp.broadcast_to(factor, (axis_size, *factor.shape))
 
 
 #: ``(model, state, factor) -> factor``: the factor from :func:`_rule_solve`, the compiled
 #: kernel's refactorisation where that solve left zeros (the same batches: both decide by
-#: :func:`_kernel_serves` on the same model and batch size, and the solve's outputs are always
+#: :func:`kernel_serves` on the same model and batch size, and the solve's outputs are always
 #: batched). Its derivatives are the identity's (those of the solve's factor).
 _rule_factor = batched_route(_given_factor, _batched_rule_factor)
 
@@ -944,7 +944,7 @@ def _forward_dynamics_jvp(primals, tangents):
         # The solution and the factor are the rule's constants (no tangent of their own).
         constants = [SymbolicZero(jax.typeof(x).to_tangent_aval()) for x in (acceleration, factor)]
         tangent = linearized_tangent(
-            _forward_dynamics_tangent,
+            forward_dynamics_tangent,
             _batched_forward_dynamics_vjp,
             (model, state, controls, acceleration, factor),
             (*tangents, *constants),
@@ -965,7 +965,7 @@ def _forward_dynamics_jvp(primals, tangents):
 _forward_dynamics.defjvp(_forward_dynamics_jvp, symbolic_zeros=True)
 
 
-def _forward_dynamics_tangent(primals: tuple, tangents: tuple) -> Array:
+def forward_dynamics_tangent(primals: tuple, tangents: tuple) -> Array:
     """The implicit-function rule of the forward dynamics (no mimic joints): ``da = -H^-1
     (d residual)`` at the solution ``a``, ``primals = (model, state, controls, a, factor)``
     (``factor``: the lower Cholesky factor of the free coordinates' ``H`` from
@@ -980,12 +980,12 @@ def _forward_dynamics_tangent(primals: tuple, tangents: tuple) -> Array:
 
 
 def _batched_forward_dynamics_vjp(axis_size: int, args: tuple[Any, ...], in_batched: Any, cotangent: Array) -> Any:
-    """Reverse mode of a batch of :func:`_forward_dynamics_tangent`: the compiled kernel (the
+    """Reverse mode of a batch of :func:`forward_dynamics_tangent`: the compiled kernel (the
     multiplier ``H^-1 a_bar`` and the inverse dynamics' vector-Jacobian product in one pass per
-    sample) where it serves (:func:`_kernel_serves`), otherwise None (the plain map's
+    sample) where it serves (:func:`kernel_serves`), otherwise None (the plain map's
     transpose, vectorised)."""
     mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
-    if not _kernel_serves(args[0], mapped, axis_size):
+    if not kernel_serves(args[0], mapped, axis_size):
         return None
     model, state, controls, acceleration, factor = args
     bars = batch_kernel.forward_dynamics_vjp(axis_size, model, state, controls, acceleration, cotangent, in_batched[:4])

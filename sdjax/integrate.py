@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
+from jax.custom_derivatives import SymbolicZero
 
 from sdjax.algebra import matmul
 from sdjax import batch_kernel
@@ -34,14 +35,16 @@ from sdjax.dynamics import (
     Controls,
     floating_acceleration,
     forward_dynamics_and_factor,
+    forward_dynamics_tangent,
     generalized_loads,
     inertia_matrix,
+    kernel_serves,
     make_controls,
 )
 from sdjax.model import Model, floating_coordinates, free_coordinates, free_motion, joint_coordinate_map
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
 from sdjax._checks import check_choice, check_count, is_traced
-from sdjax._derivatives import batched_route
+from sdjax._derivatives import batched_evaluation, batched_route, linearized_tangent
 from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
 __all__ = [
@@ -85,7 +88,11 @@ def state_derivative(model: Model, state: State, controls: Controls) -> State:
     ``d r0/dt = v0``, ``d quat/dt = 1/2 [w0, 0] * quat``, base and joint accelerations from
     :func:`sdjax.forward_dynamics` (zero along base components the base mode fixes).
     """
-    acceleration = floating_acceleration(model, state, controls)
+    return _rate(state, floating_acceleration(model, state, controls))
+
+
+def _rate(state: State, acceleration: Array) -> State:
+    """The state's time derivative given its accelerations ``(6 + n,)`` (floating order)."""
     return State(
         base_position=state.base_linear_velocity,
         base_quaternion=quat_rate(state.base_quaternion, state.base_angular_velocity),
@@ -118,6 +125,7 @@ def runge_kutta4(
     prepare_stage: Callable[[_PyTreeT, Array], _PyTreeT] | None = None,
     *,
     has_aux: bool = False,
+    every_stage_aux: bool = False,
 ) -> Any:
     """One classical RK4 step ``y + dt sum_k b_k k_k`` with ``k_k = rate(y + c_k dt k_{k-1}, c_k dt)``.
 
@@ -134,6 +142,8 @@ def runge_kutta4(
         has_aux: ``rate`` also returns a pytree of other results; the first stage's (those at
             ``(t, y)`` itself: e.g. constraint forces there) are returned with the step, so a
             caller recording them needs no evaluation of its own.
+        every_stage_aux: with ``has_aux``, return the four stages' aux stacked (leading axis 4)
+            instead of the first's.
 
     Returns:
         ``y + dt sum_k b_k k_k`` (not normalised); with ``has_aux``, ``(that, first stage's aux)``.
@@ -153,7 +163,9 @@ def runge_kutta4(
     tableau = (jnp.asarray(_RK4_OFFSETS, dtype), jnp.asarray(_RK4_WEIGHTS, dtype))
     (total, _), auxes = lax.scan(stage, (zero, zero), tableau)
     new = _axpy(dt, total, state)
-    return (new, jax.tree.map(lambda x: x[0], auxes)) if has_aux else new
+    if not has_aux:
+        return new
+    return new, (auxes if every_stage_aux else jax.tree.map(lambda x: x[0], auxes))
 
 
 def _with_environment(
@@ -201,12 +213,175 @@ def rk4_step(
     dtype = state.q.dtype
     controls = make_controls(model, dtype=dtype) if controls is None else controls
     t = jnp.asarray(t, dtype)
+    if environment is None and not model.has_mimic:
+        # Batches on the CPU step in the compiled kernel, reverse mode too (_held_rk4_step).
+        return _held_rk4_step(model, state, jnp.asarray(dt, dtype), controls)
 
     def rate(stage: State, offset: Array) -> State:
         return state_derivative(model, stage, _with_environment(model, controls, environment, t + offset, stage))
 
-    new = runge_kutta4(rate, state, jnp.asarray(dt, dtype))
-    return eqx.tree_at(lambda s: s.base_quaternion, new, quat_normalize(new.base_quaternion))
+    return _normalised(runge_kutta4(rate, state, jnp.asarray(dt, dtype)))
+
+
+def _normalised(state: State) -> State:
+    return eqx.tree_at(lambda s: s.base_quaternion, state, quat_normalize(state.base_quaternion))
+
+
+# ------------------------------------------------------------------------------------------
+# The RK4 step with held loads (no environment), batched and differentiated as one piece.
+
+
+def _rk4_step_and_stages(model: Model, state: State, dt: Array, controls: Controls) -> tuple[State, Array, Array]:
+    """One RK4 step with held ``controls`` (:func:`rk4_step` without environment loads), its
+    four stages packed ``(4, 16 + 3 n)`` as the compiled kernel stores them (each stage's
+    ``[quat, v0, w0, q, qd]`` and accelerations ``[dv0/dt, dw0/dt, qdd]``) and the lower
+    Cholesky factors of their inertia matrices ``(4, nv, nv)``."""
+
+    def rate(stage: State, offset: Array) -> tuple[State, tuple[Array, Array]]:
+        acceleration, factor = forward_dynamics_and_factor(model, stage, controls)
+        return _rate(stage, acceleration), (_packed_stage(stage, acceleration), factor)
+
+    new, (stages, factors) = runge_kutta4(rate, state, dt, has_aux=True, every_stage_aux=True)
+    return _normalised(new), stages, factors
+
+
+def _plain_rk4_step(model: Model, state: State, dt: Array, controls: Controls) -> State:
+    return _rk4_step_and_stages(model, state, dt, controls)[0]
+
+
+def _packed_stage(stage: State, acceleration: Array) -> Array:
+    """A stage state and its accelerations as one vector ``(16 + 3 n,)``."""
+    fields = (stage.base_quaternion, stage.base_linear_velocity, stage.base_angular_velocity, stage.q, stage.qd)
+    return jnp.concatenate([*fields, acceleration])
+
+
+def _unpacked_stage(state: State, packed: Array) -> tuple[State, Array]:
+    """``(stage state, accelerations (6 + n,))`` of a packed stage; its position (which no rate
+    reads) is ``state``'s."""
+    n = state.q.shape[-1]
+    quaternion, v0, w0, q, qd, acceleration = jnp.split(packed, [4, 7, 10, 10 + n, 10 + 2 * n])
+    return State(state.base_position, quaternion, v0, w0, q, qd), acceleration
+
+
+def _batched_rk4_step(
+    axis_size: int, args: tuple[Any, ...], in_batched: Any, mapped: list[Any], rebuild: Any, with_stages: bool
+) -> Any:
+    """A batch of RK4 steps (with their stages where ``with_stages``): the compiled kernel where
+    it serves (:func:`sdjax.dynamics.kernel_serves`), the stages' factors then zeros (the
+    reverse kernel refactorises, forward mode reads them through the inertia kernel:
+    :func:`sdjax.dynamics.forward_dynamics_tangent`); otherwise the plain step, vectorised."""
+    model, state, dt, controls = args
+    if kernel_serves(model, mapped, axis_size):
+        packed, stages = batch_kernel.rk4_step(
+            axis_size, model, state, dt, controls, in_batched, with_stages=with_stages
+        )
+        n, nv = model.num_joints, model.num_velocities
+        new = jax.tree.unflatten(jax.tree.structure(state), jnp.split(packed, [3, 7, 10, 13, 13 + n], axis=-1))
+        if not with_stages:
+            return new
+        return new, stages, jnp.zeros((axis_size, 4, nv, nv), packed.dtype)
+    one = _rk4_step_and_stages if with_stages else _plain_rk4_step
+    return jax.vmap(lambda m: one(*rebuild(m)), axis_size=axis_size)(mapped)
+
+
+#: The step alone (the primal of :func:`_held_rk4_step`, whose rule gives every derivative).
+_rk4_step_primal = batched_evaluation(_plain_rk4_step, functools.partial(_batched_rk4_step, with_stages=False))
+#: The step and its stages, for the derivative rule.
+_rk4_rule_step = batched_route(_rk4_step_and_stages, functools.partial(_batched_rk4_step, with_stages=True))
+
+
+@jax.custom_jvp
+def _held_rk4_step(model: Model, state: State, dt: Array, controls: Controls) -> State:
+    """One RK4 step with held ``controls`` (no environment loads, no mimic joints). Under
+    ``vmap`` on the CPU a batch steps in the compiled kernel (:func:`sdjax.batch_kernel.rk4_step`:
+    one crossing from XLA per step instead of four), and its reverse mode too
+    (:func:`sdjax.batch_kernel.rk4_step_vjp`: the four stages transposed in one call). The
+    derivative rule is the step's tangent at its stored stages (:func:`_rk4_step_tangent`, one
+    linear primitive, :func:`sdjax._derivatives.linearized_tangent`): reverse mode keeps the
+    step's arguments and stages only."""
+    return _rk4_step_primal(model, state, dt, controls)
+
+
+def _held_rk4_step_jvp(primals: tuple, tangents: tuple) -> tuple[State, State]:
+    new, stages, factors = _rk4_rule_step(*primals)
+    # The stages and their factors are the rule's constants (no tangent of their own).
+    constants = [SymbolicZero(jax.typeof(x).to_tangent_aval()) for x in (stages, factors)]
+    tangent = linearized_tangent(
+        _rk4_step_tangent, _batched_rk4_step_vjp, (*primals, stages, factors), (*tangents, *constants), new
+    )
+    return new, tangent
+
+
+_held_rk4_step.defjvp(_held_rk4_step_jvp, symbolic_zeros=True)
+
+
+def _rk4_step_tangent(primals: tuple, tangents: tuple) -> State:
+    """The tangent of an RK4 step at its stages: ``primals = (model, state, dt, controls,
+    stages, factors)`` (:func:`_rk4_step_and_stages`), the stages and factors without tangents.
+    Stage ``k``'s state ``y + c_k dt k_(k-1)`` moves with ``dy + c_k (dt dk_(k-1) + d(dt)
+    k_(k-1))``, its rate by the forward dynamics' implicit-function rule at the stage's
+    accelerations (:func:`sdjax.dynamics.forward_dynamics_tangent`); the step's result
+    ``y + dt sum_k b_k k_k`` and its normalised quaternion follow."""
+    model, state, dt, controls, stages, factors = primals
+    d_model, d_state, d_dt, d_controls = tangents[:4]
+    d_state = _instantiated(d_state, state)
+    d_dt = _instantiated(d_dt, dt)
+    unpacked = jax.vmap(lambda packed: _unpacked_stage(state, packed))(stages)
+    rates = jax.vmap(_rate)(*unpacked)
+    previous_rates = jax.tree.map(lambda r: jnp.concatenate([jnp.zeros_like(r[:1]), r[:-1]]), rates)
+    dtype = stages.dtype
+    tableau = (jnp.asarray(_RK4_OFFSETS, dtype), jnp.asarray(_RK4_WEIGHTS, dtype))
+    no_tangent = [SymbolicZero(jax.typeof(x).to_tangent_aval()) for x in (unpacked[1][0], factors[0])]
+
+    def stage(carry: tuple[State, State], xs: Any) -> tuple[tuple[State, State], None]:
+        total, d_previous = carry
+        (offset, weight), (stage_state, acceleration), previous, factor = xs
+        d_stage = jax.tree.map(lambda y, dk, k: y + offset * (dt * dk + d_dt * k), d_state, d_previous, previous)
+        d_acceleration = forward_dynamics_tangent(
+            (model, stage_state, controls, acceleration, factor), (d_model, d_stage, d_controls, *no_tangent)
+        )
+        _, d_quaternion_rate = jax.jvp(
+            quat_rate,
+            (stage_state.base_quaternion, stage_state.base_angular_velocity),
+            (d_stage.base_quaternion, d_stage.base_angular_velocity),
+        )
+        d_rate = _rate(d_stage, d_acceleration)
+        d_rate = eqx.tree_at(lambda s: s.base_quaternion, d_rate, d_quaternion_rate)
+        return (jax.tree.map(lambda t, dk: t + weight * dk, total, d_rate), d_rate), None
+
+    zero = jax.tree.map(jnp.zeros_like, d_state)
+    (d_total, _), _ = lax.scan(stage, (zero, zero), (tableau, unpacked, previous_rates, factors))
+    total = jax.tree.map(lambda r: jnp.tensordot(tableau[1], r, axes=1), rates)
+    d_new = jax.tree.map(lambda dy, t, dt_total: dy + d_dt * t + dt * dt_total, d_state, total, d_total)
+    new_quaternion = state.base_quaternion + dt * total.base_quaternion
+    _, d_quaternion = jax.jvp(quat_normalize, (new_quaternion,), (d_new.base_quaternion,))
+    return eqx.tree_at(lambda s: s.base_quaternion, d_new, d_quaternion)
+
+
+def _instantiated(tangent: Any, like: Any) -> Any:
+    """``tangent`` with zeros in place of its symbolic zeros (a pytree like ``like``)."""
+    return jax.tree.map(
+        lambda t, x: jnp.zeros_like(x) if isinstance(t, SymbolicZero) else t,
+        tangent,
+        like,
+        is_leaf=lambda t: isinstance(t, SymbolicZero),
+    )
+
+
+def _batched_rk4_step_vjp(axis_size: int, args: tuple[Any, ...], in_batched: Any, cotangent: State) -> Any:
+    """Reverse mode of a batch of :func:`_rk4_step_tangent`: the compiled kernel where it
+    serves (:func:`sdjax.dynamics.kernel_serves`), otherwise None (the map's transpose,
+    vectorised)."""
+    mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
+    if not kernel_serves(args[0], mapped, axis_size):
+        return None
+    model, state, dt, controls, stages, factors = args
+    bars = batch_kernel.rk4_step_vjp(axis_size, model, state, dt, controls, stages, cotangent, in_batched[:5])
+    constants = [
+        jnp.zeros((axis_size, *x.shape[1 if b else 0 :]), x.dtype)
+        for x, b in ((stages, in_batched[4]), (factors, in_batched[5]))
+    ]
+    return (*bars, *constants)
 
 
 @eqx.filter_jit

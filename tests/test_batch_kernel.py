@@ -881,3 +881,78 @@ def test_refactorised_inertia_matrix_in_forward_and_reverse_mode(base, dtype, mo
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
             assert x.dtype == dtype
             assert_close(x, y, RTOL[dtype], f"{base}: {what}")  # (round-off of two factorisations)
+
+
+@pytest.mark.parametrize(
+    ("base", "dtype"), [("floating", jnp.float64), ("fixed", jnp.float64), ("floating", jnp.float32)]
+)
+def test_rk4_step_in_the_kernel_forward_and_reverse_mode(base, dtype, monkeypatch):
+    """A batch of RK4 steps under a feedback law (the closed loop a JAX law makes: XLA between
+    steps) steps in the kernel, one call per step, and its reverse mode is one call per step too
+    (the four stages transposed, counted). Values, reverse mode (masses, inertias, joint offsets,
+    gravity, initial states, the law's gain and the step) and forward mode equal the XLA path
+    (``SDJAX_KERNEL=jax``, the plain step's tangent at its stages) on a 9-link branched tree
+    with prismatic joints, passive joints, gravity and base and end-point loads."""
+    kernels = _counting_kernels(monkeypatch)
+    model = sdjax.edit_model(random_model(21, 9, chain_probability=0.4, gravity=True, passive=True), base=base)
+    model = model.astype(dtype)
+    assert not all(t == "R" for t in model.joint_type) and len(set(model.parent)) < model.num_joints
+    batch, steps, n, ne = 5, 3, model.num_joints, model.num_end_points
+    states = jax.tree.map(
+        lambda *xs: jnp.stack(xs).astype(dtype), *[random_state(model, 40 + k, scale=0.5) for k in range(batch)]
+    )
+    rng = np.random.default_rng(9)
+    loads = dynamics.Controls(
+        jnp.zeros((n,), dtype),
+        jnp.asarray(rng.normal(size=3), dtype),
+        jnp.asarray(rng.normal(size=3), dtype),
+        jnp.asarray(rng.normal(size=(ne, 3)), dtype),
+        jnp.asarray(rng.normal(size=(ne, 3)), dtype),
+    )
+    weights = jnp.asarray(rng.normal(size=(batch, 13 + 2 * n)), dtype)
+
+    def loss(masses, inertias, offsets, gravity, gain, dt, s):
+        m = eqx.tree_at(
+            lambda m: (m.link_mass, m.link_inertia, m.parent_centroid_to_joint, m.gravity),
+            model,
+            (masses, inertias, offsets, gravity),
+        )
+
+        def law(t, state):
+            return eqx.tree_at(lambda c: c.tau, loads, -gain * state.q - 0.3 * state.qd + jnp.sin(t))
+
+        def one(state):
+            end = jax.tree.map(lambda x: x[-1], sdjax.rollout(m, state, dt, steps, law).states)
+            return jnp.concatenate([end.base_position, end.base_quaternion, end.base_linear_velocity])
+
+        ends = jax.vmap(one)(s)
+        final = jax.vmap(lambda state: sdjax.rk4_step(m, state, dt, loads))(s)
+        return jnp.sum(jnp.sin(ends) * weights[:, :10]) + jnp.sum(jnp.cos(final.q) * weights[:, 10 : 10 + n])
+
+    primals = (
+        model.link_mass,
+        model.link_inertia,
+        model.parent_centroid_to_joint,
+        model.gravity,
+        jnp.asarray(2.0, dtype),
+        jnp.asarray(0.01, dtype),
+        states,
+    )
+    directions = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=np.shape(x)), dtype), primals)
+
+    def runs():
+        value = jax.jit(loss)(*primals)
+        reverse = jax.jit(jax.grad(loss, argnums=tuple(range(7))))(*primals)
+        forward = jax.jit(lambda *p: jax.jvp(loss, p, directions)[1])(*primals)
+        return value, reverse, forward
+
+    ours = runs()
+    assert kernels.count("rk4_step_vjp_range") == steps + 1 and "forward_dynamics_vjp_range" not in kernels
+    assert kernels.count("rk4_rollout") >= 2 * (steps + 1)  # (the value and the gradient's forward pass)
+    monkeypatch.setenv("SDJAX_KERNEL", "jax")
+    jax.clear_caches()
+    expected = runs()
+    for what, a, b in zip(("value", "reverse mode", "forward mode"), ours, expected):
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+            assert x.dtype == dtype
+            assert_close(x, y, RTOL[dtype], f"{base}: {what}")  # (round-off of 4 (steps + 1) solves)
