@@ -351,7 +351,7 @@ def _rk4_step_tangent(primals: tuple, tangents: tuple) -> State:
 
     zero = jax.tree.map(jnp.zeros_like, d_state)
     (d_total, _), _ = lax.scan(stage, (zero, zero), (tableau, unpacked, previous_rates, factors))
-    total = jax.tree.map(lambda r: jnp.tensordot(tableau[1], r, axes=1), rates)
+    total = jax.tree.map(lambda r: sum(weight * r[k] for k, weight in enumerate(_RK4_WEIGHTS)), rates)
     d_new = jax.tree.map(lambda dy, t, dt_total: dy + d_dt * t + dt * dt_total, d_state, total, d_total)
     new_quaternion = state.base_quaternion + dt * total.base_quaternion
     _, d_quaternion = jax.jvp(quat_normalize, (new_quaternion,), (d_new.base_quaternion,))

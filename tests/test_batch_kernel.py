@@ -484,14 +484,19 @@ def test_rollout_kernel_shared_and_batched_inputs(monkeypatch):
 
 
 def test_rollout_kernel_only_for_open_loop_rk4(monkeypatch):
-    """Feedback laws, environment loads and other integrators need XLA between steps: those
-    rollouts never enter the rollout kernel (their forward dynamics may enter the other)."""
+    """Feedback laws, environment loads and other integrators need XLA between steps: a
+    feedback law's RK4 rollout enters the kernel once per step (the step with its torques held),
+    environment loads (evaluated at every stage) and other integrators never enter the rollout
+    kernel (their forward dynamics enter the other)."""
     model = random_model(3, 5)
     states = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_state(model, k) for k in range(3)])
     names = _counting_kernels(monkeypatch)
     law = lambda t, s: -s.qd  # noqa: E731
+    jax.block_until_ready(jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, 0.01, 4, law)))(states))
+    assert names == ["rk4_rollout"] * 4, names
+    names.clear()
     environment = lambda t, s: dynamics.make_controls(model, tau=-s.q)  # noqa: E731
-    for kwargs in ({"control": law}, {"environment": environment}, {"integrator": "euler"}):
+    for kwargs in ({"environment": environment}, {"integrator": "euler"}):
         jax.block_until_ready(jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, 0.01, 4, **kwargs)))(states))
     assert "rk4_rollout" not in names and "forward_dynamics" in names, names
 
@@ -665,7 +670,7 @@ def test_scenario_kernel_shared_inputs_fallbacks_and_gradients(monkeypatch):
     names.clear()
     jax.clear_caches()
     fallback = jax.jit(jax.vmap(lambda q: planar(model, {"q0": q})))(q0)
-    assert "rk4_rollout" not in names, names
+    assert names.count("rk4_rollout") == 10, names  # (each step apart, the law in XLA)
     alone = jax.jit(lambda q: planar(model, {"q0": q}))
     for k in range(q0.shape[0]):
         assert_close(fallback.states.q[k], alone(q0[k]).states.q, SCENARIO_RTOL[jnp.float64], f"planar controller {k}")
