@@ -21,7 +21,13 @@ One compiled forward dynamics serves every entry:
   :func:`sdjax.integrate.rk4_step`: four stages on the un-normalised quaternion, normalised
   after each step), open loop or under a joint law evaluated at each step (PD or computed
   torque, saturated, with bias and noise torques), blocks of samples stepping together, four
-  forward dynamics per step, no crossing back to XLA.
+  forward dynamics per step, no crossing back to XLA; with one step, the RK4 step of
+  :func:`sdjax.integrate.rk4_step`, its stages stored for reverse mode;
+- :func:`inverse_dynamics_vjp_range` and :func:`forward_dynamics_vjp_range`: reverse mode of the
+  inverse dynamics (every piece transposed, :func:`_newton_euler_reverse`) and of the forward
+  dynamics (its implicit-function rule: ``H`` refactorised from the same Newton-Euler pass);
+- :func:`rk4_step_vjp_range`: reverse mode of one RK4 step, its four stages transposed, each
+  stage's forward dynamics as :func:`forward_dynamics_vjp_range`'s.
 
 Each is serial and releases the GIL (threads of :mod:`sdjax.batch_kernel` take disjoint sample
 ranges) and is cached on disk by Numba (compiled once per precision).

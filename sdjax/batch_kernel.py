@@ -26,7 +26,10 @@ transposed by hand, eqs 3.1-3.39), and that of the forward dynamics by its impli
 rule (:func:`forward_dynamics_vjp`: the multiplier ``H^-1 a_bar``, ``H`` refactorised per
 sample rather than stored by the forward pass, then the same product), entered through the
 linear primitive of
-:func:`sdjax._derivatives.linearized_tangent`. Forward mode and higher derivatives are the JAX
+:func:`sdjax._derivatives.linearized_tangent`. An RK4 step with held loads is one piece both
+ways: :func:`rk4_step` (the step, and the four stages reverse mode reads) and
+:func:`rk4_step_vjp` (the four stages transposed, each stage's forward dynamics as above), so a
+rollout under a JAX feedback law crosses from XLA once per step and once per step back. Forward mode and higher derivatives are the JAX
 path's. Values and cotangents agree with the JAX path to round-off (tests/test_batch_kernel.py).
 """
 
