@@ -860,7 +860,7 @@ def _batched_solve(
 
     ``with_factor``: also return the factor; without ``factor_from_kernel``, a batch the kernel
     solves returns zeros in its place (the derivative rule's solve: the kernel refactorises
-    where the factor is used, :func:`_rule_factor`)."""
+    where the factor is used, :func:`rule_factor`)."""
     model, state, controls = args
     if kernel_serves(model, mapped, axis_size):
         acceleration, factor = batch_kernel.solve_forward_dynamics(
@@ -892,7 +892,7 @@ _batchable_solve = batched_route(_solve_forward_dynamics, functools.partial(_bat
 #: :func:`_forward_dynamics`, whose own rule gives every derivative (so no rule of its own).
 _batchable_acceleration = batched_evaluation(_solve_acceleration, functools.partial(_batched_solve, with_factor=False))
 #: The solve of :func:`_forward_dynamics`'s derivative rule: a batch the compiled kernel solves
-#: comes with zeros for its factor, which the rule reads through :func:`_rule_factor` only. The
+#: comes with zeros for its factor, which the rule reads through :func:`rule_factor` only. The
 #: factor (1.4 kB per sample for 13 free coordinates) is then neither copied out of the kernel
 #: nor kept by reverse mode (a rollout stored it for every RK4 stage: 80 % of its residuals);
 #: the reverse kernel refactorises (benchmarks/README.md, *Gradient of a rollout*).
@@ -918,7 +918,7 @@ def _batched_rule_factor(
 #: kernel's refactorisation where that solve left zeros (the same batches: both decide by
 #: :func:`kernel_serves` on the same model and batch size, and the solve's outputs are always
 #: batched). Its derivatives are the identity's (those of the solve's factor).
-_rule_factor = batched_route(_given_factor, _batched_rule_factor)
+rule_factor = batched_route(_given_factor, _batched_rule_factor)
 
 
 def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:
@@ -965,17 +965,19 @@ def _forward_dynamics_jvp(primals, tangents):
 _forward_dynamics.defjvp(_forward_dynamics_jvp, symbolic_zeros=True)
 
 
-def forward_dynamics_tangent(primals: tuple, tangents: tuple) -> Array:
+def forward_dynamics_tangent(primals: tuple, tangents: tuple, *, factor_read: bool = False) -> Array:
     """The implicit-function rule of the forward dynamics (no mimic joints): ``da = -H^-1
     (d residual)`` at the solution ``a``, ``primals = (model, state, controls, a, factor)``
     (``factor``: the lower Cholesky factor of the free coordinates' ``H`` from
     :func:`_rule_solve`, zeros where the compiled kernel solved the batch, read through
-    :func:`_rule_factor`; ``a`` and ``factor`` carry no tangent)."""
+    :func:`rule_factor`, or with ``factor_read`` already read so; ``a`` and ``factor`` carry no
+    tangent)."""
     model, state, controls, acceleration, factor = primals
     _, residual_tangent = jvp_along_nonzero(
         lambda m, s, c: _dynamics_residual(m, s, c, acceleration), primals[:3], tangents[:3]
     )
-    factor = _rule_factor(model, state, factor)
+    if not factor_read:
+        factor = rule_factor(model, state, factor)
     return floating_coordinates(model, -jsl.cho_solve((factor, True), residual_tangent))
 
 

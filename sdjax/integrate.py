@@ -40,6 +40,7 @@ from sdjax.dynamics import (
     inertia_matrix,
     kernel_serves,
     make_controls,
+    rule_factor,
 )
 from sdjax.model import Model, floating_coordinates, free_coordinates, free_motion, joint_coordinate_map
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
@@ -332,13 +333,20 @@ def _rk4_step_tangent(primals: tuple, tangents: tuple) -> State:
     dtype = stages.dtype
     tableau = (jnp.asarray(_RK4_OFFSETS, dtype), jnp.asarray(_RK4_WEIGHTS, dtype))
     no_tangent = [SymbolicZero(jax.typeof(x).to_tangent_aval()) for x in (unpacked[1][0], factors[0])]
+    # The factors read outside the scan: inside, its partial evaluation (in reverse mode of this
+    # map: second derivatives) would drop rule_factor's derivative rule.
+    factors = jnp.stack(
+        [rule_factor(model, jax.tree.map(lambda x, k=k: x[k], unpacked[0]), factors[k]) for k in range(4)]
+    )
 
     def stage(carry: tuple[State, State], xs: Any) -> tuple[tuple[State, State], None]:
         total, d_previous = carry
         (offset, weight), (stage_state, acceleration), previous, factor = xs
         d_stage = jax.tree.map(lambda y, dk, k: y + offset * (dt * dk + d_dt * k), d_state, d_previous, previous)
         d_acceleration = forward_dynamics_tangent(
-            (model, stage_state, controls, acceleration, factor), (d_model, d_stage, d_controls, *no_tangent)
+            (model, stage_state, controls, acceleration, factor),
+            (d_model, d_stage, d_controls, *no_tangent),
+            factor_read=True,
         )
         _, d_quaternion_rate = jax.jvp(
             quat_rate,
