@@ -147,7 +147,8 @@ def runge_kutta4(
             instead of the first's.
 
     Returns:
-        ``y + dt sum_k b_k k_k`` (not normalised); with ``has_aux``, ``(that, first stage's aux)``.
+        ``y + dt sum_k b_k k_k`` (not normalised); with ``has_aux``, ``(that, first stage's aux)``
+        (every stage's with ``every_stage_aux``).
     """
     dtype = jax.tree.leaves(state)[0].dtype  # any pytree of float arrays (e.g. two systems' states)
     zero = jax.tree.map(jnp.zeros_like, state)
