@@ -194,9 +194,11 @@ class VjpEvaluator(Protocol):
             cotangent: the cotangent of ``fun``'s output, every leaf batched on axis 0.
 
         Returns:
-            A pytree of the structure of ``args``, each leaf ``(B, *leaf.shape)``: each sample's
-            cotangent (a shared leaf's too: the sum over the batch is taken outside). Only the
-            leaves being differentiated are read (the others may be anything of that shape).
+            A tuple of pytrees of the structure of ``args`` (less the trailing ``constants`` of
+            :func:`linearized_tangent`, which have none), each leaf ``(B, *leaf.shape)``: each
+            sample's cotangent (a shared leaf's too: the sum over the batch is taken outside).
+            Only the leaves being differentiated are read (the others may be anything of that
+            shape).
         """
         ...
 
@@ -243,7 +245,9 @@ class _Linearization:
                 jax.tree.unflatten(self.out_treedef, cotangents),
             )
             if out is not None:
-                return self._live(self.treedef.flatten_up_to(out))
+                # (The constants of linearized_tangent stand in for their cotangents: never live.)
+                args = jax.tree.unflatten(self.treedef, leaves)
+                return self._live(self.treedef.flatten_up_to((*out, *args[len(out) :])))
             return jax.vmap(lambda m: plain_vjp(*rebuild(m)), axis_size=axis_size)(mapped)
 
         batchable_vjp = batched_evaluation(plain_vjp, batched_vjp)
@@ -390,24 +394,38 @@ ad.primitive_transposes[_linearized_p] = _linearized_transpose
 
 
 def linearized_tangent(
-    tangent_map: Callable[[Any, Any], Any], evaluate_vjp: VjpEvaluator, primals: Any, tangents: Any, out_like: Any
+    tangent_map: Callable[[Any, Any], Any],
+    evaluate_vjp: VjpEvaluator,
+    primals: Any,
+    tangents: Any,
+    out_like: Any,
+    constants: tuple[Any, ...] = (),
 ) -> Any:
     """The tangent ``tangent_map(primals, tangents)`` of a ``custom_jvp`` rule (defined with
     ``symbolic_zeros=True``), as one linear primitive whose transpose (reverse mode) is the
     plain map's, evaluated under ``vmap`` by ``evaluate_vjp`` where it serves.
 
     Arguments:
-        tangent_map: ``tangent_map(primals, tangents) -> output tangent``, linear in the
-            tangents (``SymbolicZero`` where an argument carries none), plain JAX.
-        evaluate_vjp: :class:`VjpEvaluator` of the map's transpose (``args``: ``primals``).
+        tangent_map: ``tangent_map((*primals, *constants), tangents) -> output tangent``,
+            linear in the tangents (``SymbolicZero`` where an argument carries none; always for
+            the constants), plain JAX.
+        evaluate_vjp: :class:`VjpEvaluator` of the map's transpose (``args``: ``(*primals,
+            *constants)``; it returns the cotangents of ``primals`` only).
         primals, tangents: the rule's arguments (tuples of pytrees).
         out_like: a pytree of arrays (or tracers) whose tangents are the map's output, e.g. the
             rule's primal output: the output's structure, shapes and dtypes, known without
             tracing the map.
+        constants: more arguments of the map that carry no tangent (e.g. the rule's solution,
+            computed beside its primal output).
 
     Returns:
         The output tangent (zero where no argument carries a tangent).
     """
+    primals = (*primals, *constants)
+    tangents = (
+        *tangents,
+        *[jax.tree.map(lambda x: SymbolicZero(jax.typeof(x).to_tangent_aval()), c) for c in constants],
+    )
     leaves, treedef = jax.tree.flatten(primals)
     tangent_leaves = jax.tree.leaves(tangents, is_leaf=lambda t: isinstance(t, SymbolicZero))
     live = tuple(not isinstance(t, SymbolicZero) for t in tangent_leaves)

@@ -2368,17 +2368,15 @@ def rk4_rollout(
                 for b in range(lo, hi):
                     # State derivative (sdjax.integrate.state_derivative): dr0/dt = v0,
                     # dquat/dt = 1/2 [w0, 0] * quat, the accelerations, dq/dt = qd.
-                    wx, wy, wz = stage_w0[b, 0], stage_w0[b, 1], stage_w0[b, 2]
-                    x, yq, z, w = (
+                    rate[b, 3], rate[b, 4], rate[b, 5], rate[b, 6] = _quaternion_rate(
                         stage_quaternion[b, 0],
                         stage_quaternion[b, 1],
                         stage_quaternion[b, 2],
                         stage_quaternion[b, 3],
+                        stage_w0[b, 0],
+                        stage_w0[b, 1],
+                        stage_w0[b, 2],
                     )
-                    rate[b, 3] = 0.5 * (w * wx + wy * z - wz * yq)
-                    rate[b, 4] = 0.5 * (w * wy + wz * x - wx * z)
-                    rate[b, 5] = 0.5 * (w * wz + wx * yq - wy * x)
-                    rate[b, 6] = -0.5 * (wx * x + wy * yq + wz * z)
                     for a in range(3):
                         rate[b, a] = stage_v0[b, a]
                     for a in range(6):
@@ -2419,17 +2417,26 @@ def _store_stage(quaternion, v0, w0, q, qd, acceleration, b, out):  # pragma: no
 
 
 @_inline
+def _quaternion_rate(x, y, z, w, wx, wy, wz):  # pragma: no cover - compiled by Numba
+    """``1/2 [w0, 0] * quat`` (:func:`sdjax.rotation.quat_rate`): the rate of the quaternion
+    ``(x, y, z, w)`` under the inertial-frame angular velocity ``(wx, wy, wz)``."""
+    return (
+        0.5 * (w * wx + wy * z - wz * y),
+        0.5 * (w * wy + wz * x - wx * z),
+        0.5 * (w * wz + wx * y - wy * x),
+        -0.5 * (wx * x + wy * y + wz * z),
+    )
+
+
+@_inline
 def _stage_rate(stage, n, rate):  # pragma: no cover - compiled by Numba
     """The state's time derivative ``rate (13 + 2 n,)`` at a packed stage (:func:`_store_stage`):
     ``[v0, 1/2 [w0, 0] * quat, dv0/dt, dw0/dt, qd, qdd]`` (:func:`sdjax.integrate.state_derivative`)."""
-    x, yq, z, w = stage[0], stage[1], stage[2], stage[3]
-    wx, wy, wz = stage[7], stage[8], stage[9]
     for a in range(3):
         rate[a] = stage[4 + a]
-    rate[3] = 0.5 * (w * wx + wy * z - wz * yq)
-    rate[4] = 0.5 * (w * wy + wz * x - wx * z)
-    rate[5] = 0.5 * (w * wz + wx * yq - wy * x)
-    rate[6] = -0.5 * (wx * x + wy * yq + wz * z)
+    rate[3], rate[4], rate[5], rate[6] = _quaternion_rate(
+        stage[0], stage[1], stage[2], stage[3], stage[7], stage[8], stage[9]
+    )
     for a in range(6):
         rate[7 + a] = stage[10 + 2 * n + a]
     for a in range(n):

@@ -677,8 +677,7 @@ def rk4_step_vjp(
     shapes = [(13 + 2 * n,)] + [tuple(np.shape(x)[1 if b else 0 :]) for x, b in zip(leaves[5:16], is_batched[5:16])]
     shapes += [(n,), (3,), (3,), (ne, 3), (ne, 3), ()]
     bars = _call_packed("rk4_step_vjp_range", axis_size, _topology(model), leaves, is_batched, dtype, shapes)
-    fields = jnp.split(bars[0], [3, 7, 10, 13, 13 + n], axis=-1)
-    state_bar = jax.tree.unflatten(jax.tree.structure(state), fields)
+    state_bar = unpacked_states(bars[0], state)
     model_bar = _model_cotangent(axis_size, model, flags, batched[0], tuple(bars[1:12]))
     controls_bar = eqx.tree_at(
         lambda c: (c.tau, c.base_force, c.base_torque, c.end_point_force, c.end_point_torque),
@@ -700,6 +699,14 @@ def _state_fields(state: Any) -> list[Any]:
         state.q,
         state.qd,
     ]
+
+
+def unpacked_states(packed: Array, state: Any) -> Any:
+    """States packed by the kernels as ``[r0, quat, v0, w0, q, qd]`` along the last axis (any
+    leading axes), as a pytree of the structure of ``state`` (a :class:`~sdjax.state.State`:
+    the fields keep their leading axes, which the per-sample ``State`` check would refuse)."""
+    n = np.shape(state.q)[-1]
+    return jax.tree.unflatten(jax.tree.structure(state), jnp.split(packed, [3, 7, 10, 13, 13 + n], axis=-1))
 
 
 class JointLaw(NamedTuple):

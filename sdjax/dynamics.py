@@ -39,7 +39,6 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array, lax
-from jax.custom_derivatives import SymbolicZero
 
 from sdjax import batch_kernel
 from sdjax._derivatives import batched_evaluation, batched_route, jvp_along_nonzero, linearized_tangent
@@ -942,13 +941,13 @@ def _forward_dynamics_jvp(primals, tangents):
     if not model.has_mimic:
         acceleration, factor = _rule_solve(model, state, controls)
         # The solution and the factor are the rule's constants (no tangent of their own).
-        constants = [SymbolicZero(jax.typeof(x).to_tangent_aval()) for x in (acceleration, factor)]
         tangent = linearized_tangent(
             forward_dynamics_tangent,
             _batched_forward_dynamics_vjp,
-            (model, state, controls, acceleration, factor),
-            (*tangents, *constants),
+            primals,
+            tangents,
             acceleration,
+            constants=(acceleration, factor),
         )
         return acceleration, tangent
     acceleration, factor = _batchable_solve(model, state, controls)
@@ -989,14 +988,8 @@ def _batched_forward_dynamics_vjp(axis_size: int, args: tuple[Any, ...], in_batc
     mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
     if not kernel_serves(args[0], mapped, axis_size):
         return None
-    model, state, controls, acceleration, factor = args
-    bars = batch_kernel.forward_dynamics_vjp(axis_size, model, state, controls, acceleration, cotangent, in_batched[:4])
-    # The solution and the factor are the rule's constants (and the factor, zeros here, unread).
-    constants = [
-        jnp.zeros((axis_size, *x.shape[1 if b else 0 :]), x.dtype)
-        for x, b in ((acceleration, in_batched[3]), (factor, in_batched[4]))
-    ]
-    return (*bars, *constants)
+    model, state, controls, acceleration, _ = args  # (the factor, zeros here, unread)
+    return batch_kernel.forward_dynamics_vjp(axis_size, model, state, controls, acceleration, cotangent, in_batched[:4])
 
 
 __all__ = [

@@ -277,10 +277,10 @@ def _batched_rk4_step(
         packed, stages = batch_kernel.rk4_step(
             axis_size, model, state, dt, controls, in_batched, with_stages=with_stages
         )
-        n, nv = model.num_joints, model.num_velocities
-        new = jax.tree.unflatten(jax.tree.structure(state), jnp.split(packed, [3, 7, 10, 13, 13 + n], axis=-1))
+        new = batch_kernel.unpacked_states(packed, state)
         if not with_stages:
             return new
+        nv = model.num_velocities
         return new, stages, jnp.zeros((axis_size, 4, nv, nv), packed.dtype)
     one = _rk4_step_and_stages if with_stages else _plain_rk4_step
     return jax.vmap(lambda m: one(*rebuild(m)), axis_size=axis_size)(mapped)
@@ -307,9 +307,8 @@ def _held_rk4_step(model: Model, state: State, dt: Array, controls: Controls) ->
 def _held_rk4_step_jvp(primals: tuple, tangents: tuple) -> tuple[State, State]:
     new, stages, factors = _rk4_rule_step(*primals)
     # The stages and their factors are the rule's constants (no tangent of their own).
-    constants = [SymbolicZero(jax.typeof(x).to_tangent_aval()) for x in (stages, factors)]
     tangent = linearized_tangent(
-        _rk4_step_tangent, _batched_rk4_step_vjp, (*primals, stages, factors), (*tangents, *constants), new
+        _rk4_step_tangent, _batched_rk4_step_vjp, primals, tangents, new, constants=(stages, factors)
     )
     return new, tangent
 
@@ -384,13 +383,8 @@ def _batched_rk4_step_vjp(axis_size: int, args: tuple[Any, ...], in_batched: Any
     mapped = [x for x, b in zip(jax.tree.leaves(args), jax.tree.leaves(in_batched)) if b]
     if not kernel_serves(args[0], mapped, axis_size):
         return None
-    model, state, dt, controls, stages, factors = args
-    bars = batch_kernel.rk4_step_vjp(axis_size, model, state, dt, controls, stages, cotangent, in_batched[:5])
-    constants = [
-        jnp.zeros((axis_size, *x.shape[1 if b else 0 :]), x.dtype)
-        for x, b in ((stages, in_batched[4]), (factors, in_batched[5]))
-    ]
-    return (*bars, *constants)
+    model, state, dt, controls, stages, _ = args  # (the factors, zeros here, unread)
+    return batch_kernel.rk4_step_vjp(axis_size, model, state, dt, controls, stages, cotangent, in_batched[:5])
 
 
 @eqx.filter_jit
@@ -1105,10 +1099,9 @@ def _open_loop_rk4(checkpoint: bool) -> Callable[[Model, State, Array, Controls]
     ) -> State:
         model, state, dt, controls = args
         if mapped and axis_size >= batch_kernel.MIN_ROLLOUT_BATCH and batch_kernel.available() and not model.has_mimic:
-            packed = batch_kernel.rk4_rollout(axis_size, model, state, dt, controls, in_batched)
-            n = model.num_joints
-            fields = jnp.split(packed, [3, 7, 10, 13, 13 + n], axis=-1)
-            return jax.tree.unflatten(jax.tree.structure(state), fields)  # (State checks unbatched shapes)
+            return batch_kernel.unpacked_states(
+                batch_kernel.rk4_rollout(axis_size, model, state, dt, controls, in_batched), state
+            )
         return jax.vmap(lambda m: scan(*rebuild(m)), axis_size=axis_size)(mapped)
 
     return batched_route(scan, batched)

@@ -910,7 +910,7 @@ def _kernel_rollout(axis_size: int, kind: str, num_steps: int, args: tuple, in_b
         return x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
 
     # The trajectory as rollout returns it: N + 1 states, the controls held over each step.
-    after = jax.tree.unflatten(jax.tree.structure(state), jnp.split(states, [3, 7, 10, 13, 13 + n], axis=-1))
+    after = batch_kernel.unpacked_states(states, state)
     history = jax.tree.map(
         lambda x0, b, xs: jnp.concatenate([batch_of(x0, b)[:, None], xs], axis=1), state, state_batched, after
     )
