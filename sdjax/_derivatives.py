@@ -145,10 +145,41 @@ def batched_route(
         return batchable(*args)
 
     if evaluate_vjp is None:
-        routed.defjvp(lambda primals, tangents: jvp_along_nonzero(fun, primals, tangents), symbolic_zeros=True)
+
+        def rule(primals: Any, tangents: Any) -> tuple[Any, Any]:
+            out, tangent = jvp_along_nonzero(fun, primals, tangents)
+            return _batch_axis_first(out), tangent
+
+        routed.defjvp(rule, symbolic_zeros=True)
     else:
         routed.defjvp(functools.partial(_jvp_through_linearization, fun, routed, evaluate_vjp), symbolic_zeros=True)
     return routed
+
+
+@jax.custom_jvp
+def _batch_axis_first(tree: Any) -> Any:
+    """The identity, whose batched form has the batch axis first.
+
+    A ``custom_jvp`` rule's primal output under ``vmap`` whose batch axis is not the first (the
+    stacked outputs of a ``lax.scan`` have it second) is taken to have it first when JAX
+    linearizes a ``jit`` under ``vmap`` whose function holds a ``custom_vmap`` inside the
+    ``custom_jvp`` (JAX 0.10: ``grad`` of ``vmap`` of a jitted rollout failed with a shape
+    error); this puts it there (a ``custom_vmap``, made differentiable by its own identity
+    rule)."""
+    return _batch_axis_first_vmap(tree)
+
+
+_batch_axis_first.defjvp(lambda primals, tangents: (_batch_axis_first(primals[0]), tangents[0]))
+
+
+@custom_vmap
+def _batch_axis_first_vmap(tree: Any) -> Any:
+    return tree
+
+
+@_batch_axis_first_vmap.def_vmap
+def _batch_axis_first_rule(axis_size: int, in_batched: Any, tree: Any) -> tuple[Any, Any]:
+    return tree, in_batched[0]
 
 
 def batched_evaluation(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Callable[..., Any]:

@@ -10,7 +10,9 @@ for ~5k in the equations, 3x slower than ``vmap``), and the same code as a ``lax
 links ran 2.5x slower (benchmarks/README.md, "The compiled batch kernel").
 
 This module evaluates the same equations, sample by sample, as one function compiled by
-Numba (LLVM) and run on all cores: kinematics and the Newton-Euler bias forces (seed 000 eqs
+Numba (LLVM), called by XLA as a custom call through its FFI (:mod:`sdjax._kernel_ffi`: the
+buffers in place, chunks of the batch on XLA's thread pool; ``jax.pure_callback`` where jaxlib
+has no FFI) and run on all cores: kinematics and the Newton-Euler bias forces (seed 000 eqs
 3.1-3.39), the composite-body inertia matrix from subtree mass moments (eqs 3.18-3.28, as
 :func:`sdjax.dynamics.inertia_matrix_from_frames`), its Cholesky factorisation and eq 3.29's
 solve, with every intermediate in registers or a scratch block per call. It is entered by
@@ -53,16 +55,13 @@ from sdjax.rotation import rpy_to_matrix
 #: compiled kernel when Numba is installed and the backend is the CPU) or ``jax``.
 KERNEL_ENV = "SDJAX_KERNEL"
 
-#: Smallest batch given to the kernel: each call crosses from XLA to Python and back (0.3-0.9
-#: ms measured at batch 1024), which smaller batches do not repay (7-joint arm, float64: the
-#: kernel is 0.8x the XLA path at batch 64 and 2.1x at 256).
-MIN_BATCH = 128
-
-#: Inverse dynamics and the inertia matrix (less work per sample than a forward dynamics) go to
-#: the kernel from a batch of :data:`MIN_BATCH` samples and of this many bodies in all (7-joint
-#: arm, 8 bodies, float64, 2-core AMD EPYC, inverse dynamics: the kernel 0.53x the XLA path at
-#: batch 128, 1.2x at 256, 1.8x at 1024; a 30-link tree 1.8x at 128, 3.8x at 1024).
-MIN_BATCH_BODIES = 2048
+#: Smallest batch given to the kernel (forward and inverse dynamics, ``H``, an RK4 step): from
+#: here it is ahead of the XLA path by 2-5x (2026-11-29, 2-core AMD EPYC, float64, through
+#: XLA's FFI: the 7-joint arm's forward dynamics 3.0x at batch 16, 4.0x at 64, its inverse
+#: dynamics and ``H`` 2.2x and 2.6x at 16, a 30-link tree's forward dynamics 4.9x at 16; 1.3-3.6x
+#: at batches of 4 and 8, less steadily). Through ``jax.pure_callback`` each call cost 0.3-0.9 ms
+#: more, and the threshold was 128 samples (and 2048 bodies for inverse dynamics and ``H``).
+MIN_BATCH = 16
 
 
 @functools.cache
@@ -177,21 +176,81 @@ def _call(
     is_batched: list[bool],
     dtype: Any,
     results: list[jax.ShapeDtypeStruct],
-    prepare_outputs: Any,
+    outputs: tuple[int | tuple[int, ...], ...] | None = None,
 ) -> list[Array]:
     """Runs the kernel ``kernel_name`` of :mod:`sdjax._kernel_equations` on a batch of
-    ``axis_size`` samples through one ``jax.pure_callback``.
+    ``axis_size`` samples: ``kernel(*topology, *leaves, *outputs, start, stop)``.
 
-    ``leaves``: the kernel's array inputs in argument order, each batched (batch on axis 0) or
-    shared, as ``is_batched`` says; they are passed packed into one array of batched and one of
-    shared numbers (each array a callback passes costs ~30 us, measured, whatever its size)
-    and handed to the kernel with a leading axis of ``B`` or 1. ``results``: the outputs (batch
-    axis first); ``prepare_outputs(outputs) -> arguments`` turns the output buffers of one batch
-    into the kernel's output arguments."""
+    ``topology``: the static arguments (arrays, or an int passed by value); ``leaves``: the
+    kernel's array inputs in argument order, each batched (batch on axis 0) or shared, as
+    ``is_batched`` says, handed to the kernel with a leading axis of ``B`` or 1. ``results``:
+    the outputs returned (batch axis first); ``outputs``: the kernel's output arguments, each
+    the index of a result or the shape of an empty array it leaves alone (default: the
+    results in order).
+
+    The call is an XLA FFI custom call (:mod:`sdjax._kernel_ffi`: buffers read and written in
+    place, the chunks on XLA's thread pool) or, where this jaxlib lacks the FFI or with
+    ``SDJAX_KERNEL_CALL=callback``, a ``jax.pure_callback`` (:func:`_call_back`)."""
     values = [jnp.asarray(x, dtype) for x in leaves]
-    is_batched = list(is_batched)
+    plan = tuple(range(len(results))) if outputs is None else outputs
     if not any(is_batched):  # (only leaves the kernel does not read vary, e.g. base_position)
-        values[0], is_batched[0] = jnp.broadcast_to(values[0], (axis_size,) + values[0].shape), True
+        values[0], is_batched = jnp.broadcast_to(values[0], (axis_size,) + values[0].shape), [True, *is_batched[1:]]
+    if not _ffi_call():
+        return _call_back(kernel_name, axis_size, topology, values, is_batched, dtype, results, plan)
+    # (integer topology as int32: JAX holds int64 only in 64-bit mode; widened in the handler)
+    operands = [jnp.asarray(t, jnp.bool_ if np.asarray(t).dtype == np.bool_ else jnp.int32) for t in topology]
+    operands += [v if b else v[None] for v, b in zip(values, is_batched)]
+    empty = [jnp.zeros(shape, dtype) for shape in plan if isinstance(shape, tuple)]
+    arguments = [_ffi().Argument("operand", k, _element(x.dtype), x.ndim) for k, x in enumerate(operands)]
+    for output in plan:
+        if isinstance(output, tuple):
+            arguments.append(_ffi().Argument("operand", len(operands), _element(np.dtype(dtype)), len(output)))
+            operands.append(empty.pop(0))
+        else:
+            arguments.append(_ffi().Argument("result", output, _element(np.dtype(dtype)), len(results[output].shape)))
+    name = _ffi().target(kernel_name, tuple(arguments))
+    call = jax.ffi.ffi_call(name, results, vmap_method="sequential")
+    return list(call(*operands, smallest=np.int64(_smallest_range(kernel_name))))
+
+
+def _element(dtype: Any) -> str:
+    return "bool" if dtype == np.bool_ else np.dtype(dtype).name
+
+
+#: Environment variable choosing how XLA calls the kernels: ``ffi`` (default where jaxlib has
+#: XLA's FFI: :mod:`sdjax._kernel_ffi`) or ``callback`` (``jax.pure_callback``, measured ~0.25
+#: ms more per call at batch 1024, 7-joint arm).
+CALL_ENV = "SDJAX_KERNEL_CALL"
+
+
+def _ffi_call() -> bool:
+    choice = os.environ.get(CALL_ENV, "ffi").lower()
+    if choice not in ("ffi", "callback"):
+        raise ValueError(f"{CALL_ENV}={choice!r}: choose 'ffi' or 'callback'")
+    return choice == "ffi" and _ffi().available()
+
+
+@functools.cache
+def _ffi() -> Any:
+    """:mod:`sdjax._kernel_ffi` (imports Numba)."""
+    from sdjax import _kernel_ffi
+
+    return _kernel_ffi
+
+
+def _call_back(
+    kernel_name: str,
+    axis_size: int,
+    topology: tuple,
+    values: list[Array],
+    is_batched: list[bool],
+    dtype: Any,
+    results: list[jax.ShapeDtypeStruct],
+    plan: tuple[int | tuple[int, ...], ...],
+) -> list[Array]:
+    """:func:`_call` through one ``jax.pure_callback``. The inputs are passed packed into one
+    array of batched and one of shared numbers (each array a callback passes costs ~30 us,
+    measured, whatever its size)."""
     # Leaf by leaf (each leaf's numbers contiguous, batch first), so that the kernel's arrays are
     # views of one writable copy of each packed array: no copy per leaf on the host.
     layout, batched_end, shared_end = [], 0, 0
@@ -214,20 +273,15 @@ def _call(
         count = int(np.prod(outer, dtype=np.int64))
         batched_numbers = np.array(batched_numbers).reshape(count, batched_end)
         shared_numbers = np.array(np.broadcast_to(shared_numbers, outer + (shared_end,))).reshape(count, shared_end)
-        outputs = [np.empty((len(batched_numbers),) + r.shape, r.dtype) for r in results]
-        for k in range(len(batched_numbers)):
+        buffers = [np.empty((count,) + r.shape, r.dtype) for r in results]
+        for k in range(count):
             arrays = [
                 (batched_numbers if b else shared_numbers)[k, start:stop].reshape(shape)
                 for b, start, stop, shape in layout
             ]
-            _run(
-                getattr(_equations(), kernel_name),
-                axis_size,
-                topology,
-                arrays,
-                prepare_outputs([o[k] for o in outputs]),
-            )
-        return [o.reshape(outer + o.shape[1:]) for o in outputs]
+            kernel_outputs = tuple(np.empty(o, dtype) if isinstance(o, tuple) else buffers[o][k] for o in plan)
+            _run(getattr(_equations(), kernel_name), axis_size, topology, arrays, kernel_outputs)
+        return [b.reshape(outer + b.shape[1:]) for b in buffers]
 
     return jax.pure_callback(host, results, packed_batched, packed_shared, vmap_method="broadcast_all")
 
@@ -295,9 +349,7 @@ def solve_forward_dynamics(
     if with_factor:
         results.append(jax.ShapeDtypeStruct((axis_size, nv, nv), dtype))
 
-    def outputs(buffers: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        return buffers[0], (buffers[1] if with_factor else np.empty((0, nv, nv), dtype))
-
+    outputs = (0, 1 if with_factor else (0, nv, nv))  # (a factor not asked for: not stored)
     out = _call("forward_dynamics", axis_size, _topology(model), leaves, is_batched, dtype, results, outputs)
     return out[0], (out[1] if with_factor else None)
 
@@ -329,7 +381,7 @@ def inverse_dynamics(
         jax.ShapeDtypeStruct((axis_size, model.num_joints), dtype),
     ]
     is_batched = [bool(flags[id(x)]) for x in leaves]
-    out = _call("inverse_dynamics_range", axis_size, _topology(model), leaves, is_batched, dtype, results, tuple)
+    out = _call("inverse_dynamics_range", axis_size, _topology(model), leaves, is_batched, dtype, results)
     return out[0], out[1]
 
 
@@ -491,24 +543,9 @@ def _call_packed(
     shapes: list[tuple[int, ...]],
 ) -> list[Array]:
     """:func:`_call` of a kernel whose outputs are arrays of ``(B, *shape)`` for each of
-    ``shapes``, returned through one output buffer (each array a callback returns costs ~30 us)
-    cut into the kernel's output arrays, and cut again on the JAX side."""
-    sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
-    offsets = np.cumsum([0, *sizes])
-
-    def outputs(buffers: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-        packed = buffers[0]
-        return tuple(
-            packed[:, start:stop].reshape((len(packed), *shape))
-            for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes)
-        )
-
-    results = [jax.ShapeDtypeStruct((axis_size, int(offsets[-1])), dtype)]
-    packed = _call(kernel_name, axis_size, topology, leaves, is_batched, dtype, results, outputs)[0]
-    return [
-        packed[:, start:stop].reshape((axis_size, *shape))
-        for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes)
-    ]
+    ``shapes``."""
+    results = [jax.ShapeDtypeStruct((axis_size, *shape), dtype) for shape in shapes]
+    return _call(kernel_name, axis_size, topology, leaves, is_batched, dtype, results)
 
 
 def _zeros(axis_size: int, x: Any, is_batched: bool) -> Array:
@@ -560,10 +597,7 @@ def inertia_matrix(axis_size: int, model: Any, state: Any, batched: Any, *, fact
     results = [jax.ShapeDtypeStruct((axis_size, nv, nv), dtype)]
     is_batched = [bool(flags[id(x)]) for x in leaves]
 
-    def outputs(buffers: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        empty = np.empty((0, nv, nv), dtype)  # (not computed)
-        return (empty, buffers[0]) if factorise else (buffers[0], empty)
-
+    outputs = ((0, nv, nv), 0) if factorise else (0, (0, nv, nv))  # (the other: not computed)
     return _call("inertia_matrix_range", axis_size, _topology(model), leaves, is_batched, dtype, results, outputs)[0]
 
 
@@ -810,11 +844,17 @@ def _rollout(
         jax.ShapeDtypeStruct((axis_size if with_stages else 0, 4, stage_size(n)), dtype),
     ]
     topology = (*_topology(model), getattr(_equations(), "LAW_" + kind.upper()))  # (the kernel's code)
-    out = _call("rk4_rollout", axis_size, topology, leaves, is_batched, dtype, results, tuple)
+    out = _call("rk4_rollout", axis_size, topology, leaves, is_batched, dtype, results)
     return out[0], out[1], out[2]
 
 
 _lock = threading.Lock()
+
+
+def _smallest_range(kernel_name: str) -> int:
+    """The fewest samples a thread takes of a batch: :data:`MIN_BATCH` / 2 (any number for
+    rollouts, whose samples each take many steps)."""
+    return 1 if kernel_name == "rk4_rollout" else max(1, MIN_BATCH // 2)
 
 
 def _run(kernel: Callable[..., Any], count: int, topology: tuple, arrays: list, outputs: tuple) -> None:
@@ -822,7 +862,7 @@ def _run(kernel: Callable[..., Any], count: int, topology: tuple, arrays: list, 
     (ranges of at least :data:`MIN_BATCH` / 2 samples for the forward dynamics; any size for
     rollouts). Calls are serialised (XLA may run two callbacks at once; the cores are busy
     either way)."""
-    smallest = 1 if kernel is _equations().rk4_rollout else max(1, MIN_BATCH // 2)
+    smallest = _smallest_range(kernel.__name__)
     parts = max(1, min(_thread_count(), count // smallest))
     bounds = [count * k // parts for k in range(parts + 1)]
     with _lock:

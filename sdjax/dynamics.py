@@ -480,7 +480,7 @@ def _batched_bias_forces(
     kernel's inverse dynamics at zero accelerations, no loads and no passive joints where it
     serves (:func:`kernel_serves`), otherwise one vectorised program."""
     model, state = args
-    if not kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+    if not kernel_serves(model, mapped, axis_size):
         return jax.vmap(lambda leaves: _plain_free_bias_forces(*rebuild(leaves)), axis_size=axis_size)(mapped)
     model_batched, state_batched = in_batched
     dtype = state.q.dtype
@@ -578,7 +578,7 @@ def _batched_inertia_matrix(
     (chunks of 128 to 2048 samples timed the same as the whole batch within this machine's
     noise: :data:`INVERSE_DYNAMICS_CHUNK_BUDGET`)."""
     model, state = args
-    if kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+    if kernel_serves(model, mapped, axis_size):
         return batch_kernel.inertia_matrix(axis_size, model, state, in_batched)
     return jax.vmap(lambda leaves: _plain_free_inertia_matrix(*rebuild(leaves)), axis_size=axis_size)(mapped)
 
@@ -766,18 +766,12 @@ def _map_in_chunks(one: Any, mapped: list[Any], axis_size: int, chunk: int) -> A
     return jax.vmap(one, axis_size=axis_size)(mapped)
 
 
-def kernel_serves(model: Model, mapped: list[Any], axis_size: int, min_bodies: int = 0) -> bool:
+def kernel_serves(model: Model, mapped: list[Any], axis_size: int) -> bool:
     """Whether a batch goes to the compiled kernel (:mod:`sdjax.batch_kernel`): something is
-    batched, the batch is at least :data:`sdjax.batch_kernel.MIN_BATCH` samples and
-    ``min_bodies`` bodies in all, the kernel is available (Numba, the CPU), and the model has no
-    mimic joints (which the kernel does not know)."""
-    return (
-        bool(mapped)
-        and axis_size >= batch_kernel.MIN_BATCH
-        and axis_size * model.num_bodies >= min_bodies
-        and batch_kernel.available()
-        and not model.has_mimic
-    )
+    batched, the batch is at least :data:`sdjax.batch_kernel.MIN_BATCH` samples, the kernel is
+    available (Numba, the CPU), and the model has no mimic joints (which the kernel does not
+    know)."""
+    return bool(mapped) and axis_size >= batch_kernel.MIN_BATCH and batch_kernel.available() and not model.has_mimic
 
 
 #: Working-set budget of one chunk of a batched inverse dynamics on the XLA path (without the
@@ -805,7 +799,7 @@ def _batched_inverse_dynamics(
     otherwise, on the CPU, chunks of :data:`INVERSE_DYNAMICS_CHUNK_BUDGET` bodies' worth of
     samples (``lax.map``), each vectorised, and one vectorised program on an accelerator."""
     model, state, base_acceleration, qdd, end_point_force, end_point_torque = args
-    if kernel_serves(model, mapped, axis_size, batch_kernel.MIN_BATCH_BODIES):
+    if kernel_serves(model, mapped, axis_size):
         return batch_kernel.inverse_dynamics(
             axis_size, model, state, base_acceleration, qdd, end_point_force, end_point_torque, in_batched
         )

@@ -31,7 +31,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "editing",
         "solvers",
     ),
-    "core": ("kinematics", "jacobians", "dynamics", "momentum", "batch_kernel", "_kernel_equations"),
+    "core": ("kinematics", "jacobians", "dynamics", "momentum", "batch_kernel", "_kernel_equations", "_kernel_ffi"),
     "time": ("integrate",),
     "features": (
         "gjm",

@@ -27,10 +27,9 @@ pytest.importorskip("numba")
 
 @pytest.fixture(autouse=True)
 def _kernel_for_small_batches(monkeypatch):
-    """The public path gives batches of MIN_BATCH (and MIN_BATCH_BODIES) and more to the kernel; these tests use
+    """The public path gives batches of MIN_BATCH and more to the kernel; these tests use
     small batches, so every batch goes there (traces made otherwise are dropped)."""
     monkeypatch.setattr(batch_kernel, "MIN_BATCH", 1)
-    monkeypatch.setattr(batch_kernel, "MIN_BATCH_BODIES", 1)
     monkeypatch.setattr(batch_kernel, "MIN_ROLLOUT_BATCH", 1)
     jax.clear_caches()
     yield
@@ -147,10 +146,7 @@ def test_public_path_uses_kernel_and_matches(monkeypatch):
     values; inside ``lax.scan`` too; ``SDJAX_KERNEL=jax`` keeps the XLA path."""
     model = free_flying_arm_7dof()
     states, controls = _batch(model, 16, 9, jnp.float64)
-    calls = []
-    original = batch_kernel._run
-    monkeypatch.setattr(batch_kernel, "_run", lambda *a: (calls.append(1), original(*a)))
-    jax.clear_caches()
+    calls = _counting_kernels(monkeypatch)
     fd = jax.jit(jax.vmap(lambda s, c: dynamics.floating_acceleration(model, s, c)))
     ours = fd(states, controls)
     assert calls, "the batched forward dynamics did not enter the kernel"
@@ -178,6 +174,58 @@ def test_nested_vmap():
     ours = jax.jit(jax.vmap(inner))(*grid)
     expected = _reference(model, states, controls)[0].reshape(3, 4, -1)
     assert_close(ours, expected, RTOL[jnp.float64], "nested vmap")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_ffi_call_equals_callback(dtype, monkeypatch):
+    """Every kernel called as an XLA FFI custom call (the default: buffers in place, chunks on
+    XLA's thread pool; the lowered program names each kernel's target) gives exactly what the
+    same kernel gives through ``jax.pure_callback`` (``SDJAX_KERNEL_CALL=callback``): forward
+    and inverse dynamics, ``H``, an open-loop rollout, a closed loop's RK4 steps, a nested
+    ``vmap``, and in float64 the reverse modes (of the dynamics and of the closed loop's steps),
+    on a branched tree with prismatic and passive joints, an odd batch (13: chunks of unequal
+    size)."""
+    model = random_model(23, 7, chain_probability=0.4, gravity=True, passive=True).astype(dtype)
+    assert not all(t == "R" for t in model.joint_type) and len(set(model.parent)) < model.num_joints
+    states, controls = _batch(model, 13, 5, dtype)
+
+    def loss(m, s, c):
+        acceleration = jax.vmap(lambda s, c: dynamics.floating_acceleration(m, s, c))(s, c)
+        wrench, tau = jax.vmap(lambda s, a: sdjax.inverse_dynamics(m, s, a[:6], a[6:]))(s, jnp.sin(acceleration))
+        held = jax.tree.map(lambda x: jnp.stack([x, 0.5 * x, -x], axis=1), c)  # (3 steps per sample)
+        open_loop = jax.vmap(lambda s, c: sdjax.rollout(m, s, 0.01, 3, c).states.q[-1])(s, held)
+
+        def closed_loop(state, c):
+            law = lambda t, x: eqx.tree_at(lambda c: c.tau, c, -2.0 * x.q - 0.3 * x.qd)  # noqa: E731
+            return sdjax.rollout(m, state, 0.01, 2, law).states.qd[-1]
+
+        closed = jax.vmap(closed_loop)(s, c)
+        return sum(jnp.sum(jnp.cos(x)) for x in (acceleration, wrench, tau, open_loop, closed))
+
+    def program(m, s, c):
+        grid = jax.tree.map(lambda x: x[:12].reshape((3, 4) + x.shape[1:]), (s, c))
+        values = (
+            loss(m, s, c),
+            jax.vmap(lambda s: sdjax.inertia_matrix(m, s))(s),
+            jax.vmap(jax.vmap(lambda s, c: dynamics.floating_acceleration(m, s, c)))(*grid),
+        )
+        return values + ((jax.grad(loss, argnums=(0, 1, 2))(m, s, c),) if dtype == jnp.float64 else ())
+
+    kernels = ["forward_dynamics", "inverse_dynamics_range", "inertia_matrix_range", "rk4_rollout"]
+    if dtype == jnp.float64:
+        kernels += ["forward_dynamics_vjp_range", "inverse_dynamics_vjp_range", "rk4_step_vjp_range"]
+    text = jax.jit(program).lower(model, states, controls).as_text()
+    for kernel in kernels:
+        assert f"@sdjax_{kernel}_" in text, f"{kernel}: no FFI custom call in the lowered program"
+    ours = jax.jit(program)(model, states, controls)
+    monkeypatch.setenv(batch_kernel.CALL_ENV, "callback")
+    jax.clear_caches()
+    assert "@sdjax_" not in jax.jit(program).lower(model, states, controls).as_text()
+    expected = jax.jit(program)(model, states, controls)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(expected), strict=True):
+        assert a.dtype == dtype or not jnp.issubdtype(a.dtype, jnp.floating)
+        np.testing.assert_array_equal(a, b)  # (the same compiled kernels on the same numbers)
+    assert ours[1].shape == (13, model.num_velocities, model.num_velocities) and ours[2].shape[:2] == (3, 4)
 
 
 def test_derivatives_unchanged():
@@ -393,7 +441,10 @@ ROLLOUT_STEPS, ROLLOUT_DT = 20, 0.01
 
 
 def _counting_kernels(monkeypatch) -> list:
-    """Records the name of each kernel run (patched ``batch_kernel._run``)."""
+    """Records the name of each kernel run (patched ``batch_kernel._run``, which the calls
+    through ``jax.pure_callback`` pass: the FFI handler runs inside XLA, out of Python's sight;
+    both calls run the same kernels on the same inputs: test_ffi_call_equals_callback)."""
+    monkeypatch.setenv(batch_kernel.CALL_ENV, "callback")
     names = []
     original = batch_kernel._run
     monkeypatch.setattr(batch_kernel, "_run", lambda kernel, *a: (names.append(kernel.__name__), original(kernel, *a)))
@@ -533,6 +584,48 @@ def test_rollout_kernel_gradients_and_checks(monkeypatch):
             jax.jit(jax.vmap(lambda s: sdjax.rollout(model, s, ROLLOUT_DT, 4, check=True).states.q))(bad)
         )
     assert names == ["rk4_rollout"], names
+
+
+@pytest.mark.parametrize("kernel", ["auto", "jax"])
+def test_gradient_of_a_batch_of_rollouts(kernel, monkeypatch):
+    """``grad`` of a loss summed over ``vmap`` of open-loop rollouts (the batch's gradient with
+    respect to a shared model and to each sample's state and torques, as a multi-start planner
+    takes it) equals the sum of the per-sample gradients of the scan; with the kernel and on
+    the XLA path (where forward over reverse, a Hessian-vector product, is checked against
+    central differences of the gradient too). It failed with a shape error in JAX's
+    linearization of the batched rollout before its primal output was put batch-first."""
+    monkeypatch.setenv(batch_kernel.KERNEL_ENV, kernel)
+    model = random_model(31, 5, chain_probability=0.5, gravity=True, passive=True)
+    batch, steps = 3, 6
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *[random_state(model, 90 + k, scale=0.5) for k in range(batch)])
+    tau = jnp.asarray(np.random.default_rng(5).normal(size=(batch, steps, model.num_joints)))
+
+    def loss(masses, s, c):
+        m = eqx.tree_at(lambda m: m.link_mass, model, masses)
+        trajectory = sdjax.rollout(m, s, ROLLOUT_DT, steps, c)
+        return jnp.sum(jnp.sin(trajectory.states.q)) + jnp.sum(trajectory.states.base_angular_velocity[-1] ** 2)
+
+    def batch_loss(masses, s, c):
+        return jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(masses, s, c))
+
+    ours = jax.jit(jax.grad(batch_loss, argnums=(0, 1, 2)))(model.link_mass, states, tau)
+    per_sample = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    samples = [per_sample(model.link_mass, *jax.tree.map(lambda x: x[k], (states, tau))) for k in range(batch)]
+    # (round-off of 6 steps' solves, summed over 3 samples)
+    assert_close(ours[0], sum(g[0] for g in samples), 1e-9, "gradient, shared masses")
+    for k in range(batch):
+        for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[k], ours[1:])), jax.tree.leaves(samples[k][1:])):
+            assert_close(a, b, 1e-9, f"gradient, sample {k}")
+    if kernel == "jax":
+        direction = jnp.asarray(np.random.default_rng(6).normal(size=model.link_mass.shape))
+        gradient = jax.grad(batch_loss)
+        hvp = jax.jit(lambda m: jax.jvp(lambda x: gradient(x, states, tau), (m,), (direction,))[1])(model.link_mass)
+        h = 1e-5
+        difference = (
+            gradient(model.link_mass + h * direction, states, tau)
+            - gradient(model.link_mass - h * direction, states, tau)
+        ) / (2 * h)
+        assert_close(hvp, difference, 1e-6, "Hessian-vector product")  # (central differences: h^2 error)
 
 
 def test_rollout_kernel_nested_vmap():

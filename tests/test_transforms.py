@@ -376,9 +376,10 @@ def test_chunked_inverse_dynamics_equals_per_sample(monkeypatch, dtype, rtol):
     14-link Newton-Euler pass and its derivative evaluated in another order, measured at most
     5.7e-14 in float64 and 3.1e-5 in float32 (the gradient with respect to the model's
     parameters, ~250 epsilon), with 17x and 3x headroom."""
-    from sdjax import dynamics
+    from sdjax import batch_kernel, dynamics
 
     monkeypatch.setattr(dynamics, "INVERSE_DYNAMICS_CHUNK_BUDGET", 32 * 15)  # 32 samples of 15 bodies
+    monkeypatch.setenv(batch_kernel.KERNEL_ENV, "jax")  # (the XLA path's chunks; the kernel serves batches of 16)
     jax.clear_caches()  # (the chunk is chosen when a batch is traced: no trace made before the patch)
     model = random_model(7, 14, gravity=True, passive=True).astype(dtype)
     batch = 75  # two chunks of 32 and a remainder of 11
