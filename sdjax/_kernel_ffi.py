@@ -603,14 +603,14 @@ ENTRIES_ENV = "SDJAX_KERNEL_ENTRIES"
 
 @functools.cache
 def _entries_directory() -> pathlib.Path:
-    default = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "sdjax"
-    directory = pathlib.Path(os.environ.get(ENTRIES_ENV) or default) / "kernel_entries"
     try:
+        default = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "sdjax"
+        directory = pathlib.Path(os.environ.get(ENTRIES_ENV) or default) / "kernel_entries"
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / f".probe.{os.getpid()}"
         probe.write_text("")
         probe.unlink()
-    except OSError:
+    except (OSError, RuntimeError):  # (not writable; no home directory)
         directory = pathlib.Path(tempfile.mkdtemp(prefix="sdjax-kernel-entries-"))
     return directory
 

@@ -228,6 +228,25 @@ def test_ffi_call_equals_callback(dtype, monkeypatch):
     assert ours[1].shape == (13, model.num_velocities, model.num_velocities) and ours[2].shape[:2] == (3, 4)
 
 
+def test_kernel_entries_directory(tmp_path, monkeypatch):
+    """The generated kernel entries go to ``SDJAX_KERNEL_ENTRIES`` (``kernel_entries`` in it),
+    or to a fresh temporary directory where that cannot be written (here a file's path)."""
+    from sdjax import _kernel_ffi
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    try:
+        monkeypatch.setenv(_kernel_ffi.ENTRIES_ENV, str(tmp_path / "entries"))
+        _kernel_ffi._entries_directory.cache_clear()
+        assert _kernel_ffi._entries_directory() == tmp_path / "entries" / "kernel_entries"
+        monkeypatch.setenv(_kernel_ffi.ENTRIES_ENV, str(blocker))
+        _kernel_ffi._entries_directory.cache_clear()
+        fallback = _kernel_ffi._entries_directory()
+        assert fallback.is_dir() and tmp_path not in fallback.parents
+    finally:
+        _kernel_ffi._entries_directory.cache_clear()  # (the session's directory again after the test)
+
+
 def test_derivatives_unchanged():
     """Gradients through a batched forward dynamics (which the kernel serves in the forward
     pass) equal the per-sample gradients of the XLA path, with respect to the model, the
