@@ -250,7 +250,9 @@ def _call_back(
 ) -> list[Array]:
     """:func:`_call` through one ``jax.pure_callback``. The inputs are passed packed into one
     array of batched and one of shared numbers (each array a callback passes costs ~30 us,
-    measured, whatever its size)."""
+    measured, whatever its size); the results come back one array each, so that the kernel's
+    output arguments are contiguous arrays as on the FFI path (one Numba compilation of each
+    kernel serves both)."""
     # Leaf by leaf (each leaf's numbers contiguous, batch first), so that the kernel's arrays are
     # views of one writable copy of each packed array: no copy per leaf on the host.
     layout, batched_end, shared_end = [], 0, 0
