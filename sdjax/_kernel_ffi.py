@@ -426,6 +426,15 @@ llvm.add_symbol(_TASK_SYMBOL, _task.address)
 
 
 @numba.njit(nogil=True, cache=True)
+def _destroy(api, block, error):  # pragma: no cover - compiled by Numba
+    """Destroys an error XLA's API returned (its arguments written into the block)."""
+    destroy = block + _BLOCK_DESTROY
+    for offset, value in ((0, _DESTROY_SIZE), (8, 0), (16, error)):
+        _store(destroy + offset, value)
+    _call(_load(api + _API_ERROR_DESTROY), destroy)
+
+
+@numba.njit(nogil=True, cache=True)
 def handle(frame, entry):  # pragma: no cover - compiled by Numba
     """The body of every XLA FFI handler: runs the entry at address ``entry`` (``void
     run(frame, start, stop)``) over the batch ``0 <= b < B`` of XLA's call frame at address
@@ -457,8 +466,11 @@ def handle(frame, entry):  # pragma: no cover - compiled by Numba
         arguments = block + _BLOCK_SCHEDULE
         for offset, value in ((0, _THREADS_SIZE), (8, 0), (16, _load(frame + _FRAME_CTX)), (24, block)):
             _store(arguments + offset, value)
-        if _call(_load(api + _API_THREADS), arguments) == 0:
+        error = _call(_load(api + _API_THREADS), arguments)
+        if error == 0:
             threads = max(1, _load(block))
+        else:
+            _destroy(api, block, error)
     chunks = min(count // smallest, 4 * threads)
     if chunks <= 1 or threads <= 1:
         if block != 0:
@@ -488,10 +500,7 @@ def handle(frame, entry):  # pragma: no cover - compiled by Numba
             _store(arguments + offset, value)
         error = _call(_load(api + _API_SCHEDULE), arguments)
         if error != 0:  # (the pool took no task: this thread runs its chunks)
-            destroy = block + _BLOCK_DESTROY
-            for offset, value in ((0, _DESTROY_SIZE), (8, 0), (16, error)):
-                _store(destroy + offset, value)
-            _call(_load(api + _API_ERROR_DESTROY), destroy)
+            _destroy(api, block, error)
             _fetch_add(block + _BLOCK_REFERENCES, -1)
     _work(block)
     while _load_atomic(block + _BLOCK_DONE) < chunks:  # (the tasks' last chunks)
