@@ -33,7 +33,8 @@ phase, with the programs that took longest. ``run_monte_carlo`` times its compil
 (``jit(...).lower(...).compile()``) and run apart itself; it is called twice, as the notebook
 does and again (its first call's run includes loading the Numba batch kernel). Before any timing is trusted, each
 workflow's answers are compared with the numbers its stored notebook prints (full run only;
-a check passes within one unit of the last printed digit).
+a check passes within one unit of the last printed digit, or within ``ROUND_OFF_RTOL`` for an
+answer that carries round-off further).
 
 Writes ``benchmarks/results/workflows.json`` (``--workflows`` keeps the other workflows' last results
 when they were run at the same size).

@@ -239,6 +239,8 @@ def main() -> None:
     args = parser.parse_args()
     sections = [
         ("Dynamics", "dynamics", dynamics_tables),
+        ("Dynamics, the kernel as an XLA custom call", "dynamics_ffi", dynamics_tables),
+        ("Dynamics, the kernel as an XLA custom call (float32)", "dynamics_ffi_float32", dynamics_tables),
         ("Dynamics (GPU)", "dynamics_gpu", dynamics_tables),
         ("Dynamics (GPU, float64)", "dynamics_gpu_float64", dynamics_tables),
         ("Rollout", "rollout", rollout_table),
