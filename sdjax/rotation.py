@@ -15,11 +15,13 @@ Conventions (used throughout sdjax):
   ``R(quat)`` (Hamilton product).
 
 Every function works on leading batch dimensions and is safe to differentiate at zero
-rotation (no NaN in values or gradients).
+rotation (no NaN in values or gradients). The ones every rollout step calls are ``jax.jit``
+functions, traced once per shape (see :mod:`sdjax.algebra`).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
@@ -53,6 +55,7 @@ __all__ = [
 ]
 
 
+@jax.jit
 def skew(v: Array) -> Array:
     """Cross-product matrix: ``skew(v) @ a == cross(v, a)``.
 
@@ -116,6 +119,7 @@ def rot_z(angle: Array) -> Array:
     return _axis_rotation(jnp.asarray(angle), 2)
 
 
+@jax.jit
 def rpy_to_matrix(rpy: ArrayLike) -> Array:
     """SpaceDyn RPY angles to a rotation matrix, ``R = Rx(roll) Ry(pitch) Rz(yaw)`` (eq 3.1).
 
@@ -239,6 +243,7 @@ def rotation_difference(rotation_from: Array, rotation_to: Array) -> Array:
     return 0.5 * jnp.sum(cross3(jnp.swapaxes(a, -1, -2), jnp.swapaxes(b, -1, -2)), axis=-2)
 
 
+@jax.jit
 def quat_to_matrix(quat: Array | np.ndarray) -> Array:
     """Rotation matrix of a scalar-last quaternion ``(x, y, z, w)``.
 
@@ -305,6 +310,7 @@ def matrix_to_quat(matrix: ArrayLike) -> Array:
     return quat * jnp.where(quat[..., 3:4] < 0, -1.0, 1.0)
 
 
+@jax.jit
 def quat_multiply(a: Array | np.ndarray, b: Array | np.ndarray) -> Array:
     """Hamilton product ``a * b`` of scalar-last quaternions: ``R(a*b) = R(a) R(b)``.
 
@@ -326,6 +332,7 @@ def quat_conjugate(quat: Array | np.ndarray) -> Array:
     return jnp.concatenate([-quat[..., :3], quat[..., 3:]], axis=-1)
 
 
+@jax.jit
 def quat_normalize(quat: Array) -> Array:
     """Unit quaternion in the direction of ``quat``; shape ``(..., 4)``.
 
@@ -337,6 +344,7 @@ def quat_normalize(quat: Array) -> Array:
     return quat / jnp.sqrt(safe)
 
 
+@jax.jit
 def quat_rate(quat: Array, angular_velocity: Array) -> Array:
     """Time derivative of the attitude quaternion for an inertial-frame angular velocity.
 
