@@ -137,6 +137,7 @@ def batched_route(
         ``routed(*args)``, equal to ``fun(*args)``, with ``fun``'s name and signature.
     """
 
+    fun = _traced_once(fun)
     batchable = batched_evaluation(fun, evaluate_batch)
 
     @jax.custom_jvp
@@ -182,6 +183,14 @@ def _batch_axis_first_rule(axis_size: int, in_batched: Any, tree: Any) -> tuple[
     return tree, in_batched[0]
 
 
+def _traced_once(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """``jax.jit(fun)`` (``fun`` itself if it is one already): a program calls a routed
+    function many times (the four stages of an RK4 step, each with its derivative rules), and a
+    ``jit`` function is traced and differentiated once per shape and lowered once per program
+    (see :mod:`sdjax.algebra`). Its arguments are pytrees of arrays (as ``custom_vmap`` takes)."""
+    return fun if hasattr(fun, "lower") else jax.jit(fun)
+
+
 def batched_evaluation(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Callable[..., Any]:
     """``fun`` evaluated by ``evaluate_batch`` under ``vmap`` (a ``custom_vmap`` rule), without
     a derivative rule of its own: for the primal function of a ``jax.custom_jvp`` whose rule
@@ -191,6 +200,8 @@ def batched_evaluation(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) 
     Returns:
         ``batchable(*args)``, equal to ``fun(*args)``, with ``fun``'s name and signature.
     """
+
+    fun = _traced_once(fun)
 
     @custom_vmap
     @functools.wraps(fun)
