@@ -103,7 +103,6 @@ def tree_index(parent: tuple[int, ...]) -> TreeIndex:
     return TreeIndex(parent_arr, depth, tuple(jumps), level_links, level_parents, support)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
 def propagate_down(tree: TreeIndex, op: Callable[[Any, Any], Any], root: Any, link_values: Any, identity: Any) -> Any:
     """Root-to-leaves pass: ``out[0] = root``, ``out[i] = op(out[parent(i)], link_values[i-1])``.
 
@@ -117,9 +116,6 @@ def propagate_down(tree: TreeIndex, op: Callable[[Any, Any], Any], root: Any, li
 
     Returns:
         ``(n + 1,) + S`` body-indexed values.
-
-    Compiled once per tree, ``op`` and shapes (``tree`` and ``op`` are static: pass a
-    function defined once, not a new ``lambda`` per call; see :mod:`sdjax.algebra`).
     """
     products = jnp.concatenate([identity[None], link_values])
     # After the step with jump k, products[i] is the product over the path from the
