@@ -27,7 +27,8 @@ the same, instruction for instruction (the batched inverse dynamics' optimised H
 arm and a 30-link tree: diffed), and runs at the same speed (batch 1024 forward and inverse dynamics, the gradient of a
 20-step rollout: best of 7 within 2 %). Tracing and lowering are most of what a new program
 costs: 66 representative tests took 116 s before and 74 s after, and the default test run
-942 s -> 763 s (2-core CPU, cold caches).
+942 s -> 763 s (2-core CPU, cold caches; both with ``propagate_down`` compiled apart too, since
+withdrawn: it changed a 30-link tree's optimised program; 660 s after that, warm Numba cache).
 """
 
 from __future__ import annotations
