@@ -210,11 +210,90 @@ def batched_evaluation(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) 
 
     @batchable.def_vmap
     def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
-        mapped, rebuild = split_batched(args, in_batched)
-        out = evaluate_batch(axis_size, args, in_batched, mapped, rebuild)
+        def routed_batch(*args: Any) -> Any:
+            mapped, rebuild = split_batched(args, in_batched)
+            return evaluate_batch(axis_size, args, in_batched, mapped, rebuild)
+
+        def plain_batch(*args: Any) -> Any:
+            mapped, rebuild = split_batched(args, in_batched)
+            return jax.vmap(lambda m: fun(*rebuild(m)), axis_size=axis_size)(mapped)
+
+        out = _differentiable_as(routed_batch, plain_batch)(*args)
         return out, jax.tree.map(lambda _: True, out)
 
     return batchable
+
+
+def _differentiable_as(evaluate: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
+    """``evaluate`` (a batch's other route, e.g. the compiled kernel's custom call, which JAX
+    cannot differentiate) as one primitive with the derivatives of ``plain`` (the same values
+    by plain JAX: the vectorised per-sample function, the XLA path).
+
+    The derivative rules above (:func:`batched_route`'s) apply before a batch is evaluated, so
+    first derivatives never reach this one. But JAX keeps no ``custom_jvp`` rule in the primal
+    half of a linearization (it inlines the primal function there): differentiating a gradient
+    again (forward-over-reverse Hessian-vector products, reverse-over-reverse) meets the
+    batch's evaluation itself. A primitive survives there, and its JVP is ``plain``'s along the
+    arguments that carry a tangent."""
+
+    def differentiable(*args: Any) -> Any:
+        leaves, treedef = jax.tree.flatten(args)
+        closed, out_shape = jax.make_jaxpr(lambda *x: evaluate(*jax.tree.unflatten(treedef, x)), return_shape=True)(
+            *leaves
+        )
+        out = _batch_route_p.bind(*leaves, jaxpr=closed, plain=_Plain(plain, treedef))
+        return jax.tree.unflatten(jax.tree.structure(out_shape), out)
+
+    return differentiable
+
+
+class _Plain:
+    """The plain function whose derivatives a batch's route takes (on the arguments, whose
+    flattening is ``treedef``). Compared by identity (a primitive parameter)."""
+
+    def __init__(self, function: Callable[..., Any], treedef: Any):
+        self.function, self.treedef = function, treedef
+
+    def __repr__(self) -> str:
+        return f"plain({getattr(self.function, '__name__', 'function')})"
+
+
+#: ``_batch_route_p.bind(*leaves, jaxpr=J, plain=P)``: the closed program ``J`` (a batch's route)
+#: on the flat leaves of the arguments, differentiated as ``P`` (see :func:`_differentiable_as`).
+#: The program is a parameter of its own, so that walkers of a program's sub-programs
+#: (``jax.extend.core.jaxprs_in_params``, printing) see it.
+_batch_route_p = jax.extend.core.Primitive("sdjax_batch_route")
+_batch_route_p.multiple_results = True
+
+
+def _batch_route_impl(*leaves: Any, jaxpr: Any, plain: _Plain) -> list[Any]:
+    return jax.extend.core.jaxpr_as_fun(jaxpr)(*leaves)
+
+
+def _batch_route_jvp(primals: Any, tangents: Any, *, jaxpr: Any, plain: _Plain) -> tuple[list[Any], list[Any]]:
+    out = _batch_route_p.bind(*primals, jaxpr=jaxpr, plain=plain)
+    tangents = [SymbolicZero(t.aval) if isinstance(t, ad.Zero) else t for t in tangents]
+    args = jax.tree.unflatten(plain.treedef, list(primals))
+    tangent = jvp_along_nonzero(plain.function, args, jax.tree.unflatten(plain.treedef, tangents))[1]
+    return out, jax.tree.leaves(tangent)
+
+
+def _batch_route_batch(leaves: Any, dims: Any, *, jaxpr: Any, plain: _Plain) -> tuple[Any, list[int]]:
+    # (A vmap around the batch's vmap: the route's own program, vectorised as JAX vectorises it.)
+    out = jax.vmap(jax.extend.core.jaxpr_as_fun(jaxpr), in_axes=list(dims))(*leaves)
+    return out, [0] * len(out)
+
+
+_batch_route_p.def_impl(_batch_route_impl)
+_batch_route_p.def_abstract_eval(lambda *avals, jaxpr, plain: jaxpr.out_avals)
+mlir.register_lowering(
+    _batch_route_p,
+    lambda ctx, *operands, jaxpr, plain: mlir.lower_fun(jax.extend.core.jaxpr_as_fun(jaxpr), multiple_results=True)(
+        ctx, *operands
+    ),
+)
+batching.primitive_batchers[_batch_route_p] = _batch_route_batch
+ad.primitive_jvps[_batch_route_p] = _batch_route_jvp
 
 
 # ------------------------------------------------------------------------------------------

@@ -907,11 +907,35 @@ def _batched_rule_factor(
     return factor if in_batched[2] else jnp.broadcast_to(factor, (axis_size, *factor.shape))
 
 
-#: ``(model, state, factor) -> factor``: the factor from :func:`_rule_solve`, the compiled
-#: kernel's refactorisation where that solve left zeros (the same batches: both decide by
-#: :func:`kernel_serves` on the same model and batch size, and the solve's outputs are always
-#: batched). Its derivatives are the identity's (those of the solve's factor).
-rule_factor = batched_route(_given_factor, _batched_rule_factor)
+#: The primal of :func:`rule_factor`.
+_rule_factor_value = batched_evaluation(_given_factor, _batched_rule_factor)
+
+
+@jax.custom_jvp
+def rule_factor(model: Model, state: State, factor: Array) -> Array:
+    """``(nv, nv)`` the factor from :func:`_rule_solve`, the compiled kernel's refactorisation
+    where that solve left zeros (the same batches: both decide by :func:`kernel_serves` on the
+    same model and batch size, and the solve's outputs are always batched).
+
+    Differentiated only where a derivative rule is differentiated again (second derivatives):
+    then the factor the solve left may be those zeros, so the rule refactorises ``H`` of
+    ``model`` and ``state`` (:func:`_inertia_factor`), and the derivatives are the factor's."""
+    return _rule_factor_value(model, state, factor)
+
+
+def _rule_factor_jvp(primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+    model, state, _ = primals
+    return jvp_along_nonzero(_inertia_factor, (model, state), tangents[:2])
+
+
+rule_factor.defjvp(_rule_factor_jvp, symbolic_zeros=True)
+
+
+def _inertia_factor(model: Model, state: State) -> Array:
+    """``(nv, nv)`` the lower Cholesky factor of the free coordinates' ``H`` (eq 3.29), as
+    :func:`_solve_forward_dynamics` returns it."""
+    h = inertia_matrix(model, state)
+    return jsl.cho_factor(free_coordinates(model, free_coordinates(model, h, 0), 1), lower=True)[0]
 
 
 def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:

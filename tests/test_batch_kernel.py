@@ -1091,3 +1091,42 @@ def test_rk4_step_in_the_kernel_forward_and_reverse_mode(base, dtype, monkeypatc
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
             assert x.dtype == dtype
             assert_close(x, y, RTOL[dtype], f"{base}: {what}")  # (round-off of 4 (steps + 1) solves)
+
+
+def test_second_derivatives_of_batched_rollouts_equal_the_xla_path(monkeypatch):
+    """Hessian-vector products of batched rollouts served by the kernel (open loop: the rollout
+    kernel; closed loop: the RK4 step kernel and its reverse) equal the XLA path's
+    (``SDJAX_KERNEL=jax``), forward over reverse and reverse over reverse, on a branched tree
+    with prismatic and passive joints. (JAX inlines a rule's primal function when it
+    linearizes, so the second derivative meets the kernel's custom call itself.)"""
+    model = random_model(31, 6, chain_probability=0.4, gravity=True, passive=True)
+    assert not all(t == "R" for t in model.joint_type) and len(set(model.parent)) < model.num_joints
+    states, controls = _batch(model, 5, 7, jnp.float64)
+    held = jnp.stack([controls.tau, -0.5 * controls.tau], axis=1)  # (2 steps per sample)
+
+    def loss(tau):
+        def open_loop(s, c):
+            return sdjax.rollout(model, s, 0.01, 2, c).states.q[-1]
+
+        def closed_loop(s, c):
+            law = lambda t, x: -c * x.q - 0.3 * x.qd  # noqa: E731
+            return sdjax.rollout(model, s, 0.01, 2, law).states.qd[-1]
+
+        return jnp.sum(jnp.sin(jax.vmap(open_loop)(states, tau))) + jnp.sum(
+            jnp.cos(jax.vmap(closed_loop)(states, tau[:, 0]))
+        )
+
+    direction = jnp.asarray(np.random.default_rng(5).normal(size=held.shape))
+
+    def runs():
+        forward_over_reverse = jax.jit(lambda t: jax.jvp(jax.grad(loss), (t,), (direction,))[1])(held)
+        reverse_over_reverse = jax.jit(jax.grad(lambda t: jnp.vdot(jax.grad(loss)(t), direction)))(held)
+        return forward_over_reverse, reverse_over_reverse
+
+    ours = runs()
+    monkeypatch.setenv("SDJAX_KERNEL", "jax")
+    jax.clear_caches()
+    expected = runs()
+    for what, a, b in zip(("forward over reverse", "reverse over reverse"), ours, expected):
+        assert float(jnp.max(jnp.abs(b))) > 1e-3  # (a real second derivative)
+        assert_close(a, b, 1e-10, what)  # (round-off of the solves and the reverse pass's sums, as VJP_RTOL)
