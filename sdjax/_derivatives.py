@@ -279,8 +279,17 @@ def _batch_route_jvp(primals: Any, tangents: Any, *, jaxpr: Any, plain: _Plain) 
 
 
 def _batch_route_batch(leaves: Any, dims: Any, *, jaxpr: Any, plain: _Plain) -> tuple[Any, list[int]]:
-    # (A vmap around the batch's vmap: the route's own program, vectorised as JAX vectorises it.)
-    out = jax.vmap(jax.extend.core.jaxpr_as_fun(jaxpr), in_axes=list(dims))(*leaves)
+    """A ``vmap`` around the batch's: the route's program vectorised as JAX vectorises it, still
+    differentiated as the plain function (vectorised the same way)."""
+    in_axes = list(dims)
+
+    def evaluate(*leaves: Any) -> Any:
+        return jax.vmap(jax.extend.core.jaxpr_as_fun(jaxpr), in_axes=in_axes)(*leaves)
+
+    def plain_leaves(*leaves: Any) -> Any:
+        return jax.tree.leaves(plain.function(*jax.tree.unflatten(plain.treedef, leaves)))
+
+    out = _differentiable_as(evaluate, jax.vmap(plain_leaves, in_axes=in_axes))(*leaves)
     return out, [0] * len(out)
 
 

@@ -1097,12 +1097,13 @@ def test_second_derivatives_of_batched_rollouts_equal_the_xla_path(monkeypatch):
     """Hessian-vector products of batched rollouts served by the kernel (open loop: the rollout
     kernel; closed loop: the RK4 step kernel and its reverse) equal the XLA path's
     (``SDJAX_KERNEL=jax``), forward over reverse and reverse over reverse, on a branched tree
-    with prismatic and passive joints. (JAX inlines a rule's primal function when it
-    linearizes, so the second derivative meets the kernel's custom call itself.)"""
+    with prismatic and passive joints, under one and two ``vmap``s. (JAX inlines a rule's primal
+    function when it linearizes, so the second derivative meets the kernel's custom call.)"""
     model = random_model(31, 6, chain_probability=0.4, gravity=True, passive=True)
     assert not all(t == "R" for t in model.joint_type) and len(set(model.parent)) < model.num_joints
-    states, controls = _batch(model, 5, 7, jnp.float64)
+    states, controls = _batch(model, 6, 7, jnp.float64)
     held = jnp.stack([controls.tau, -0.5 * controls.tau], axis=1)  # (2 steps per sample)
+    grid = jax.tree.map(lambda x: x.reshape((2, 3) + x.shape[1:]), states)
 
     def loss(tau):
         def open_loop(s, c):
@@ -1112,9 +1113,9 @@ def test_second_derivatives_of_batched_rollouts_equal_the_xla_path(monkeypatch):
             law = lambda t, x: -c * x.q - 0.3 * x.qd  # noqa: E731
             return sdjax.rollout(model, s, 0.01, 2, law).states.qd[-1]
 
-        return jnp.sum(jnp.sin(jax.vmap(open_loop)(states, tau))) + jnp.sum(
-            jnp.cos(jax.vmap(closed_loop)(states, tau[:, 0]))
-        )
+        # (the open loop under a nested vmap: a vmap around the batch's route)
+        nested = jax.vmap(jax.vmap(open_loop))(grid, tau.reshape((2, 3) + tau.shape[1:]))
+        return jnp.sum(jnp.sin(nested)) + jnp.sum(jnp.cos(jax.vmap(closed_loop)(states, tau[:, 0])))
 
     direction = jnp.asarray(np.random.default_rng(5).normal(size=held.shape))
 
