@@ -934,8 +934,7 @@ rule_factor.defjvp(_rule_factor_jvp, symbolic_zeros=True)
 def _inertia_factor(model: Model, state: State) -> Array:
     """``(nv, nv)`` the lower Cholesky factor of the free coordinates' ``H`` (eq 3.29), as
     :func:`_solve_forward_dynamics` returns it."""
-    h = inertia_matrix(model, state)
-    return jsl.cho_factor(free_coordinates(model, free_coordinates(model, h, 0), 1), lower=True)[0]
+    return jsl.cho_factor(_free_inertia_matrix(model, state), lower=True)[0]
 
 
 def forward_dynamics_and_factor(model: Model, state: State, controls: Controls) -> tuple[Array, Array]:

@@ -1093,13 +1093,15 @@ def test_rk4_step_in_the_kernel_forward_and_reverse_mode(base, dtype, monkeypatc
             assert_close(x, y, RTOL[dtype], f"{base}: {what}")  # (round-off of 4 (steps + 1) solves)
 
 
-def test_second_derivatives_of_batched_rollouts_equal_the_xla_path(monkeypatch):
+@pytest.mark.parametrize("base", ["floating", "planar"])
+def test_second_derivatives_of_batched_rollouts_equal_the_xla_path(base, monkeypatch):
     """Hessian-vector products of batched rollouts served by the kernel (open loop: the rollout
     kernel; closed loop: the RK4 step kernel and its reverse) equal the XLA path's
     (``SDJAX_KERNEL=jax``), forward over reverse and reverse over reverse, on a branched tree
-    with prismatic and passive joints, under one and two ``vmap``s. (JAX inlines a rule's primal
+    with prismatic and passive joints, floating and planar (the base's free coordinates), under
+    one and two ``vmap``s. (JAX inlines a rule's primal
     function when it linearizes, so the second derivative meets the kernel's custom call.)"""
-    model = random_model(31, 6, chain_probability=0.4, gravity=True, passive=True)
+    model = sdjax.edit_model(random_model(31, 6, chain_probability=0.4, gravity=True, passive=True), base=base)
     assert not all(t == "R" for t in model.joint_type) and len(set(model.parent)) < model.num_joints
     states, controls = _batch(model, 6, 7, jnp.float64)
     held = jnp.stack([controls.tau, -0.5 * controls.tau], axis=1)  # (2 steps per sample)
