@@ -168,6 +168,30 @@ def _topology(model: Any) -> tuple[np.ndarray, ...]:
     )
 
 
+#: The kernels of :mod:`sdjax._kernel_equations` that XLA calls (each compiled by Numba once per
+#: precision on first use and cached on disk; ``sdjax kernels`` compiles them all ahead).
+ENTRY_KERNELS = (
+    "forward_dynamics",
+    "forward_dynamics_vjp_range",
+    "inverse_dynamics_range",
+    "inverse_dynamics_vjp_range",
+    "inertia_matrix_range",
+    "rk4_rollout",
+    "rk4_step_vjp_range",
+)
+
+
+def kernels_called() -> set[tuple[str, str]]:
+    """The entry kernels this process has built a call of, as ``(name, precision)`` pairs
+    (``precision``: ``"float64"`` or ``"float32"``). Once a program holding the call has run,
+    the kernel is compiled (or loaded from the disk cache): an FFI entry when the call is traced,
+    a callback's kernel on its first run."""
+    return set(_called)
+
+
+_called: set[tuple[str, str]] = set()
+
+
 def _call(
     kernel_name: str,
     axis_size: int,
@@ -191,6 +215,8 @@ def _call(
     The call is an XLA FFI custom call (:mod:`sdjax._kernel_ffi`: buffers read and written in
     place, the chunks on XLA's thread pool) or, where this jaxlib lacks the FFI or with
     ``SDJAX_KERNEL_CALL=callback``, a ``jax.pure_callback`` (:func:`_call_back`)."""
+    assert kernel_name in ENTRY_KERNELS, kernel_name
+    _called.add((kernel_name, np.dtype(dtype).name))
     values = [jnp.asarray(x, dtype) for x in leaves]
     plan = tuple(range(len(results))) if outputs is None else outputs
     if not any(is_batched):  # (only leaves the kernel does not read vary, e.g. base_position)

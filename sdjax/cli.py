@@ -1,4 +1,4 @@
-"""Command line: ``sdjax {demo,info,simulate,plot,view,plan,identify,montecarlo}`` (also ``python -m sdjax ...``).
+"""Command line: ``sdjax {demo,info,simulate,plot,view,plan,identify,montecarlo,kernels}`` (also ``python -m sdjax ...``).
 
 ::
 
@@ -15,6 +15,7 @@
                                                   file, JSON summary, plots
     sdjax identify CONFIG.toml [...]              identify a payload / links from a simulated excitation
     sdjax montecarlo CONFIG.toml [...]            batch Monte-Carlo: results file, statistics, plots
+    sdjax kernels [--precision float64]           compile the CPU batch kernels (Numba) ahead of first use
 
 The last three read a small TOML file (``sdjax.cli_jobs``; examples in ``examples/``), validated
 key by key (errors name the file and the dotted key).
@@ -323,6 +324,78 @@ def _momentum_change(model, linear: np.ndarray, angular: np.ndarray) -> str:
         f"momentum change: linear {np.linalg.norm(linear[-1] - linear[0]):.2e} kg m/s, "
         f"angular {np.linalg.norm(angular[-1] - angular[0]):.2e} kg m^2/s"
     )
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    """Compiles every entry kernel of :mod:`sdjax.batch_kernel` (and its entry from XLA) in the
+    chosen precisions into the on-disk caches, so that the first batched call of a later process
+    loads them instead of compiling (~1-2 minutes for all of them, per precision, on a 2-core
+    CPU): for a container image, a cluster node, or before a run that must not wait."""
+    jax = _setup_jax(False)
+    from sdjax import batch_kernel
+
+    if not batch_kernel.available():
+        raise CommandError(
+            "the batch kernels are not in use here: they need Numba (pip install 'sdjax[fast]'), the CPU "
+            f"backend (this one: {jax.default_backend()}) and {batch_kernel.KERNEL_ENV} unset or 'auto'"
+        )
+    precisions = ("float64", "float32") if args.precision == "both" else (args.precision,)
+    for precision in precisions:
+        start = time.perf_counter()
+        _call_every_kernel(precision)
+        missing = [n for n in batch_kernel.ENTRY_KERNELS if (n, precision) not in batch_kernel.kernels_called()]
+        if missing:  # (a route of batch_kernel that _call_every_kernel does not reach)
+            raise CommandError(f"{precision}: kernels not reached: {', '.join(missing)}")
+        print(f"{precision}: {len(batch_kernel.ENTRY_KERNELS)} kernels ready in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _call_every_kernel(precision: str) -> None:
+    """Calls each entry kernel once in ``precision`` (a batch of :data:`sdjax.batch_kernel.MIN_BATCH`
+    samples of a small branched tree with prismatic and passive joints, gravity and end points):
+    forward and inverse dynamics and their reverse modes, ``H``, an open-loop rollout, and the
+    RK4 steps of a closed loop with their reverse mode."""
+    import jax
+    import jax.numpy as jnp
+
+    import sdjax
+    from sdjax import batch_kernel, dynamics
+    from sdjax.models import random_model
+
+    dtype = jnp.dtype(precision)
+    model = random_model(5, 4, chain_probability=0.5, prismatic_probability=0.5, gravity=True, passive=True)
+    model = model.astype(dtype)
+    batch, n, ne = batch_kernel.MIN_BATCH, model.num_joints, model.num_end_points
+    rng = np.random.default_rng(0)
+    q, qd = (jnp.asarray(rng.normal(size=(batch, n)), dtype) for _ in range(2))
+    states = jax.vmap(lambda q, qd: sdjax.make_state(model, q=q, qd=qd))(q, qd)
+    controls = dynamics.Controls(
+        jnp.asarray(rng.normal(size=(batch, n)), dtype),
+        jnp.zeros((batch, 3), dtype),
+        jnp.zeros((batch, 3), dtype),
+        jnp.zeros((batch, ne, 3), dtype),
+        jnp.zeros((batch, ne, 3), dtype),
+    )
+
+    def loss(m, s, c):
+        acceleration = jax.vmap(lambda s, c: dynamics.floating_acceleration(m, s, c))(s, c)
+        wrench, tau = jax.vmap(lambda s, a: sdjax.inverse_dynamics(m, s, a[:6], a[6:]))(s, jnp.sin(acceleration))
+        held = jax.tree.map(lambda x: jnp.stack([x, -x], axis=1), c)  # (2 steps per sample)
+        open_loop = jax.vmap(lambda s, c: sdjax.rollout(m, s, 0.01, 2, c).states.q[-1])(s, held)
+
+        def closed_loop(state, c):
+            def law(t, x):
+                return dynamics.Controls(
+                    -x.q - x.qd, c.base_force, c.base_torque, c.end_point_force, c.end_point_torque
+                )
+
+            return sdjax.rollout(m, state, 0.01, 2, law).states.qd[-1]
+
+        closed = jax.vmap(closed_loop)(s, c)
+        inertia = jax.vmap(lambda s: sdjax.inertia_matrix(m, s))(s)
+        return sum(jnp.sum(x) for x in (acceleration, wrench, tau, open_loop, closed, inertia))
+
+    jax.block_until_ready(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(model, states, controls))
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -656,7 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
     builtin = ", ".join(sorted(BUILTIN_MODELS))
     parser = _Parser(prog="sdjax", description="Differentiable dynamics of space and mobile robots.")
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{demo,info,simulate,plot,view,plan,identify,montecarlo}"
+        dest="command", required=True, metavar="{demo,info,simulate,plot,view,plan,identify,montecarlo,kernels}"
     )
     demo = commands.add_parser("demo", help="simulate a built-in free-floating robot and print a summary")
     demo.add_argument("--model", choices=sorted(BUILTIN_MODELS), default="spacedyn_sample")
@@ -775,6 +848,13 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--package-dir", action="append", metavar="DIR",
                       help="folder holding the packages of package:// mesh names (repeatable; searched before ROS_PACKAGE_PATH "
                            "and the URDF file's ancestors)")  # fmt: skip
+    kernels = commands.add_parser(
+        "kernels",
+        help="compile the CPU batch kernels (Numba) ahead of first use, into the on-disk caches",
+    )
+    kernels.add_argument(
+        "--precision", choices=("both", "float64", "float32"), default="both", help="which kernels (default both)"
+    )
     for name, (_, help_line) in JOBS.items():
         job = commands.add_parser(name, help=help_line, description=f"{help_line[0].upper()}{help_line[1:]}; "
                                   "the schema is in docs/guide/cli.md, examples in examples/.")  # fmt: skip
@@ -793,7 +873,7 @@ def _job(args: argparse.Namespace) -> int:
     return JOBS[args.command][0](args, lambda spec: _load_model(spec, args.float32), MAX_STEPS)
 
 
-_COMMANDS = {"demo": _demo, "info": _info, "simulate": _simulate, "plot": _plot, "view": _view}
+_COMMANDS = {"demo": _demo, "info": _info, "simulate": _simulate, "plot": _plot, "view": _view, "kernels": _kernels}
 _COMMANDS.update({name: _job for name in JOBS})
 
 

@@ -79,6 +79,24 @@ def _batch(model, batch, seed, dtype):
     return states, controls
 
 
+def test_kernels_command_compiles_every_entry_kernel(capsys, monkeypatch):
+    """``sdjax kernels`` builds a call of every kernel XLA calls (``batch_kernel.ENTRY_KERNELS``,
+    which ``_call`` checks each call against) in both precisions, so that the caches it fills
+    serve every route; it refuses where the kernels are not in use. First in this module: on a
+    cold cache the kernels it compiles serve the tests below."""
+    from sdjax.cli import main
+
+    assert main(["kernels"]) == 0
+    out = capsys.readouterr().out
+    count = len(batch_kernel.ENTRY_KERNELS)
+    assert f"float64: {count} kernels ready" in out and f"float32: {count} kernels ready" in out, out
+    expected = {(name, p) for name in batch_kernel.ENTRY_KERNELS for p in ("float64", "float32")}
+    assert expected <= batch_kernel.kernels_called()
+    monkeypatch.setenv(batch_kernel.KERNEL_ENV, "jax")
+    assert main(["kernels", "--precision", "float32"]) == 1
+    assert "the batch kernels are not in use here" in capsys.readouterr().err
+
+
 def _reference(model, states, controls, model_axis=None):
     """vmap of the per-sample solve: the XLA path, never the kernel."""
     return jax.jit(jax.vmap(dynamics._solve_forward_dynamics, in_axes=(model_axis, 0, 0)))(model, states, controls)

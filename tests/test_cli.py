@@ -179,7 +179,7 @@ BAD_INPUTS = [
         "argument --gravity: expected a finite number",
     ),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
-    ([], "required: {demo,info,simulate,plot,view,plan,identify,montecarlo}"),
+    ([], "required: {demo,info,simulate,plot,view,plan,identify,montecarlo,kernels}"),
 ]
 
 
