@@ -986,6 +986,31 @@ def test_gradients_through_the_kernel_equal_the_xla_path(monkeypatch):
             assert_close(x, y, 1e-10, what)  # (round-off of the solves and the reverse pass's sums, as VJP_RTOL)
 
 
+def test_rule_factor_derivative_with_and_without_a_tangent_of_the_factor():
+    """The factor the forward dynamics' rule reads (``dynamics.rule_factor``) differentiates as the
+    Cholesky factor of ``H``: with the solve's factor, whose tangent it passes on (no ``H``
+    recomputed: a second derivative on the XLA path compiles the program it compiled before
+    the kernel's refactorisation existed), and with a factor that carries no tangent while the
+    state does, which it refactorises. Both against ``jax.jvp`` of the factorisation itself."""
+    model = random_model(31, 6, chain_probability=0.5, gravity=True)
+    state = random_state(model, 3)
+    direction = jnp.asarray(np.random.default_rng(4).normal(size=model.num_joints))
+
+    def at(q):
+        return eqx.tree_at(lambda s: s.q, state, q)
+
+    expected = jax.jvp(lambda q: dynamics._inertia_factor(model, at(q)), (state.q,), (direction,))
+    fixed = dynamics._inertia_factor(model, state)  # (no tangent: computed outside the jvp)
+    for name, factor_of in [("solve's factor", lambda q: dynamics._inertia_factor(model, at(q))), ("fixed", None)]:
+        value, tangent = jax.jvp(
+            lambda q: dynamics.rule_factor(model, at(q), fixed if factor_of is None else factor_of(q)),
+            (state.q,),
+            (direction,),
+        )
+        assert_close(value, expected[0], 1e-13, f"{name}: value")  # (the same factorisation)
+        assert_close(tangent, expected[1], 1e-12, f"{name}: tangent")  # (round-off of one JVP)
+
+
 @pytest.mark.parametrize(
     ("base", "dtype"), [("floating", jnp.float64), ("fixed", jnp.float64), ("floating", jnp.float32)]
 )
