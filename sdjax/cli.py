@@ -329,8 +329,10 @@ def _momentum_change(model, linear: np.ndarray, angular: np.ndarray) -> str:
 def _kernels(args: argparse.Namespace) -> int:
     """Compiles every entry kernel of :mod:`sdjax.batch_kernel` (and its entry from XLA) in the
     chosen precisions into the on-disk caches, so that the first batched call of a later process
-    loads them instead of compiling (~1-2 minutes for all of them, per precision, on a 2-core
-    CPU): for a container image, a cluster node, or before a run that must not wait."""
+    loads them instead of compiling (80-91 s for all of them, per precision, on a 2-core CPU;
+    about 6 s to load): for a container image, a cluster node, or before a run that must not
+    wait. The check of what was reached reads this process's calls: run it in a fresh process
+    (as the command line does)."""
     jax = _setup_jax(False)
     from sdjax import batch_kernel
 

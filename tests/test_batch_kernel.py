@@ -86,12 +86,16 @@ def test_kernels_command_compiles_every_entry_kernel(capsys, monkeypatch):
     cold cache the kernels it compiles serve the tests below."""
     from sdjax.cli import main
 
+    # (what earlier tests of this process called, and their traces, must not count for the command)
+    monkeypatch.setattr(batch_kernel, "_called", set())
+    jax.clear_caches()
     assert main(["kernels"]) == 0
     out = capsys.readouterr().out
     count = len(batch_kernel.ENTRY_KERNELS)
     assert f"float64: {count} kernels ready" in out and f"float32: {count} kernels ready" in out, out
+    # every kernel in both precisions, and nothing else (no precision leaking into the other)
     expected = {(name, p) for name in batch_kernel.ENTRY_KERNELS for p in ("float64", "float32")}
-    assert expected <= batch_kernel.kernels_called()
+    assert batch_kernel.kernels_called() == expected
     monkeypatch.setenv(batch_kernel.KERNEL_ENV, "jax")
     assert main(["kernels", "--precision", "float32"]) == 1
     assert "the batch kernels are not in use here" in capsys.readouterr().err
@@ -991,24 +995,32 @@ def test_rule_factor_derivative_with_and_without_a_tangent_of_the_factor():
     Cholesky factor of ``H``: with the solve's factor, whose tangent it passes on (no ``H``
     recomputed: a second derivative on the XLA path compiles the program it compiled before
     the kernel's refactorisation existed), and with a factor that carries no tangent while the
-    state does, which it refactorises. Both against ``jax.jvp`` of the factorisation itself."""
-    model = random_model(31, 6, chain_probability=0.5, gravity=True)
+    state does, which it refactorises. Both against NumPy's Cholesky factor of ``H`` and its
+    central difference along the direction."""
+    model = random_model(31, 6, chain_probability=0.5, gravity=True)  # (floating base: H is all free)
     state = random_state(model, 3)
-    direction = jnp.asarray(np.random.default_rng(4).normal(size=model.num_joints))
+    direction = np.random.default_rng(4).normal(size=model.num_joints)
 
     def at(q):
         return eqx.tree_at(lambda s: s.q, state, q)
 
-    expected = jax.jvp(lambda q: dynamics._inertia_factor(model, at(q)), (state.q,), (direction,))
+    def numpy_factor(q):
+        return np.linalg.cholesky(np.asarray(sdjax.inertia_matrix(model, at(jnp.asarray(q)))))
+
+    step, q0 = 1e-5, np.asarray(state.q)
+    expected_value = numpy_factor(q0)
+    expected_tangent = (numpy_factor(q0 + step * direction) - numpy_factor(q0 - step * direction)) / (2 * step)
     fixed = dynamics._inertia_factor(model, state)  # (no tangent: computed outside the jvp)
     for name, factor_of in [("solve's factor", lambda q: dynamics._inertia_factor(model, at(q))), ("fixed", None)]:
         value, tangent = jax.jvp(
             lambda q: dynamics.rule_factor(model, at(q), fixed if factor_of is None else factor_of(q)),
             (state.q,),
-            (direction,),
+            (jnp.asarray(direction),),
         )
-        assert_close(value, expected[0], 1e-13, f"{name}: value")  # (the same factorisation)
-        assert_close(tangent, expected[1], 1e-12, f"{name}: tangent")  # (round-off of one JVP)
+        assert_close(value, expected_value, 1e-12, f"{name}: value")  # (two LAPACK factorisations: round-off)
+        # central difference: truncation ~ step^2 times the third derivative (~1e-10), round-off
+        # ~ eps |L| / step (~1e-11)
+        assert_close(tangent, expected_tangent, 1e-8, f"{name}: tangent")
 
 
 @pytest.mark.parametrize(
