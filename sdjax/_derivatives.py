@@ -295,11 +295,10 @@ def _batch_route_batch(leaves: Any, dims: Any, *, jaxpr: Any, plain: _Plain) -> 
 
 _batch_route_p.def_impl(_batch_route_impl)
 _batch_route_p.def_abstract_eval(lambda *avals, jaxpr, plain: jaxpr.out_avals)
+# (The program lowered as it stands: lower_fun would trace it again, op by op.)
 mlir.register_lowering(
     _batch_route_p,
-    lambda ctx, *operands, jaxpr, plain: mlir.lower_fun(jax.extend.core.jaxpr_as_fun(jaxpr), multiple_results=True)(
-        ctx, *operands
-    ),
+    lambda ctx, *operands, jaxpr, plain: mlir.core_call_lowering(ctx, *operands, name="batch_route", call_jaxpr=jaxpr),
 )
 batching.primitive_batchers[_batch_route_p] = _batch_route_batch
 ad.primitive_jvps[_batch_route_p] = _batch_route_jvp

@@ -252,7 +252,7 @@ class Model(eqx.Module):
             mimic_offset=mimic_offset,
         )
         if dtype is None:
-            floats = [jnp.asarray(v).dtype for v in given.values() if v is not None and _is_float_array(v)]
+            floats = [_dtype_of(v) for v in given.values() if v is not None and _is_float_array(v)]
             dtype = jnp.result_type(*floats) if floats else jnp.result_type(float)
         defaults = dict(
             joint_rpy=(n, 3),
@@ -265,11 +265,11 @@ class Model(eqx.Module):
         )
         for field, value in given.items():
             if value is None and field == "mimic_multiplier":
-                value = jnp.ones((n,), dtype)
+                value = np.ones((n,))
             elif value is None:
                 if field not in defaults:
                     raise ValueError(f"Model.{field}: a value is required")
-                value = jnp.zeros(defaults[field], dtype)
+                value = np.zeros(defaults[field])
             setattr(self, field, _as_float_array(field, value, dtype))
 
     def __check_init__(self):
@@ -407,7 +407,7 @@ class Model(eqx.Module):
 
     def astype(self, dtype: Any) -> Model:
         """The same model with every array cast to ``dtype`` (e.g. ``jnp.float32``)."""
-        return jax.tree.map(lambda x: x.astype(dtype), self)
+        return _cast_leaves(self, jnp.dtype(dtype))
 
 
 # --------------------------------------------------------------------------------------
@@ -565,14 +565,36 @@ def _int_tuple(field: str, values: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _dtype_of(value: Any) -> Any:
+    """The dtype ``value`` has as a JAX array (NumPy's, as JAX canonicalises it: ``jnp.asarray``
+    of host data compiles a program per shape outside a trace)."""
+    if not hasattr(value, "dtype"):
+        try:
+            value = np.asarray(value)  # (lists, numbers)
+        except Exception:  # (e.g. a list holding traced values)
+            return jnp.asarray(value).dtype
+    return jax.dtypes.canonicalize_dtype(value.dtype)
+
+
 def _is_float_array(value: Any) -> bool:
     try:
-        return jnp.issubdtype(jnp.asarray(value).dtype, jnp.floating)
+        return jnp.issubdtype(_dtype_of(value), jnp.floating)
     except TypeError:
         return False
 
 
 def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
+    if not isinstance(value, jax.Array):
+        # Host data (NumPy arrays, lists, numbers) converted by NumPy: JAX's conversion compiles
+        # a program per shape and dtype outside a trace. Anything else (a list holding traced
+        # values, a dtype NumPy cannot cast) takes JAX's path below.
+        try:
+            host = np.asarray(value)
+        except Exception:
+            host = None
+        if host is not None and (np.issubdtype(host.dtype, np.floating) or np.issubdtype(host.dtype, np.integer)):
+            dtype = jax.dtypes.canonicalize_dtype(jnp.dtype(dtype))
+            return jnp.asarray(host.astype(dtype), dtype)
     try:
         arr = jnp.asarray(value)
     except (TypeError, ValueError) as err:
@@ -979,4 +1001,9 @@ def stack_models(models: Sequence[Model]) -> Model:
                 "(parent, joint_type, end_point_link, end_point_names, link_names, name, inertia_check, base or "
                 "mimic_leader); a batch shares one topology"
             )
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *models)
+    return _stack_leaves(*models)
+
+
+# One program per model layout (outside a trace, leaf by leaf would compile one per leaf shape).
+_cast_leaves = jax.jit(lambda model, dtype: jax.tree.map(lambda x: x.astype(dtype), model), static_argnums=1)
+_stack_leaves = jax.jit(lambda *models: jax.tree.map(lambda *xs: jnp.stack(xs), *models))

@@ -513,3 +513,38 @@ def test_massless_links_in_float32():
     with pytest.raises(ValueError, match=r"singular at float32 precision .*mostly along joint 3"):
         sdjax.Model(**base_kwargs(link_inertia=rod), dtype=jnp.float32)
     assert sdjax.model.singular_rtol(13, jnp.float64) == sdjax.model.SINGULAR_RTOL  # float64 unchanged
+
+
+def test_host_data_is_converted_without_compiling_a_program_per_field():
+    """A model built from NumPy arrays (and a state from a rotation matrix) outside any trace:
+    JAX converts a NumPy array by compiling a program per shape and dtype, and applies each
+    operation of an un-jitted function as a program of its own (22 for a rotation matrix's
+    quaternion). Fields (given and default) are converted by NumPy, compiling nothing; a
+    conversion runs as one program.
+    The shapes are this test's own (21 links, a batch of 19 rotations), so no earlier test's
+    compilation is reused."""
+    import jax
+    import jax.monitoring
+
+    compiled: list[str] = []
+
+    def listener(event, duration, **kwargs):
+        if event.endswith("backend_compile_duration"):
+            compiled.append(kwargs.get("fun_name", "?"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        n = 21
+        fields = base_kwargs(n, link_mass=np.arange(1, n + 1), joint_rpy=np.zeros((n, 3)))  # (integer masses)
+        model = sdjax.Model(**fields)
+        field_programs = list(compiled)
+        rotations = sdjax.rotation.rpy_to_matrix(np.random.default_rng(0).uniform(-3, 3, size=(19, 3)))
+        compiled.clear()
+        quats = sdjax.rotation.matrix_to_quat(np.asarray(rotations))
+        conversion_programs = len(compiled)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert model.link_mass.dtype == jnp.float64 and float(model.link_mass[-1]) == n
+    assert field_programs == [], f"building the model compiled {field_programs}"
+    assert conversion_programs == 1
+    assert_close(sdjax.rotation.quat_to_matrix(quats), rotations, 1e-14, "round trip")  # (round-off)
