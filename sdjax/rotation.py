@@ -18,8 +18,8 @@ Every function works on leading batch dimensions and is safe to differentiate at
 rotation (no NaN in values or gradients). The public conversions are ``jax.jit`` functions,
 traced once per shape (see :mod:`sdjax.algebra`): inside a program a rollout step's calls share
 one trace, and outside one (building a state from a rotation matrix) a call compiles one program
-instead of one per operation (``make_state`` from a rotation matrix: 22 compilations, 0.8 s on
-a first call; now one).
+instead of one per operation (a first ``make_state`` from a rotation matrix compiled 21 programs
+in 0.86 s, now 4 in 0.45 s).
 """
 
 from __future__ import annotations
