@@ -80,31 +80,20 @@ def arm7_model():
     return free_flying_arm_7dof()
 
 
-#: Memory mappings of a test process past which its compiled programs are dropped (see below).
-MAX_MAPPINGS = 30_000
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_code():
-    """Drop JAX's compilation caches after a test module once the process holds many mappings.
+    """Drop JAX's compilation caches after a test module once the process holds many mappings
+    (:func:`helpers.release_compiled_code`).
 
-    Every compiled XLA executable keeps memory mappings alive; a long session that compiles
-    thousands of programs (this suite) would otherwise reach the kernel's per-process map
-    limit (vm.max_map_count, 65530 by default) and crash. Clearing after every module instead
-    made later modules trace and compile again what earlier ones had (the same models and
-    functions): six modules (206 tests) took 178 s that way and 161 s with this threshold, the
-    same sitting (cold caches, 2-core CPU, jaxlib 0.10.2); whole default runs, whose spread on
-    that machine is about +-100 s, 1156-1299 s against 1302-1464 s. Where the count cannot be read (no ``/proc``: not
-    Linux), the caches are dropped after every module as before.
+    Clearing after every module instead made later modules trace and compile again what earlier
+    ones had (the same models and functions): six modules (206 tests) took 178 s that way and
+    161 s with the threshold, the same sitting (cold caches, 2-core CPU, jaxlib 0.10.2); whole
+    default runs, whose spread on that machine is about +-100 s, 1156-1299 s against 1302-1464 s.
     """
     yield
-    try:
-        with open("/proc/self/maps") as maps:
-            count = sum(1 for _ in maps)
-    except OSError:
-        count = MAX_MAPPINGS + 1
-    if count > MAX_MAPPINGS:
-        jax.clear_caches()
+    from helpers import release_compiled_code
+
+    release_compiled_code()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -4,11 +4,34 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
 import sdjax
 from sdjax.models import random_model
 from sdjax.rotation import rpy_to_matrix
+
+
+#: Memory mappings of a test process past which its compiled programs are dropped.
+MAX_MAPPINGS = 30_000
+
+
+def release_compiled_code() -> None:
+    """Drop JAX's compilation caches once this process holds more than :data:`MAX_MAPPINGS`
+    memory mappings.
+
+    Every compiled XLA executable keeps memory mappings alive; a long session that compiles
+    thousands of programs (this suite) would otherwise reach the kernel's per-process map limit
+    (vm.max_map_count, 65530 by default) and crash. Where the count cannot be read (no
+    ``/proc``: not Linux), the caches are dropped every time.
+    """
+    try:
+        with open("/proc/self/maps") as maps:
+            count = sum(1 for _ in maps)
+    except OSError:
+        count = MAX_MAPPINGS + 1
+    if count > MAX_MAPPINGS:
+        jax.clear_caches()
 
 
 def random_state(model: sdjax.Model, seed: int, scale: float = 1.0) -> sdjax.State:
