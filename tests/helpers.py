@@ -1,4 +1,4 @@
-"""Shared test helpers: random states and models."""
+"""Shared test helpers: random states and models, closeness checks, and the release of compiled programs."""
 
 from __future__ import annotations
 
