@@ -97,6 +97,6 @@ def _release_compiled_code():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the notebook executions first: they are the longest tests (20-130 s each), and under
+    """Run the notebook executions first: they are among the longest tests (5-60 s each in quick mode), and under
     pytest-xdist a long test scheduled last leaves the other workers idle while it finishes."""
     items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_notebooks.py::test_notebook_runs") else 1)
