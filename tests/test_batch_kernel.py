@@ -12,6 +12,8 @@ per-sample code; every other derivative is the reference path's.
 from __future__ import annotations
 
 import os
+import pathlib
+import sys
 
 import equinox as eqx
 import jax
@@ -268,6 +270,54 @@ def test_ffi_call_equals_callback(dtype, monkeypatch):
         assert a.dtype == dtype or not jnp.issubdtype(a.dtype, jnp.floating)
         np.testing.assert_array_equal(a, b)  # (the same compiled kernels on the same numbers)
     assert ours[1].shape == (13, model.num_velocities, model.num_velocities) and ours[2].shape[:2] == (3, 4)
+
+
+def _vma_flags(address: int) -> list[str] | None:
+    """The ``VmFlags`` of the mapping of this process that holds ``address`` (Linux's
+    ``/proc/self/smaps``), or None where there is no such file."""
+    try:
+        text = pathlib.Path("/proc/self/smaps").read_text()
+    except OSError:
+        return None
+    inside = False
+    for line in text.splitlines():
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            first, last = (int(x, 16) for x in head.split("-"))
+            inside = first <= address < last
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    return None
+
+
+def test_large_results_ask_for_huge_pages(monkeypatch):
+    """A kernel result of at least HUGE_PAGE_MIN_BYTES (here 5 MB of inertia matrices of a
+    30-link tree) is written into XLA's buffer after asking Linux for transparent huge pages
+    over it (``madvise(MADV_HUGEPAGE)``: the mapping's ``hg`` flag), and holds exactly what the
+    same kernel gives through ``jax.pure_callback``, which asks nothing."""
+    from sdjax import _kernel_ffi
+
+    model = random_model(41, 30, chain_probability=0.6)
+    batch = 480
+    nv = model.num_velocities
+    assert batch * nv * nv * 8 >= _kernel_ffi.HUGE_PAGE_MIN_BYTES
+    rng = np.random.default_rng(8)
+    base = random_state(model, 3)
+    states = jax.tree.map(lambda x: jnp.asarray(x + 0.1 * rng.normal(size=(batch,) + x.shape)), base)
+    inertia = jax.jit(jax.vmap(lambda s: sdjax.inertia_matrix(model, s)))
+    assert "@sdjax_inertia_matrix_range_" in inertia.lower(states).as_text()
+    ours = inertia(states)
+    enabled = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if sys.platform.startswith("linux") and enabled.exists() and "[never]" not in enabled.read_text():
+        start = ours.unsafe_buffer_pointer()
+        huge = 2 << 20
+        inside = -(-start // huge) * huge  # (the first whole huge page of the buffer)
+        flags = _vma_flags(inside)
+        assert flags is not None and "hg" in flags, f"no huge-page advice on the result: {flags}"
+    monkeypatch.setenv(batch_kernel.CALL_ENV, "callback")
+    jax.clear_caches()
+    expected = jax.jit(jax.vmap(lambda s: sdjax.inertia_matrix(model, s)))(states)
+    np.testing.assert_array_equal(ours, expected)  # (the same compiled kernel on the same numbers)
 
 
 def test_kernel_entries_directory(tmp_path, monkeypatch):
