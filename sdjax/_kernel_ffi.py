@@ -406,8 +406,6 @@ def _symbol_address(name: str) -> Any:
 
 _malloc = _symbol_address("malloc")
 _free = _symbol_address("free")
-_madvise = _symbol_address("madvise")
-
 #: Result buffers of at least this many bytes are backed by transparent huge pages where the
 #: system allows it (Linux's ``madvise(MADV_HUGEPAGE)``, asked before the kernel writes them;
 #: NumPy asks the same for its arrays from 4 MiB). XLA allocates a large result afresh at every
@@ -416,7 +414,6 @@ _madvise = _symbol_address("madvise")
 HUGE_PAGE_MIN_BYTES = 4 << 20
 _HUGE_PAGE = 2 << 20  # bytes (x86-64, and arm64 with 4 KiB pages)
 _MADV_HUGEPAGE = 14  # (Linux)
-_ADVISE = sys.platform.startswith("linux")
 # Element sizes of XLA_FFI_DataType (c_api.h): PRED, S32, S64, F32, F64 (the kernels' types).
 _DATA_TYPES, _ELEMENT_SIZES = (1, 4, 5, 11, 12), (1, 4, 8, 4, 8)
 
@@ -430,26 +427,34 @@ def _element_size(dtype):  # pragma: no cover - compiled by Numba
     return 0
 
 
-@numba.njit(nogil=True, cache=True)
-def _advise_huge_pages(frame):  # pragma: no cover - compiled by Numba
-    """Asks for transparent huge pages under every result buffer of the call frame at address
-    ``frame`` that holds at least :data:`HUGE_PAGE_MIN_BYTES` (the whole 2 MiB pages inside it;
-    a hint: its failure is ignored, and the results are the same either way)."""
-    if not _ADVISE:
-        return
-    buffers = _load(frame + _FRAME_RETS)
-    for k in range(_load(frame + _FRAME_RETS_SIZE)):
-        buffer = _load(buffers + 8 * k)
-        size = _element_size(_load_int32(buffer + _BUFFER_DTYPE))
-        dims = _load(buffer + _BUFFER_DIMS)
-        for d in range(_load(buffer + _BUFFER_RANK)):
-            size *= _load(dims + 8 * d)
-        if size >= HUGE_PAGE_MIN_BYTES:
-            data = _load(buffer + _BUFFER_DATA)
-            first = (data + _HUGE_PAGE - 1) // _HUGE_PAGE * _HUGE_PAGE
-            last = (data + size) // _HUGE_PAGE * _HUGE_PAGE
-            if last > first:
-                _call_advise(_madvise(), first, last - first, _MADV_HUGEPAGE)
+if sys.platform.startswith("linux"):
+    _madvise = _symbol_address("madvise")
+
+    @numba.njit(nogil=True, cache=True)
+    def _advise_huge_pages(frame):  # pragma: no cover - compiled by Numba
+        """Asks for transparent huge pages under every result buffer of the call frame at
+        address ``frame`` that holds at least :data:`HUGE_PAGE_MIN_BYTES` (the whole 2 MiB
+        pages inside it; a hint: its failure is ignored, and the results are the same either
+        way)."""
+        buffers = _load(frame + _FRAME_RETS)
+        for k in range(_load(frame + _FRAME_RETS_SIZE)):
+            buffer = _load(buffers + 8 * k)
+            size = _element_size(_load_int32(buffer + _BUFFER_DTYPE))
+            dims = _load(buffer + _BUFFER_DIMS)
+            for d in range(_load(buffer + _BUFFER_RANK)):
+                size *= _load(dims + 8 * d)
+            if size >= HUGE_PAGE_MIN_BYTES:
+                data = _load(buffer + _BUFFER_DATA)
+                first = (data + _HUGE_PAGE - 1) // _HUGE_PAGE * _HUGE_PAGE
+                last = (data + size) // _HUGE_PAGE * _HUGE_PAGE
+                if last > first:
+                    _call_advise(_madvise(), first, last - first, _MADV_HUGEPAGE)
+
+else:  # (no such advice, and no madvise symbol to resolve, elsewhere)
+
+    @numba.njit(nogil=True, cache=True)
+    def _advise_huge_pages(frame):  # pragma: no cover - compiled by Numba
+        """Nothing off Linux (:data:`HUGE_PAGE_MIN_BYTES`)."""
 
 
 _TASK_SYMBOL = "sdjax_kernel_ffi_task"
@@ -503,7 +508,8 @@ def handle(frame, entry):  # pragma: no cover - compiled by Numba
     ``frame``. This thread and tasks on XLA's intra-op thread pool (one per pool thread but
     this one) claim chunks of at least ``smallest`` samples (the call's one attribute, a scalar;
     four chunks per thread at most) until none is left; where the pool takes no task, this
-    thread runs every chunk. Returns the null error (success)."""
+    thread runs every chunk. Large results are first put on huge pages
+    (:func:`_advise_huge_pages`). Returns the null error (success)."""
     extension = _load(frame + _FRAME_EXTENSION)
     if extension != 0 and _load_int32(extension + _EXTENSION_TYPE) == _EXTENSION_METADATA:
         # XLA asks which FFI version the handler speaks (and its traits: none).
