@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import jax
 import numba
+import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
@@ -414,8 +415,10 @@ _free = _symbol_address("free")
 HUGE_PAGE_MIN_BYTES = 4 << 20
 _HUGE_PAGE = 2 << 20  # bytes (x86-64, and arm64 with 4 KiB pages)
 _MADV_HUGEPAGE = 14  # (Linux)
-# Element sizes of XLA_FFI_DataType (c_api.h): PRED, S32, S64, F32, F64 (the kernels' types).
-_DATA_TYPES, _ELEMENT_SIZES = (1, 4, 5, 11, 12), (1, 4, 8, 4, 8)
+# XLA_FFI_DataType (c_api.h) of the kernels' element types (the keys of _ELEMENTS), and their sizes.
+_DATA_TYPE_NAMES = {1: "bool", 4: "int32", 5: "int64", 11: "float32", 12: "float64"}
+_DATA_TYPES = tuple(_DATA_TYPE_NAMES)
+_ELEMENT_SIZES = tuple(np.dtype(name).itemsize for name in _DATA_TYPE_NAMES.values())
 
 
 @numba.njit(nogil=True, cache=True)

@@ -13,8 +13,8 @@ the outputs of a full-size run. Figures are drawn with matplotlib's non-interact
 
 In the test process rather than a fresh Jupyter kernel each: a kernel's start and its imports of
 JAX, sdjax and matplotlib took 4.2 s per notebook, and in one process the notebooks share the
-programs they compile from the library. The 14 notebooks in one process, cold caches, 2-core CPU,
-same sitting: 287 s in kernels, 261 s here.
+programs they compile from the library. The 14 notebooks of the time in one process, cold caches,
+2-core CPU, same sitting: 287 s in kernels, 261 s here.
 """
 
 from __future__ import annotations
