@@ -1,8 +1,10 @@
 """Forward dynamics, inverse dynamics and the inertia matrix: sdjax (jit + vmap) at batch 1,
 64, 1024, 8192 against Pinocchio called per sample from Python and Pinocchio's threaded batch
-functions (``abaInParallel``, ``rneaInParallel`` on as many threads as cores), on the same
-models and states, in one run. Before any timing, Pinocchio's forward dynamics is checked
-against sdjax's on the benchmark's own states (``max_relative_difference`` in the results).
+functions (``abaInParallel``, ``rneaInParallel`` on as many threads as cores), and the forward
+dynamics of the other JAX engines, jaxsim and adam (``jit + vmap``, float64; :mod:`jax_peers`), on
+the same models and states, in one run. Before any timing, each peer's forward dynamics is checked
+against sdjax's on the benchmark's own states (``max_relative_difference`` in the results); a
+peer that cannot build or evaluate a model gets a ``not_timed`` row with its error.
 
     python benchmarks/bench_dynamics.py            # float64 and float32, CPU
     python benchmarks/bench_dynamics.py --quick    # small repeat counts (a smoke run)
@@ -24,6 +26,8 @@ common.configure(float64=True)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+
+import jax_peers  # noqa: E402
 
 import sdjax  # noqa: E402
 from sdjax import batch_kernel  # noqa: E402
@@ -146,6 +150,70 @@ def batch_difference(values: jax.Array | np.ndarray, reference: np.ndarray, rows
     return float(np.max(np.abs(chosen - reference[index % distinct])) / np.max(np.abs(reference)))
 
 
+def jax_peer_rows(
+    model_name: str,
+    model: sdjax.Model,
+    host_states: list,
+    tau: np.ndarray,
+    reference: np.ndarray,
+    batches: list[int],
+    repeats: int,
+    min_seconds: float,
+    pin_rate: dict,
+) -> list[dict]:
+    """The other JAX engines' forward dynamics (:mod:`jax_peers`: jaxsim, adam), float64,
+    ``jit(vmap)`` at each batch, checked against ``reference`` (sdjax's per-sample values on the
+    distinct ``host_states`` and torques ``tau``) before timing. A peer that is not installed, or cannot build or evaluate this model, gets a
+    row saying why instead of a rate."""
+    distinct = len(host_states)
+    rows = []
+    for name, build in jax_peers.PEERS.items():
+        try:
+            engine, per_sample = build(model)
+            fd = jax.jit(jax.vmap(per_sample))
+            check = fd(
+                *jax_peers.inputs(common.batch_of(lambda k: host_states[k], distinct, distinct), jnp.asarray(tau))
+            )
+            difference = batch_difference(check, reference)
+        except Exception as error:  # (a peer's own failure is a result: reported, not fatal)
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+            print(f"{model_name}: {name} not timed ({reason})", file=sys.stderr, flush=True)
+            rows.append(
+                dict(model=model_name, engine=name, algorithm="forward_dynamics", dtype="float64", not_timed=reason)
+            )
+            continue
+        print(f"{model_name}: {engine} vs sdjax forward dynamics, max relative difference {difference:.1e}", flush=True)
+        if not difference <= TOLERANCE["float64"]:
+            sys.exit(f"{model_name}: {engine} disagrees with sdjax ({difference:.1e}); not timing")
+        for batch in [b for b in batches if b >= 64]:
+            args = jax_peers.inputs(
+                common.batch_of(lambda k: host_states[k], batch, distinct),
+                jnp.resize(jnp.asarray(tau), (batch, tau.shape[1])),
+            )
+            compile_s, compiled = common.compile_seconds(fd, *args)
+            t = common.time_call(lambda: compiled(*args), repeats=repeats, min_seconds=min_seconds)
+            row = dict(
+                model=model_name,
+                engine=engine,
+                algorithm="forward_dynamics",
+                dtype="float64",
+                batch=batch,
+                seconds_per_call=t["min"],
+                median_seconds_per_call=t["median"],
+                evals_per_second=batch / t["min"],
+                compile_seconds=compile_s,
+                max_relative_difference_to_float64=difference,
+            )
+            if "forward_dynamics" in pin_rate:
+                row["ratio_to_pinocchio"] = row["evals_per_second"] / pin_rate["forward_dynamics"]
+            rows.append(row)
+            print(
+                f"{model_name:22s} forward_dynamics  float64 B={batch:6d} {engine}: {batch / t['min']:12,.0f} evals/s",
+                flush=True,
+            )
+    return rows
+
+
 def run(
     batches: list[int],
     dtypes: list[str],
@@ -244,6 +312,18 @@ def run(
                     for k in range(distinct)
                 ]
             )
+        if "forward_dynamics" in algorithms and "float64" in dtypes:
+            results += jax_peer_rows(
+                model_name,
+                model64,
+                host_states,
+                inputs["tau"],
+                reference["forward_dynamics"],
+                batches,
+                repeats,
+                min_seconds,
+                pin_rate,
+            )
         for engine, kernel, algorithms, path_batches in paths:
             os.environ[batch_kernel.KERNEL_ENV] = kernel
             jax.clear_caches()  # (the path is chosen when a function is traced)
@@ -335,7 +415,11 @@ def main(argv: list[str] | None = None) -> None:
             r.get("ratio_to_pinocchio", ""),
         ]
         for r in payload["results"]
+        if "not_timed" not in r
     ]
+    for r in payload["results"]:
+        if "not_timed" in r:
+            print(f"not timed: {r['engine']} on {r['model']} ({r['not_timed']})")
     print(common.table(["model", "engine", "algorithm", "dtype", "batch", "evals/s", "x Pinocchio per sample"], rows))
     print(f"wrote {path}")
 

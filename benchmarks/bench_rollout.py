@@ -9,7 +9,8 @@ and the same initial states.
 sdjax runs the whole rollout as one ``jit(vmap(rollout))`` (``lax.scan`` inside). MuJoCo's
 ``rollout.rollout`` steps every trajectory in C on a thread pool (one ``MjData`` per thread).
 MJX is timed the way its users run it: ``jit(vmap(lax.scan(mjx.step)))`` over ``--mjx-steps``
-steps (default 100), compiled apart, throughput per step. Before timing is reported, every
+steps (default 100), compiled apart, throughput per step (``mjx_worker.py``; ``--mjx-python
+PATH`` times it in another environment, with the JAX its MJX release wants). Before timing is reported, every
 engine's final joint angles are compared with sdjax's (same physics, ``max_q_difference_*``).
 Throughput is ``batch * steps / seconds``. Writes ``benchmarks/results/rollout.json``.
 """
@@ -19,11 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import subprocess
 import sys
+import tempfile
 import time
 
 import common
+import mjx_worker
 
 # MJX follows JAX's x64 flag for its internal constants, so each precision runs in its own
 # process (see main()).
@@ -78,12 +82,17 @@ def sdjax_rollout(model, states, steps: int, repeats: int) -> dict:
     }
 
 
+def mujoco_xml(model) -> str:
+    """The MJCF both MuJoCo peers run (RK4, the benchmark's step)."""
+    from sdjax.io.mjcf import to_mjcf
+
+    return to_mjcf(model, timestep=DT, integrator="RK4")
+
+
 def mujoco_model(model):
     import mujoco
 
-    from sdjax.io.mjcf import to_mjcf
-
-    return mujoco.MjModel.from_xml_string(to_mjcf(model, timestep=DT, integrator="RK4"))
+    return mujoco.MjModel.from_xml_string(mujoco_xml(model))
 
 
 def mujoco_rollout(model, coordinates, steps: int, repeats: int) -> dict:
@@ -113,36 +122,26 @@ def mujoco_rollout(model, coordinates, steps: int, repeats: int) -> dict:
     return {"seconds": min(samples), "threads": threads, "final_qpos": out[:, -1, 1 : 1 + mj_model.nq]}
 
 
-def mjx_rollout(model, coordinates, steps: int, dtype) -> dict:
-    import mujoco  # noqa: F401
-    from mujoco import mjx
-
-    mx = mjx.put_model(mujoco_model(model))
-    mx = jax.tree.map(
-        lambda x: x.astype(dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x, mx
-    )
-    qpos, qvel = (jnp.asarray(x, dtype) for x in coordinates)
-    data0 = mjx.make_data(mx)
-    data0 = jax.tree.map(
-        lambda x: x.astype(dtype) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x, data0
-    )
-    data = jax.vmap(lambda p, v: data0.replace(qpos=p, qvel=v))(qpos, qvel)
-
-    def scan_steps(m, d):
-        return jax.lax.scan(lambda d, _: (mjx.step(m, d), None), d, None, length=steps)[0].qpos
-
-    # The model is an argument, not a closed-over constant (XLA would fold it into the program).
-    fn = jax.jit(jax.vmap(scan_steps, in_axes=(None, 0)))
-    compile_s, compiled = common.compile_seconds(fn, mx, data)
-    timing = common.time_call(lambda: compiled(mx, data), repeats=2, min_seconds=0.0)
-    return {
-        "compile_seconds": compile_s,
-        "seconds_per_step": timing["min"] / steps,
-        "final_qpos": np.asarray(compiled(mx, data)),
-    }
+def mjx_rollout(model, coordinates, steps: int, dtype_name: str, python: str | None) -> dict:
+    """MJX's rollout (:func:`mjx_worker.mjx_rollout`) from ``coordinates`` (``mujoco_states``):
+    in this process, or, with ``python``, in that interpreter's environment."""
+    if python is None:
+        return mjx_worker.mjx_rollout(mujoco_xml(model), *coordinates, steps, dtype_name)
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder)
+        (path / "model.xml").write_text(mujoco_xml(model))
+        np.savez(path / "coordinates.npz", qpos=coordinates[0], qvel=coordinates[1])
+        worker = pathlib.Path(__file__).with_name("mjx_worker.py")
+        proc = subprocess.run([python, str(worker), folder, str(steps), dtype_name], stdout=subprocess.PIPE, text=True)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(
+                f"the MJX worker ({python}) failed (exit status {proc.returncode}; its messages are above)"
+            )
+        return {**json.loads(lines[-1][len("RESULT ") :]), "final_qpos": np.load(path / "final_qpos.npy")}
 
 
-def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int) -> dict:
+def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int, mjx_python: str | None) -> dict:
     model64 = free_flying_arm_7dof()
     rows = []
     for dtype_name in dtypes:
@@ -189,8 +188,10 @@ def run(batch: int, steps: int, repeats: int, dtypes: list[str], mjx_steps: int)
                 )
             if mjx_steps <= 0:
                 raise ImportError("MJX skipped (--mjx-steps 0)")
-            mx = mjx_rollout(model64, coordinates, mjx_steps, dtype)
+            mx = mjx_rollout(model64, coordinates, mjx_steps, dtype_name, mjx_python)
             row.update(
+                mjx_jax=mx["jax"],
+                mjx_mujoco=mx["mujoco"],
                 mjx_steps_timed=mjx_steps,
                 mjx_seconds_per_step=mx["seconds_per_step"],
                 mjx_steps_per_second=batch / mx["seconds_per_step"],
@@ -215,6 +216,10 @@ def main(argv: list[str] | None = None) -> None:
         default=100,
         help="MJX steps in its timed scan (default 100; 0 skips MJX, whose CPU compile can take many minutes)",
     )
+    parser.add_argument(
+        "--mjx-python",
+        help="a Python interpreter whose environment has MJX (and its own JAX) to time MJX in (default: this one)",
+    )
     parser.add_argument("--batch", type=int, help="robots per batch (default 1024 on a CPU, 16384 on a GPU)")
     parser.add_argument("--steps", type=int, help="RK4 steps per rollout (default 1000)")
     parser.add_argument("--dtypes", help="comma-separated precisions (default float64,float32; float32 on a GPU)")
@@ -229,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
         batch, steps, repeats = (16384 if gpu else 1024), 1000, 3
     batch, steps = args.batch or batch, args.steps or steps
     if args.worker:  # one precision, in this process
-        payload = run(batch, steps, repeats, [os.environ["SDJAX_BENCH_DTYPE"]], args.mjx_steps)
+        payload = run(batch, steps, repeats, [os.environ["SDJAX_BENCH_DTYPE"]], args.mjx_steps, args.mjx_python)
         print("RESULT " + json.dumps(payload, default=common._json_default))
         return
     results = []
@@ -243,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
             "--worker",
             "--mjx-steps",
             str(args.mjx_steps),
+            *(["--mjx-python", args.mjx_python] if args.mjx_python else []),
             "--batch",
             str(batch),
             "--steps",

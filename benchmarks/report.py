@@ -27,13 +27,23 @@ def machine_line(data: dict) -> str:
     return f"{m['cpu']} ({m['cpu_count']} cores), {backend}, JAX {m['jax']}, sdjax {m['sdjax']}, {m['date']}"
 
 
+def _engine(row: dict) -> str:
+    """A dynamics row's engine column: sdjax's path (default, XLA), or another JAX engine's name."""
+    engine = row["engine"]
+    if not engine.startswith("sdjax"):
+        return engine.replace(" (jit + vmap)", "").replace(", jit + vmap", "")
+    return "XLA" if "XLA" in engine else "chunked (before)" if "chunked" in engine else "default"
+
+
 def dynamics_tables(data: dict) -> str:
-    """One table per model: sdjax per batch beside Pinocchio per sample (Python loop) and
-    Pinocchio's threaded batch call at the same batch, with both ratios."""
+    """One table per model: sdjax (and the other JAX engines) per batch beside Pinocchio per
+    sample (Python loop) and Pinocchio's threaded batch call at the same batch, with both
+    ratios; engines that could not be timed are listed under the table with the reason."""
     out = [f"Machine: {machine_line(data)}; Pinocchio {data['machine'].get('pinocchio')}", ""] + (
         [data["note"], ""] if "note" in data else []
     )
-    rows = data["results"]
+    not_timed = [r for r in data["results"] if "not_timed" in r]
+    rows = [r for r in data["results"] if "not_timed" not in r]
     per_sample = {
         (r["model"], r["algorithm"]): r["evals_per_second"]
         for r in rows
@@ -51,11 +61,10 @@ def dynamics_tables(data: dict) -> str:
                 continue
             loop = per_sample.get((model, r["algorithm"]), "")
             parallel = threaded.get((model, r["algorithm"], r["batch"]), {}).get("evals_per_second", "")
-            path = "XLA" if "XLA" in r["engine"] else "chunked (before)" if "chunked" in r["engine"] else "default"
             body.append(
                 [
                     r["algorithm"],
-                    path,
+                    _engine(r),
                     r["dtype"],
                     r["batch"],
                     r["evals_per_second"],
@@ -67,16 +76,18 @@ def dynamics_tables(data: dict) -> str:
             )
         headers = [
             "algorithm",
-            "sdjax path",
+            "sdjax path (or engine)",
             "dtype",
             "batch",
-            "sdjax evals/s",
+            "evals/s",
             "Pinocchio loop evals/s",
             "x loop",
             "Pinocchio threaded evals/s",
             "x threaded",
         ]
         out += [f"**{model}**", "", table(headers, body), ""]
+        out += [f"Not timed: {r['engine']} ({r['not_timed']})" for r in not_timed if r["model"] == model]
+        out += [""] if any(r["model"] == model for r in not_timed) else []
     return "\n".join(out)
 
 
@@ -241,6 +252,7 @@ def main() -> None:
         ("Dynamics", "dynamics", dynamics_tables),
         ("Dynamics, the kernel as an XLA custom call", "dynamics_ffi", dynamics_tables),
         ("Dynamics, the kernel as an XLA custom call (float32)", "dynamics_ffi_float32", dynamics_tables),
+        ("Dynamics, the other JAX engines", "dynamics_jax_peers", dynamics_tables),
         ("Dynamics (GPU)", "dynamics_gpu", dynamics_tables),
         ("Dynamics (GPU, float64)", "dynamics_gpu_float64", dynamics_tables),
         ("Rollout", "rollout", rollout_table),
