@@ -109,8 +109,12 @@ def rollout_table(data: dict) -> str:
     ]
     threads = next((r["mujoco_threads"] for r in data["results"] if "mujoco_threads" in r), "?")
     note = f"{data['note']}\n\n" if "note" in data else ""
+    # (MJX timed in an environment of its own: bench_rollout.py --mjx-python)
+    mjx = next(
+        (f"; MJX of MuJoCo {r['mjx_mujoco']} on JAX {r['mjx_jax']}" for r in data["results"] if "mjx_jax" in r), ""
+    )
     return (
-        f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')} (`rollout` on {threads} threads, RK4, float64)\n\n{note}"
+        f"Machine: {machine_line(data)}; MuJoCo {data['machine'].get('mujoco')} (`rollout` on {threads} threads, RK4, float64){mjx}\n\n{note}"
         + table(
             [
                 "dtype",
@@ -256,6 +260,7 @@ def main() -> None:
         ("Dynamics (GPU)", "dynamics_gpu", dynamics_tables),
         ("Dynamics (GPU, float64)", "dynamics_gpu_float64", dynamics_tables),
         ("Rollout", "rollout", rollout_table),
+        ("Rollout, MJX in its own environment", "rollout_mjx", rollout_table),
         ("Rollout (GPU)", "rollout_gpu", rollout_table),
         ("Compile time and scaling", "compile", compile_table),
         ("Gradient of a rollout", "gradient", gradient_table),
