@@ -163,8 +163,8 @@ def jax_peer_rows(
 ) -> list[dict]:
     """The other JAX engines' forward dynamics (:mod:`jax_peers`: jaxsim, adam), float64,
     ``jit(vmap)`` at each batch, checked against ``reference`` (sdjax's per-sample values on the
-    distinct ``host_states`` and torques ``tau``) before timing. A peer that is not installed, or cannot build or evaluate this model, gets a
-    row saying why instead of a rate."""
+    distinct ``host_states`` and torques ``tau``) before timing. A peer that is not installed,
+    or cannot build or evaluate this model, gets a row saying why instead of a rate."""
     distinct = len(host_states)
     rows = []
     for name, build in jax_peers.PEERS.items():

@@ -10,8 +10,9 @@ sdjax runs the whole rollout as one ``jit(vmap(rollout))`` (``lax.scan`` inside)
 ``rollout.rollout`` steps every trajectory in C on a thread pool (one ``MjData`` per thread).
 MJX is timed the way its users run it: ``jit(vmap(lax.scan(mjx.step)))`` over ``--mjx-steps``
 steps (default 100), compiled apart, throughput per step (``mjx_worker.py``; ``--mjx-python
-PATH`` times it in another environment, with the JAX its MJX release wants). Before timing is reported, every
-engine's final joint angles are compared with sdjax's (same physics, ``max_q_difference_*``).
+PATH`` times it in another environment, with the JAX its MJX release wants). Before timing is
+reported, every engine's final joint angles are compared with sdjax's (same physics,
+``max_q_difference_*``).
 Throughput is ``batch * steps / seconds``. Writes ``benchmarks/results/rollout.json``.
 """
 
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         "--mjx-steps",
         type=int,
         default=100,
-        help="MJX steps in its timed scan (default 100; 0 skips MJX, whose CPU compile can take many minutes)",
+        help="MJX steps in its timed scan (default 100; 0 skips MJX, whose CPU compile and run can take many minutes)",
     )
     parser.add_argument(
         "--mjx-python",

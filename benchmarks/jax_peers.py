@@ -92,11 +92,12 @@ def model_to_sdf(model: sdjax.Model, base_name: str = "base") -> str:
     return f'<?xml version="1.0"?><sdf version="1.7"><model name="{model.name}">{"".join(links + joints)}</model></sdf>'
 
 
-def _gravity(model: sdjax.Model) -> np.ndarray:
+def _gravity_along_z(model: sdjax.Model) -> float:
+    """The model's gravity as jaxsim takes it: a magnitude along -z."""
     gravity = np.asarray(model.gravity, np.float64)
     if np.any(gravity[:2]):
-        raise ValueError(f"{model.name}: the peers take gravity along z only, not {gravity}")
-    return gravity
+        raise ValueError(f"{model.name}: jaxsim takes gravity along z only, not {gravity}")
+    return -float(gravity[2])
 
 
 def jaxsim_forward_dynamics(model: sdjax.Model) -> tuple[str, Callable[..., jax.Array]]:
@@ -106,9 +107,8 @@ def jaxsim_forward_dynamics(model: sdjax.Model) -> tuple[str, Callable[..., jax.
     from jaxsim import VelRepr
 
     names = _joint_names(model)
-    # (its gravity is a magnitude along -z)
     peer = js.model.JaxSimModel.build_from_model_description(
-        model_to_sdf(model), considered_joints=names, gravity=-float(_gravity(model)[2])
+        model_to_sdf(model), considered_joints=names, gravity=_gravity_along_z(model)
     )
     order = np.array([names.index(name) for name in peer.joint_names()])  # its joint k is sdjax's order[k]
     back = np.argsort(order)
@@ -145,7 +145,7 @@ def adam_forward_dynamics(model: sdjax.Model) -> tuple[str, Callable[..., jax.Ar
         with tempfile.TemporaryDirectory() as folder:
             path = pathlib.Path(folder) / f"{model.name}.urdf"
             path.write_text(model_to_urdf(model))
-            gravity = jnp.concatenate([jnp.asarray(_gravity(model)), jnp.zeros(3)])
+            gravity = jnp.concatenate([jnp.asarray(model.gravity, jnp.float64), jnp.zeros(3)])  # (linear, angular)
             peer = KinDynComputations(str(path), _joint_names(model), gravity=gravity)
     finally:
         adam.jax.computations.spec_from_reference = spec
