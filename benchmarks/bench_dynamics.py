@@ -150,6 +150,40 @@ def batch_difference(values: jax.Array | np.ndarray, reference: np.ndarray, rows
     return float(np.max(np.abs(chosen - reference[index % distinct])) / np.max(np.abs(reference)))
 
 
+def timed_row(
+    compiled,
+    args: tuple,
+    labels: dict,
+    difference: float,
+    compile_s: float,
+    repeats: int,
+    min_seconds: float,
+    pin_rate: dict,
+) -> dict:
+    """Times ``compiled(*args)`` (a batch, already checked: ``difference`` from the float64
+    reference) and returns its result row, ``labels`` (model, engine, algorithm, dtype, batch)
+    first, with the ratio to Pinocchio's per-sample loop where that was timed; prints it."""
+    batch = labels["batch"]
+    t = common.time_call(lambda: compiled(*args), repeats=repeats, min_seconds=min_seconds)
+    row = dict(
+        labels,
+        seconds_per_call=t["min"],
+        median_seconds_per_call=t["median"],
+        evals_per_second=batch / t["min"],
+        compile_seconds=compile_s,
+        max_relative_difference_to_float64=difference,
+    )
+    if labels["algorithm"] in pin_rate:
+        row["ratio_to_pinocchio"] = row["evals_per_second"] / pin_rate[labels["algorithm"]]
+    print(
+        f"{labels['model']:22s} {labels['algorithm']:17s} {labels['dtype']} B={batch:6d} {labels['engine']}: "
+        f"{row['evals_per_second']:12,.0f} evals/s"
+        + (f"  ({row['ratio_to_pinocchio']:.2f}x Pinocchio)" if "ratio_to_pinocchio" in row else ""),
+        flush=True,
+    )
+    return row
+
+
 def jax_peer_rows(
     model_name: str,
     model: sdjax.Model,
@@ -191,26 +225,8 @@ def jax_peer_rows(
                 jnp.resize(jnp.asarray(tau), (batch, tau.shape[1])),
             )
             compile_s, compiled = common.compile_seconds(fd, *args)
-            t = common.time_call(lambda: compiled(*args), repeats=repeats, min_seconds=min_seconds)
-            row = dict(
-                model=model_name,
-                engine=engine,
-                algorithm="forward_dynamics",
-                dtype="float64",
-                batch=batch,
-                seconds_per_call=t["min"],
-                median_seconds_per_call=t["median"],
-                evals_per_second=batch / t["min"],
-                compile_seconds=compile_s,
-                max_relative_difference_to_float64=difference,
-            )
-            if "forward_dynamics" in pin_rate:
-                row["ratio_to_pinocchio"] = row["evals_per_second"] / pin_rate["forward_dynamics"]
-            rows.append(row)
-            print(
-                f"{model_name:22s} forward_dynamics  float64 B={batch:6d} {engine}: {batch / t['min']:12,.0f} evals/s",
-                flush=True,
-            )
+            labels = dict(model=model_name, engine=engine, algorithm="forward_dynamics", dtype="float64", batch=batch)
+            rows.append(timed_row(compiled, args, labels, difference, compile_s, repeats, min_seconds, pin_rate))
     return rows
 
 
@@ -347,29 +363,9 @@ def run(
                                 f"{model_name} {algo} {dtype_name} B={batch} ({engine}): the batch differs from "
                                 f"the per-sample float64 values by {difference:.1e} (relative); not timing"
                             )
-                        t = common.time_call(lambda: compiled(*args), repeats=repeats, min_seconds=min_seconds)
-                        rate = batch / t["min"]
-                        row = dict(
-                            model=model_name,
-                            engine=engine,
-                            algorithm=algo,
-                            dtype=dtype_name,
-                            batch=batch,
-                            seconds_per_call=t["min"],
-                            median_seconds_per_call=t["median"],
-                            evals_per_second=rate,
-                            compile_seconds=compile_s,
-                            max_relative_difference_to_float64=difference,
-                        )
-                        if algo in pin_rate:
-                            row["ratio_to_pinocchio"] = rate / pin_rate[algo]
-                        results.append(row)
-                        print(
-                            f"{model_name:22s} {algo:17s} {dtype_name} B={batch:6d} {engine}: {rate:12,.0f} evals/s"
-                            + (
-                                f"  ({row['ratio_to_pinocchio']:.2f}x Pinocchio)" if "ratio_to_pinocchio" in row else ""
-                            ),
-                            flush=True,
+                        labels = dict(model=model_name, engine=engine, algorithm=algo, dtype=dtype_name, batch=batch)
+                        results.append(
+                            timed_row(compiled, args, labels, difference, compile_s, repeats, min_seconds, pin_rate)
                         )
         os.environ.pop(batch_kernel.KERNEL_ENV, None)
     return {"results": results}
