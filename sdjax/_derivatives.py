@@ -167,7 +167,9 @@ def _batch_axis_first(tree: Any) -> Any:
     ``custom_jvp`` (JAX 0.10: ``grad`` of ``vmap`` of a jitted rollout failed with a shape
     error); this puts it there (a ``custom_vmap``, made differentiable by its own identity
     rule)."""
-    return _batch_axis_first_vmap(tree)
+    # (the custom_vmap as a primitive differentiable as the identity: JAX inlines this primal
+    # function where it linearizes a gradient's program again)
+    return _differentiable_as(_batch_axis_first_vmap, _identity)(tree)
 
 
 _batch_axis_first.defjvp(lambda primals, tangents: (_batch_axis_first(primals[0]), tangents[0]))
@@ -183,6 +185,10 @@ def _batch_axis_first_rule(axis_size: int, in_batched: Any, tree: Any) -> tuple[
     return tree, in_batched[0]
 
 
+def _identity(tree: Any) -> Any:
+    return tree
+
+
 def _traced_once(fun: Callable[..., Any]) -> Callable[..., Any]:
     """``jax.jit(fun)`` (``fun`` itself if it is one already): a program calls a routed
     function many times (the four stages of an RK4 step, each with its derivative rules), and a
@@ -192,10 +198,11 @@ def _traced_once(fun: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def batched_evaluation(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) -> Callable[..., Any]:
-    """``fun`` evaluated by ``evaluate_batch`` under ``vmap`` (a ``custom_vmap`` rule), without
-    a derivative rule of its own: for the primal function of a ``jax.custom_jvp`` whose rule
-    gives every derivative (``custom_vmap`` functions are not differentiable by themselves);
-    elsewhere use :func:`batched_route`.
+    """``fun`` evaluated by ``evaluate_batch`` under ``vmap`` (a ``custom_vmap`` rule), for the
+    primal function of a ``jax.custom_jvp`` whose rule gives the derivatives; elsewhere use
+    :func:`batched_route`. Its own derivatives (``fun``'s JVP, through :func:`_differentiable_as`)
+    serve where JAX inlines that primal function: differentiating a gradient's program again
+    (the forward sweep of a differentiated ``lax.scan``, reverse over reverse).
 
     Returns:
         ``batchable(*args)``, equal to ``fun(*args)``, with ``fun``'s name and signature.
@@ -221,7 +228,9 @@ def batched_evaluation(fun: Callable[..., Any], evaluate_batch: BatchEvaluator) 
         out = _differentiable_as(routed_batch, plain_batch)(*args)
         return out, jax.tree.map(lambda _: True, out)
 
-    return batchable
+    # (Unbatched too: a custom_jvp's primal function inlined where JAX linearizes a gradient's
+    # program again, e.g. the forward sweep of a differentiated lax.scan, meets this evaluation.)
+    return functools.wraps(fun)(_differentiable_as(batchable, fun))
 
 
 def _differentiable_as(evaluate: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
@@ -233,8 +242,10 @@ def _differentiable_as(evaluate: Callable[..., Any], plain: Callable[..., Any]) 
     first derivatives never reach this one. But JAX keeps no ``custom_jvp`` rule in the primal
     half of a linearization (it inlines the primal function there): differentiating a gradient
     again (forward-over-reverse Hessian-vector products, reverse-over-reverse) meets the
-    batch's evaluation itself. A primitive survives there, and its JVP is ``plain``'s along the
-    arguments that carry a tangent."""
+    batch's evaluation itself, and, where the gradient's program holds a ``lax.scan`` (a
+    rollout), the unbatched ``custom_vmap`` of :func:`batched_evaluation` in the scan's forward
+    sweep. A primitive survives there, and its JVP is ``plain``'s along the arguments that
+    carry a tangent."""
 
     def differentiable(*args: Any) -> Any:
         leaves, treedef = jax.tree.flatten(args)

@@ -186,6 +186,43 @@ def test_checkpointed_rollout_same_values_and_gradients(sample_model):
     assert bool(jnp.all(jnp.isfinite(g0))) and float(jnp.max(jnp.abs(g0))) > 0
 
 
+@pytest.mark.parametrize("form", ["open-loop rk4", "closed-loop euler"])
+def test_second_derivatives_through_a_rollout(form):
+    """Hessians of a loss through rollouts equal central differences of its gradient: the
+    scan's forward sweep, which a second derivative differentiates again, holds the steps'
+    batchable evaluations (both failed before 2026-12-07). Open loop (a scan of routed RK4
+    rollouts, the held step) reverse over reverse; closed loop (the forward dynamics in a scan
+    of Euler steps) forward over reverse (``jax.hessian``); a branched tree with a prismatic and
+    a passive joint."""
+    model = random_model(12, 4, chain_probability=0.3, passive=True)
+    assert "P" in model.joint_type and len(set(model.parent)) < model.num_joints
+    state = random_state(model, 3, scale=0.5)
+    n = model.num_joints
+
+    def loss(tau):
+        if form == "open-loop rk4":  # (two segments of a multiple-shooting plan: a scan of rollouts)
+
+            def segment(start, scale):
+                return final(sdjax.rollout(model, start, 0.05, 2, jnp.broadcast_to(scale * tau, (2, n)))), None
+
+            end = jax.lax.scan(segment, state, jnp.array([1.0, 0.5]))[0]
+        else:
+            law = lambda t, x: tau - 0.5 * x.qd  # noqa: E731
+            end = final(sdjax.rollout(model, state, 0.05, 3, law, integrator="euler"))
+        # (scaled so that the Hessian's entries are of order one: 0.15 s of torque moves little)
+        return 100 * (jnp.sum(jnp.sin(end.q)) + jnp.sum(end.qd**2) + jnp.sum(end.base_angular_velocity**2))
+
+    tau = jnp.asarray(np.random.default_rng(4).normal(size=n))
+    gradient = jax.jit(jax.grad(loss))
+    h = 1e-5
+    differences = jnp.stack([(gradient(tau + h * e) - gradient(tau - h * e)) / (2 * h) for e in jnp.eye(n)], axis=1)
+    assert float(jnp.max(jnp.abs(differences))) > 0.1  # (a real second derivative)
+    hessian = jax.jacrev(jax.jacrev(loss)) if form == "open-loop rk4" else jax.hessian(loss)
+    # central differences: truncation h^2 = 1e-10 times the third derivative, round-off
+    # 1e-16 / h ~ 1e-11 of the gradient's scale
+    assert_close(hessian(tau), differences, 1e-7, form)
+
+
 def test_check_flags_report_non_finite(sample_model):
     bad = eqx.tree_at(lambda s: s.qd, sdjax.make_state(sample_model), jnp.full(6, jnp.nan))
     with pytest.raises(Exception, match="non-finite"):
