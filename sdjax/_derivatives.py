@@ -157,7 +157,6 @@ def batched_route(
     return routed
 
 
-@jax.custom_jvp
 def _batch_axis_first(tree: Any) -> Any:
     """The identity, whose batched form has the batch axis first.
 
@@ -165,14 +164,10 @@ def _batch_axis_first(tree: Any) -> Any:
     stacked outputs of a ``lax.scan`` have it second) is taken to have it first when JAX
     linearizes a ``jit`` under ``vmap`` whose function holds a ``custom_vmap`` inside the
     ``custom_jvp`` (JAX 0.10: ``grad`` of ``vmap`` of a jitted rollout failed with a shape
-    error); this puts it there (a ``custom_vmap``, made differentiable by its own identity
-    rule)."""
-    # (the custom_vmap as a primitive differentiable as the identity: JAX inlines this primal
-    # function where it linearizes a gradient's program again)
+    error); this puts it there: a ``custom_vmap``, as the primitive of
+    :func:`_differentiable_as` differentiated as the identity (also where JAX inlines it when it
+    linearizes a gradient's program again)."""
     return _differentiable_as(_batch_axis_first_vmap, _identity)(tree)
-
-
-_batch_axis_first.defjvp(lambda primals, tangents: (_batch_axis_first(primals[0]), tangents[0]))
 
 
 @custom_vmap
