@@ -12,7 +12,11 @@ Two forms of the same arithmetic are used, each where it is fast:
   slice into a zero-padded copy of the whole operand (one ``pad`` kernel per component,
   measured to take half of a gradient's time), whereas a contraction transposes into another
   contraction. The custom JVP rules below give 2-3.5x faster reverse-mode gradients of the
-  inertia matrix, the bias forces and forward dynamics (benchmarks/README.md).
+  inertia matrix, the bias forces and forward dynamics (benchmarks/README.md). A rule's value
+  is the product itself, so second and higher derivatives take the rules again instead of
+  differentiating the components (with :func:`sdjax.rotation.quat_to_matrix`'s rule, the
+  gradient of a four-bar's constrained rollout, whose constraint Jacobians differentiate the
+  kinematics twice, compiled in 18 s instead of 32 s at XLA's default settings).
 
 Results are the same up to round-off. Tangents that are known to be zero (symbolic zeros,
 e.g. model constants when differentiating with respect to the state) cost nothing.
@@ -94,7 +98,9 @@ def _bilinear(value: Callable[[Array, Array], Array], contraction: Callable[[Arr
     def jvp(primals, tangents):
         a, b = primals
         da, db = tangents
-        out = value(a, b)
+        # (the product itself, not ``value``: a derivative of this rule, a second derivative,
+        # takes the rule again instead of differentiating the components)
+        out = product(a, b)
         terms = []
         if not isinstance(da, SymbolicZero):
             terms.append(contraction(da, b))

@@ -50,6 +50,44 @@ def test_quaternion_round_trips_and_products():
     assert_close(rot.quat_to_matrix(rot.matrix_to_quat(flips)), flips, RTOL, "half turns")
 
 
+def _rotated_basis(quat):
+    """``R(quat)`` by rotating the basis vectors with Hamilton products, ``q [e_i, 0] q* /
+    |q|^2`` (written here with jnp: its derivatives are JAX's own)."""
+
+    def hamilton(a, b):
+        av, aw, bv, bw = a[:3], a[3], b[:3], b[3]
+        return jnp.concatenate([aw * bv + bw * av + jnp.cross(av, bv), (aw * bw - av @ bv)[None]])
+
+    conjugate = quat * jnp.array([-1.0, -1.0, -1.0, 1.0])
+    columns = [hamilton(hamilton(quat, jnp.eye(4)[i]), conjugate)[:3] for i in range(3)]
+    return jnp.stack(columns, axis=1) / (quat @ quat)
+
+
+def test_quaternion_to_matrix_derivatives_to_third_order():
+    """quat_to_matrix's derivative rule (a contraction) gives the derivatives of the rotation
+    itself, non-unit quaternions included, to third order, forward and reverse, under vmap."""
+    rng = np.random.default_rng(3)
+    quats = jnp.asarray(rng.normal(size=(4, 4)) * rng.uniform(0.5, 2.0, size=(4, 1)))
+    tangent = jnp.asarray(rng.normal(size=4))
+    weights = jnp.asarray(rng.normal(size=(3, 3)))
+
+    def loss(f):
+        return lambda x: jnp.sum(weights * jnp.sin(f(x)))
+
+    for quat in quats:
+        assert_close(rot.quat_to_matrix(quat), _rotated_basis(quat), RTOL, "value")
+        ours = jax.jvp(rot.quat_to_matrix, (quat,), (tangent,))[1]
+        assert_close(ours, jax.jvp(_rotated_basis, (quat,), (tangent,))[1], 1e-13, "tangent")
+        # (sums of a few dozen O(1) products: round-off ~1e-14 per order)
+        assert_close(jax.grad(loss(rot.quat_to_matrix))(quat), jax.grad(loss(_rotated_basis))(quat), 1e-13, "grad")
+        ours = jax.hessian(loss(rot.quat_to_matrix))(quat)
+        assert_close(ours, jax.hessian(loss(_rotated_basis))(quat), 1e-12, "hessian")
+        ours = jax.jacrev(jax.hessian(loss(rot.quat_to_matrix)))(quat)
+        assert_close(ours, jax.jacrev(jax.hessian(loss(_rotated_basis)))(quat), 1e-11, "third derivatives")
+    ours = jax.vmap(jax.grad(loss(rot.quat_to_matrix)))(quats)
+    assert_close(ours, jax.vmap(jax.grad(loss(_rotated_basis)))(quats), 1e-13, "vmap of grad")
+
+
 def test_quaternion_rate_is_inertial_angular_velocity():
     quat = rot.matrix_to_quat(rot.rpy_to_matrix(ANGLES[0]))
     w = jnp.array([0.3, -0.8, 0.5])
