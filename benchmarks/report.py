@@ -151,6 +151,13 @@ def compile_table(data: dict) -> str:
     )
 
 
+def compile_derivatives_table(data: dict) -> str:
+    body = [[r["program"], r["compile_seconds"], r["operations"], r["hlo_lines"]] for r in data["results"]]
+    return f"Machine: {machine_line(data)}\n\n" + table(
+        ["program", "compile s", "operations", "optimised HLO lines"], body
+    )
+
+
 def gradient_table(data: dict) -> str:
     body = [
         [
@@ -263,6 +270,7 @@ def main() -> None:
         ("Rollout, MJX in its own environment", "rollout_mjx", rollout_table),
         ("Rollout (GPU)", "rollout_gpu", rollout_table),
         ("Compile time and scaling", "compile", compile_table),
+        ("Compile time under nested derivatives", "compile_derivatives", compile_derivatives_table),
         ("Gradient of a rollout", "gradient", gradient_table),
         ("Gradient of a rollout, batch 1024", "gradient_1024", gradient_table),
         ("Gradient of a rollout (GPU)", "gradient_gpu", gradient_table),
