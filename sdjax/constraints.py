@@ -420,6 +420,7 @@ def _first_order_terms(
 
 
 def _terms(systems: _Systems, states: tuple[State, ...], constraints: tuple[Constraint, ...]) -> ConstraintTerms:
+    """:func:`_first_order_terms` and ``dJ/dt v``: forward mode of ``J v`` along the motion."""
     jacobian, velocity_error, phi = _first_order_terms(systems, states, constraints)
     dtype = states[0].q.dtype
 

@@ -30,7 +30,7 @@ import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
 
-from sdjax.algebra import cross3, einsum, matmul
+from sdjax.algebra import cross3, dot, einsum, matmul
 
 __all__ = [
     "euler313_to_matrix",
@@ -268,8 +268,9 @@ def quat_to_matrix(quat: Array | np.ndarray) -> Array:
 
 
 def _quat_products() -> np.ndarray:
-    """``(3, 3, 4, 4)`` ``C`` with ``R(quat) = I + (2 / |quat|^2) M``, ``M_ij = sum_kl C_ijkl
-    quat_k quat_l`` (:func:`quat_to_matrix`'s entries as one bilinear form, for its tangent)."""
+    """``(3, 3, 4, 4)`` ``C``, symmetric in its last two axes, with ``R(quat) = I + (2 /
+    |quat|^2) M``, ``M_ij = 1/2 sum_kl C_ijkl quat_k quat_l`` (:func:`quat_to_matrix`'s entries
+    as one bilinear form; its tangent is ``dM_ij = sum_kl C_ijkl dquat_k quat_l``)."""
     products = np.zeros((3, 3, 4, 4))
     # (row, column): (k, l, sign) of each product, x y z w = 0 1 2 3
     terms = {
@@ -285,7 +286,8 @@ def _quat_products() -> np.ndarray:
     }
     for (i, j), entry in terms.items():
         for k, m, sign in entry:
-            products[i, j, k, m] = sign
+            products[i, j, k, m] += sign
+            products[i, j, m, k] += sign
     return products
 
 
@@ -314,10 +316,9 @@ def _quat_to_matrix_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[
     # 5,200 of them).
     (quat,), (d_quat,) = primals, tangents
     rotation = _quat_to_matrix(quat)
-    symmetric = jnp.asarray(_QUAT_PRODUCTS + _QUAT_PRODUCTS.swapaxes(-1, -2), rotation.dtype)
-    d_products = einsum("ijkl,...k,...l->...ij", symmetric, d_quat, quat)
-    s = 2.0 / einsum("...k,...k->...", quat, quat)
-    along = einsum("...k,...k->...", quat, d_quat)
+    d_products = einsum("ijkl,...k,...l->...ij", jnp.asarray(_QUAT_PRODUCTS, rotation.dtype), d_quat, quat)
+    s = 2.0 / dot(quat, quat)
+    along = dot(quat, d_quat)
     identity = jnp.eye(3, dtype=rotation.dtype)
     d_rotation = s[..., None, None] * (d_products - along[..., None, None] * (rotation - identity))
     return rotation, d_rotation
