@@ -53,10 +53,11 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 # collector pauses 7.2 s and 8.2 s per worker by default, 1.1 s and 0.8 s with these thresholds
 # (a young collection every 50,000 allocations, no full pass in that span); the largest worker's
 # peak memory 4.03 -> 4.18 GB. Cycles that reach the oldest generation wait for its rare full
-# pass: whole default runs peaked at 6.9 GB in one worker against 6.6 GB by default (24 GB
+# pass: whole default runs peaked at 6.8-6.9 GB in one worker against 6.6 GB by default (24 GB
 # machine). Wall clock does not resolve a change of this size on this machine, whose speed
 # drifts by up to 30 % between identical runs: the eight files 151 s by default against 154 s;
-# whole default runs 827, 849 and 902 s by default against 876 and 881 s. Results unaffected.
+# whole default runs, in the order they ran (the machine slowing through the sitting), 827 and
+# 849 s by default, 881 and 876 s with these thresholds, 902 s by default, 922 s with them.
 gc.set_threshold(50_000, 50, 1000)
 
 # One on-disk cache of compiled XLA programs for the whole run, shared by the xdist workers and
