@@ -75,7 +75,7 @@ def run_arm(name: str, model: Any, q0: np.ndarray, duration: float, iterations: 
     )
     start = time.perf_counter()
     design = ex.optimal_excitation(
-        nominal, links, q0, duration, iterations=iterations, criterion=criterion, base_twist=TWIST, **envelope
+        nominal, links, q0, duration, max_iterations=iterations, criterion=criterion, base_twist=TWIST, **envelope
     )
     design_seconds = time.perf_counter() - start
     records = {

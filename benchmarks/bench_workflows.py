@@ -297,7 +297,7 @@ def adam_pass(rec: Recorder, quick: bool, suffix: str) -> dict[str, Any]:
         result = sdjax.optimize_plan(problem, starts, iterations=iterations, learning_rate=0.003)
         _block(result.final_loss)
     with rec.phase("accuracy" + suffix):
-        refined, opt_ev = sdjax.refine_plan(problem, result.trajectory.coefficients, iterations=3 if quick else 6)
+        refined, opt_ev = sdjax.refine_plan(problem, result.trajectory.coefficients, max_iterations=3 if quick else 6)
         _block(opt_ev.loss)
     with rec.phase("compare" + suffix):
         factor = float(sdjax.improvement_factor(baseline.evaluation, opt_ev))

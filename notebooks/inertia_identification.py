@@ -205,7 +205,7 @@ envelope = dict(
     rate_limit=np.max(np.abs(np.asarray(sine.states.qd)), axis=0),
 )
 start = time.perf_counter()
-design = ex.optimal_excitation(nominal, links, free_flying_arm_initial_q(), T_DESIGN, iterations=5 if QUICK else 100, base_twist=TWIST, **envelope)
+design = ex.optimal_excitation(nominal, links, free_flying_arm_initial_q(), T_DESIGN, max_iterations=5 if QUICK else 100, base_twist=TWIST, **envelope)
 print(f"designed in {time.perf_counter() - start:.1f} s (compile included), {design.iterations} L-BFGS iterations, final scale {design.scale:.3f}, limits used {design.peaks}")
 sv_sine = np.asarray(ex.base_singular_values(nominal, sine.subsample(4), links, design.base))
 print(f"{'excitation':>12} {'log tr/r':>11} {'condition':>10} {'smallest sv':>12}")

@@ -238,7 +238,7 @@ print("chosen start:", int(result.best))
 
 # %%
 t0 = time.perf_counter()
-refined, opt_ev = sdjax.refine_plan(problem, result.trajectory.coefficients, iterations=3 if QUICK else 6)
+refined, opt_ev = sdjax.refine_plan(problem, result.trajectory.coefficients, max_iterations=3 if QUICK else 6)
 jax.block_until_ready(opt_ev.loss)
 print(f"accuracy pass in {time.perf_counter() - t0:.1f} s: end-point error {1e3 * float(result.evaluation.position_error):.3f} mm "
       f"-> {1e3 * float(opt_ev.position_error):.6f} mm, base attitude change "

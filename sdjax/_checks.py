@@ -16,6 +16,7 @@ and line); model fields are checked by :func:`sdjax.model.validate`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Collection
 from typing import Any
 
@@ -77,6 +78,89 @@ def check_index(name: str, value: Any, low: int, high: int, meaning: str = "") -
             f"{name}: index {value} out of range; expected {low}..{high}" + (f" ({meaning})" if meaning else "")
         )
     return int(value)
+
+
+def check_type(name: str, value: Any, types: type | tuple[type, ...], expected: str) -> Any:
+    """``value`` if it is an instance of ``types``; else a ``TypeError`` naming ``name``, saying
+    what was ``expected`` (``"a sdjax.Model"``) and what was given."""
+    if not isinstance(value, types):
+        raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
+    return value
+
+
+def check_callable(name: str, value: Any, signature: str) -> Any:
+    """``value`` if it is callable; else a ``TypeError`` naming ``name`` and the expected
+    ``signature`` (``"(t, state) -> (n,) array"``)."""
+    if not callable(value):
+        raise TypeError(f"{name}: expected a function {signature}, got {type(value).__name__}")
+    return value
+
+
+def check_pair(name: str, value: Any, what: str) -> tuple[Any, Any]:
+    """``value`` as a pair ``(a, b)`` (a tuple or list of two: ``what`` names them,
+    ``"(lower, upper) pair of (n,) arrays"``): ``TypeError`` for anything else, ``ValueError``
+    for a tuple or list of another length."""
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{name}: expected a {what}, got {type(value).__name__}")
+    if len(value) != 2:
+        raise ValueError(f"{name}: expected a {what}, got {len(value)} items")
+    return value[0], value[1]
+
+
+def check_name(name: str, value: Any) -> str:
+    """``value`` if it is a non-empty string without ``'/'`` (a name that becomes a key or a
+    path component in saved results): ``TypeError`` for a non-string, ``ValueError`` for an
+    empty one or one with ``'/'``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a string, got {type(value).__name__} {value!r}")
+    if not value or "/" in value:
+        raise ValueError(f"{name}: must be a non-empty string without '/', got {value!r}")
+    return value
+
+
+def check_scalar(name: str, value: Any, *, sign: str | None = None, finite: bool = True) -> float:
+    """``value`` as a Python ``float``: a concrete real number (Python or NumPy scalar, or a 0-d
+    array) for a setting used on the host (a duration that fixes a step count, a frame rate).
+    ``TypeError`` naming ``name`` for anything else (a string, a ``bool``, an array, a traced
+    value), ``ValueError`` for a non-finite value (with ``finite``) or one of the wrong
+    ``sign`` (:data:`SIGNS`)."""
+    check_choice("check_scalar: sign", sign, (None, *SIGNS))
+    if is_traced(value):
+        raise TypeError(f"{name}: expected a concrete number (it is used outside jit), got a traced value")
+    if isinstance(value, (bool, np.bool_, str, bytes)) or np.ndim(value) != 0:
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}") from None
+    if (finite and not np.isfinite(number)) or np.isnan(number):
+        raise ValueError(f"{name}: must be finite, got {value!r}")
+    if (sign == "positive" and not number > 0) or (sign == "non-negative" and not number >= 0):
+        raise ValueError(f"{name}: must be {sign}, got {value!r}")
+    return number
+
+
+def renamed_keyword(owner: str, old: str, old_value: Any, new: str, new_value: Any, new_default: Any) -> Any:
+    """The value of keyword ``new``, where a caller may still give it under its earlier name
+    ``old`` (``old_value``, ``None`` when not given): then a ``DeprecationWarning``, and a
+    ``ValueError`` if ``new`` was given too (a value other than ``new_default``)."""
+    if old_value is None:
+        return new_value
+    warnings.warn(f"{owner}: {old}= is now spelled {new}=", DeprecationWarning, stacklevel=3)
+    if new_value != new_default:
+        raise ValueError(f"{owner}: give {new}= or the deprecated {old}=, not both")
+    return old_value
+
+
+def check_fraction(name: str, value: Any) -> float:
+    """``value`` as a Python ``float`` strictly between 0 and 1 (a confidence, a probability, a
+    relative tolerance): ``TypeError`` for anything but a real number (not a ``bool``),
+    ``ValueError`` outside ``(0, 1)``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a number strictly between 0 and 1, got {type(value).__name__} {value!r}")
+    if not 0.0 < float(value) < 1.0:
+        raise ValueError(f"{name}: must lie strictly between 0 and 1, got {value!r}")
+    return float(value)
 
 
 def _listed(choices: Collection[Any]) -> list[Any]:
@@ -220,10 +304,19 @@ __all__ = [
     "ROTATION_TOL",
     "SCALARS",
     "SIGNS",
+    "check_callable",
     "check_choice",
+    "check_count",
+    "check_fraction",
+    "check_index",
+    "check_name",
+    "check_pair",
+    "check_scalar",
+    "check_type",
     "check_vector",
     "float_array",
     "is_traced",
+    "renamed_keyword",
     "rotation_defect",
     "rotation_matrix",
 ]

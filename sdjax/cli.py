@@ -42,7 +42,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from sdjax.cli_jobs import JOBS
+from sdjax.cli_jobs import JOBS, unwritable
 
 __all__ = ["MAX_STEPS", "SIMULATE_DT", "TREE_DRAWN_DEPTH", "build_parser", "main"]
 
@@ -107,6 +107,18 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+#: Largest ``plot --dpi``: print resolution. A time-history figure is up to 11 x 14 inches, so
+#: 600 dpi is ~55 M pixels (~220 MB drawn); 4000 dpi asked for ~10 GB.
+MAX_DPI = 600
+
+
+def _dpi(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_DPI:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_DPI}, got {value}")
     return value
 
 
@@ -499,15 +511,7 @@ def _simulate(args: argparse.Namespace) -> int:
     # The output is checked before the run: the file name numpy will write (".npz" appended
     # when missing), an existing file only with --force, a writable directory.
     out = args.out if args.out.endswith(".npz") else args.out + ".npz"
-    out_dir = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(out_dir):
-        raise CommandError(f"{out}: directory {out_dir} does not exist")
-    if not os.access(out_dir, os.W_OK):
-        raise CommandError(f"{out}: directory {out_dir} is not writable")
-    if os.path.exists(out) and not args.force:
-        raise CommandError(f"{out}: exists; pass --force to overwrite it")
-    if os.path.isdir(out):
-        raise CommandError(f"{out}: is a directory")
+    _check_output_file(out, args.force, "--out")
     model = _load_model(args.model, args.float32, _reader_options(args))
     n, dtype = model.num_joints, model.dtype
     q0 = _vector("--initial-q", args.initial_q, n)
@@ -607,6 +611,21 @@ def _simulate(args: argparse.Namespace) -> int:
 # plot
 
 
+def _check_output_file(path: str, force: bool, option: str) -> None:
+    """Refuse (before any work) an output file that cannot be written: its directory missing or
+    not writable, the path a directory, or an existing file without ``--force``."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise CommandError(f"{option} {path}: directory {directory} does not exist")
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path}: is a directory")
+    if os.path.exists(path) and not force:
+        raise CommandError(f"{option} {path}: exists; pass --force to overwrite it")
+    reason = unwritable(directory)
+    if reason:
+        raise CommandError(f"{option} {path}: cannot write in {directory} ({reason})")
+
+
 def _plot(args: argparse.Namespace) -> int:
     if args.animate is not None and os.path.splitext(args.animate)[1].lower() not in (".gif", ".mp4"):
         raise UsageError(f"--animate {args.animate}: the file must end in .gif or .mp4")
@@ -621,8 +640,20 @@ def _plot(args: argparse.Namespace) -> int:
 
     run = load_run(args.run)
     out = args.out if args.out is not None else os.path.splitext(args.run)[0] + "_plots"
+    # Every output checked before drawing any: nothing overwritten without --force.
     if os.path.exists(out) and not os.path.isdir(out):
         raise CommandError(f"--out {out}: exists and is not a directory")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        raise CommandError(f"--out {out}: directory {os.path.dirname(os.path.abspath(out))} does not exist")
+    for name in plotting.TIME_HISTORIES:
+        existing = os.path.join(out, f"{name}.png")
+        if os.path.exists(existing) and not args.force:
+            raise CommandError(f"--out {out}: {existing} exists; pass --force to overwrite it")
+    if args.animate is not None:
+        _check_output_file(args.animate, args.force, "--animate")
+    reason = unwritable(out, create=True)
+    if reason:
+        raise CommandError(f"--out {out}: cannot write there ({reason})")
     paths = plotting.save_time_histories(run.model, run.trajectory, out, run.quantities, dpi=args.dpi)
     if args.animate is not None:
         paths.append(
@@ -820,7 +851,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--speed", type=_positive, default=1.0, help="simulated seconds per second of animation (default 1)"
     )
     plot.add_argument("--max-frames", type=_positive_int, default=200, help="most animation frames (default 200)")
-    plot.add_argument("--dpi", type=_positive_int, default=100, help="PNG resolution (default 100)")
+    plot.add_argument("--dpi", type=_dpi, default=100, help=f"PNG resolution, at most {MAX_DPI} (default 100)")
+    plot.add_argument("--force", action="store_true", help="overwrite existing PNG files and the --animate file")
 
     view = commands.add_parser(
         "view",

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -90,7 +91,10 @@ class _Table:
     def _scalar(self, key: str, value: Any, sign: str, maximum: float | None) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(key, f"expected a number, got {_kind(value)}")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # (an integer beyond the largest float)
+            raise self.fail(key, f"expected a finite number, got an integer of about {_digits(value)} digits") from None
         if not math.isfinite(value):
             raise self.fail(key, f"expected a finite number, got {value}")
         if sign == "positive" and not value > 0:
@@ -107,6 +111,10 @@ class _Table:
             return value
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(key, f"expected an integer, got {_kind(value)}")
+        if abs(value) > _LARGEST_INTEGER:  # (the int64 range every count and seed is used in)
+            raise self.fail(
+                key, f"expected an integer within +-{_LARGEST_INTEGER}, got one of about {_digits(value)} digits"
+            )
         if value < minimum:
             raise self.fail(key, f"expected an integer >= {minimum}, got {value}")
         if maximum is not None and value > maximum:
@@ -186,6 +194,16 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
+#: Largest integer a config holds (int64: seeds, counts; larger TOML integers are refused).
+_LARGEST_INTEGER = 2**63 - 1
+
+
+def _digits(value: int) -> int:
+    """About the number of decimal digits of ``value`` (without printing it: Python refuses to
+    print integers of more than 4300 digits)."""
+    return int(abs(value).bit_length() * math.log10(2)) + 1
+
+
 def _apply_override(path: str, data: dict, item: str) -> None:
     key, sep, text = item.partition("=")
     key = key.strip()
@@ -195,6 +213,8 @@ def _apply_override(path: str, data: dict, item: str) -> None:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         raise ConfigError(f"--set {item}: {text!r} is not a TOML value (strings need quotes)") from None
+    except RecursionError:
+        raise ConfigError(f"--set {key}: the value is nested too deeply to read") from None
     node = data
     parts = key.split(".")
     for part in parts[:-1]:
@@ -213,6 +233,8 @@ def read_config(path: str, overrides: Sequence[str] = ()) -> _Table:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not readable TOML: arrays or tables nested too deeply") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text") from None
     for item in overrides:
@@ -271,7 +293,27 @@ def _outputs(
         target = os.path.join(directory, name)
         if os.path.exists(target) and not args.force:
             raise ConfigError(f"{target}: exists; pass --force to overwrite it")
+    reason = unwritable(directory, create=True)
+    if reason:
+        raise ConfigError(f"{directory}: cannot write the outputs there ({reason})")
     return directory, plots, parquet
+
+
+def unwritable(directory: str, *, create: bool = False) -> str:
+    """Why files cannot be written into ``directory`` (``""`` when they can): checked by
+    writing and removing a probe file, so that a job refuses before it runs rather than after
+    (permission bits alone do not tell: root passes them, and a pseudo-filesystem such as
+    ``/proc`` refuses anyway). With ``create``, a missing directory is made first (its
+    parent must exist)."""
+    try:
+        if create:
+            os.makedirs(directory, exist_ok=True)
+        descriptor, probe = tempfile.mkstemp(prefix=".sdjax-write-check-", dir=directory)
+        os.close(descriptor)
+        os.remove(probe)
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return ""
 
 
 def _write_json(path: str, data: dict) -> None:
@@ -452,7 +494,7 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
             bar.set_description("refine")
             t1 = time.perf_counter()
             if refine:
-                _, evaluation = sdjax.refine_plan(problem, result.trajectory.coefficients, iterations=refine)
+                _, evaluation = sdjax.refine_plan(problem, result.trajectory.coefficients, max_iterations=refine)
             else:
                 evaluation = result.evaluation
             jax.block_until_ready(evaluation.loss)
@@ -614,7 +656,7 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
         design_options = dict(
             criterion=ex.string("criterion", "trace", choices=excitation.CRITERIA),
             harmonics=ex.integer("harmonics", 4, maximum=50),
-            iterations=ex.integer("iterations", 60, maximum=10_000),
+            max_iterations=ex.integer("iterations", 60, maximum=10_000),
             max_excursion=ex.vector("max_excursion", np.full(n, 0.3), size=n, scalar=True, sign="positive"),
             rate_limit=ex.vector("rate_limit", np.full(n, 1.0), size=n, scalar=True, sign="positive"),
             torque_limit=ex.vector("torque_limit", None, size=n, scalar=True, sign="positive"),
@@ -674,7 +716,7 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
     t_sim = time.perf_counter() - t0
     bar.update()
     bar.set_description("identify")
-    result = sdjax.identify(model, data, unknowns, residual=residual, num_steps=num_steps, truth=truth)
+    result = sdjax.identify(model, data, unknowns, residual=residual, max_iterations=num_steps, truth=truth)
     t_id = time.perf_counter() - t0 - t_sim
     bar.update()
     bar.close()

@@ -76,7 +76,7 @@ from sdjax.dynamics import Controls, inertia_matrix, point_loads
 from sdjax.jacobians import jacobians_at_points
 from sdjax.kinematics import kinematic_pass, point_velocity
 from sdjax.model import Model, free_coordinates
-from sdjax._checks import check_choice, float_array, is_traced
+from sdjax._checks import check_choice, check_scalar, check_type, float_array, is_traced
 from sdjax.state import State, check_state
 
 #: Interpolation schemes of :class:`HeightField`.
@@ -435,8 +435,7 @@ def _contact_state(
 
 
 def _check_terrain(terrain: Any) -> None:
-    if not isinstance(terrain, (Plane, HeightField)):
-        raise ValueError(f"terrain: expected a sdjax.contact.Plane or HeightField, got {type(terrain).__name__}")
+    check_type("terrain", terrain, (Plane, HeightField), "a sdjax.contact.Plane or HeightField")
 
 
 @eqx.filter_jit
@@ -554,9 +553,7 @@ def rk4_stability_limit(damping_ratio: Any = 0.0) -> float:
     ``|1 + z + z^2/2 + z^3/6 + z^4/24| <= 1``: ``2 sqrt(2) ~ 2.83`` at ``zeta = 0``, about 2.79
     for a real eigenvalue. Plain NumPy (a planning helper, not traced).
     """
-    zeta = float(damping_ratio)
-    if not zeta >= 0:
-        raise ValueError(f"rk4_stability_limit: damping_ratio must be non-negative, got {damping_ratio!r}")
+    zeta = check_scalar("rk4_stability_limit: damping_ratio", damping_ratio, sign="non-negative")
     if zeta < 1:
         return _rk4_ray_limit(complex(-zeta, np.sqrt(1 - zeta**2)))
     fastest = zeta + np.sqrt(zeta**2 - 1)  # |eigenvalue| / w_n of the faster real mode

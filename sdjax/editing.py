@@ -468,7 +468,9 @@ def _names(name: str, given: Sequence[str] | None, default: tuple[str, ...], tak
     if len(names) != len(default):
         raise ValueError(f"{name}: expected {len(default)} names, got {len(names)}")
     for k, s in enumerate(names):
-        if not isinstance(s, str) or not s:
+        if not isinstance(s, str):
+            raise TypeError(f"{name}[{k}]: expected a string, got {type(s).__name__} {s!r}")
+        if not s:
             raise ValueError(f"{name}[{k}]: expected a non-empty string, got {s!r}")
         if s in taken or s in names[:k]:
             raise ValueError(f"{name}[{k}]: {s!r} is already used; names must be unique (existing: {list(taken)})")

@@ -47,7 +47,7 @@ import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
-from sdjax._checks import check_choice, check_count, float_array
+from sdjax._checks import check_choice, check_count, check_pair, check_scalar, check_type, float_array, renamed_keyword
 from sdjax._compile import solver_jit
 from sdjax.identification import (
     RESIDUALS,
@@ -107,13 +107,9 @@ class FourierExcitation(eqx.Module):
         self.coefficients = float_array(
             "FourierExcitation: coefficients", coefficients, shape=(n, 2, None), dtype=self.q0.dtype
         )
-        if not (isinstance(duration, (int, float)) and math.isfinite(duration) and duration > 0):
-            raise ValueError(f"FourierExcitation: duration must be a positive number of seconds, got {duration!r}")
-        self.duration = float(duration)
+        self.duration = check_scalar("FourierExcitation: duration", duration, sign="positive")
         frequency = 2 * math.pi / self.duration if base_frequency is None else base_frequency
-        if not (isinstance(frequency, (int, float)) and math.isfinite(frequency) and frequency > 0):
-            raise ValueError(f"FourierExcitation: base_frequency must be positive (rad/s), got {base_frequency!r}")
-        self.base_frequency = float(frequency)
+        self.base_frequency = check_scalar("FourierExcitation: base_frequency", frequency, sign="positive")
 
     @property
     def harmonics(self) -> int:
@@ -161,8 +157,7 @@ def random_excitation(
         seed: random seed.
         **tracking: ``bandwidth``, ``damping_ratio``, ``base_twist`` of the tracking law.
     """
-    if not amplitude > 0:
-        raise ValueError(f"random_excitation: amplitude must be positive, got {amplitude}")
+    check_scalar("random_excitation: amplitude", amplitude, sign="positive")
     harmonics = check_count("random_excitation: harmonics", harmonics, 1)
     raw = np.random.default_rng(seed).normal(size=(model.num_joints, 2, int(harmonics)))
     reference = _with_excursion(FourierExcitation(q0, raw, duration), amplitude)
@@ -308,12 +303,13 @@ def optimal_excitation(
     rate_limit: Any = 1.0,
     torque_limit: Any = None,
     sample_every: int = 4,
-    iterations: int = 60,
+    max_iterations: int = 60,
     structural_records: int = 3,
     seed: int = 0,
     bandwidth: float = 5.0,
     damping_ratio: float = 0.7,
     base_twist: Any = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    iterations: int | None = None,
 ) -> ExcitationDesign:
     """Design an excitation experiment for the ``unknowns`` of ``model`` (module docstring).
 
@@ -334,12 +330,13 @@ def optimal_excitation(
         torque_limit: scalar or ``(n,)`` largest ``|tau|``, N m, or ``None`` (none).
         sample_every: the record is subsampled by this factor for the regressor (the rate an
             experiment would log at).
-        iterations: L-BFGS iterations.
+        max_iterations: most L-BFGS iterations.
         structural_records: random designs (normal coefficients, scaled to the full
             excursion and then into every limit) whose records give the structural base set.
         seed: seed of the starting design and the structural records (drawn in that order).
         bandwidth, damping_ratio, base_twist: the tracking law and the base's initial twist
             (:func:`sdjax.identification.tracking_record`).
+        iterations: the earlier name of ``max_iterations`` (``DeprecationWarning``).
 
     Returns:
         :class:`ExcitationDesign`.
@@ -347,16 +344,16 @@ def optimal_excitation(
     check_no_mimic(model, "optimal_excitation")
     check_choice("optimal_excitation: residual", residual, RESIDUALS, "residual")
     check_choice("optimal_excitation: criterion", criterion, CRITERIA, "criterion")
-    if not isinstance(unknowns, Unknowns):
-        raise TypeError(f"optimal_excitation: unknowns must be an Unknowns, got {type(unknowns).__name__}")
+    check_type("optimal_excitation: unknowns", unknowns, Unknowns, "an Unknowns")
     unknowns.check(model)
+    iterations = renamed_keyword("optimal_excitation", "iterations", iterations, "max_iterations", max_iterations, 60)
     n = model.num_joints
     q0 = float_array("optimal_excitation: q0", q0, shape=(n,), hint="one per joint")
     dtype = q0.dtype
     for name, value, lowest in (
         ("harmonics", harmonics, 1),
         ("sample_every", sample_every, 1),
-        ("iterations", iterations, 1),
+        ("max_iterations", iterations, 1),
         ("structural_records", structural_records, 1),
     ):
         check_count(f"optimal_excitation: {name}", value, lowest)
@@ -377,11 +374,10 @@ def optimal_excitation(
         lower, upper = q0 - excursion, q0 + excursion
         position_name = "excursion"
     else:
-        if not isinstance(joint_limits, (tuple, list)) or len(joint_limits) != 2:
-            raise ValueError("optimal_excitation: joint_limits must be a (lower, upper) pair of (n,) arrays")
+        pair = check_pair("optimal_excitation: joint_limits", joint_limits, "(lower, upper) pair of (n,) arrays")
         lower, upper = (
             float_array(f"optimal_excitation: joint_limits {side}", v, shape=(n,), dtype=dtype, scalar="broadcast")
-            for side, v in zip(("lower", "upper"), joint_limits)
+            for side, v in zip(("lower", "upper"), pair)
         )
         outside = np.nonzero(~((np.asarray(lower) < np.asarray(q0)) & (np.asarray(q0) < np.asarray(upper))))[0]
         if outside.size:

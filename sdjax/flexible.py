@@ -88,7 +88,7 @@ from sdjax.gjm import generalized_inertia_matrix
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_rpy, rot_x, rot_y, rpy_to_matrix
-from sdjax._checks import check_choice, check_count, float_array, is_traced, rotation_matrix
+from sdjax._checks import check_choice, check_count, check_index, check_name, float_array, is_traced, rotation_matrix
 from sdjax.state import State, make_state
 
 __all__ = [
@@ -386,10 +386,8 @@ def attach_beam(
     """
     dtype = model.dtype
     n = model.num_joints
-    if isinstance(body, (bool, np.bool_)) or not isinstance(body, (int, np.integer)) or not 0 <= body <= n:
-        raise ValueError(f"attach_beam: body must be a static index 0..{n} (0 = base), got {body!r}")
-    if not isinstance(name, str) or not name or "/" in name:
-        raise ValueError(f"attach_beam: name must be a non-empty string without '/', got {name!r}")
+    body = check_index("attach_beam: body", body, 0, n, "0 = base")
+    check_name("attach_beam: name", name)
     if any(s.startswith(name + "/") for s in model.link_names):
         raise ValueError(f"attach_beam: model {model.name!r} already has a beam named {name!r}")
     position = jnp.asarray(position)

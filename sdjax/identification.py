@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import statistics
 from typing import Any
 
@@ -76,7 +75,17 @@ from sdjax.integrate import Trajectory, rollout
 from sdjax.io.npz import NpzArchive
 from sdjax.model import Model, check_no_mimic, free_coordinates, on_independent_joints
 from sdjax.rotation import quat_normalize
-from sdjax._checks import check_choice, check_count, check_index, is_traced
+from sdjax._checks import (
+    check_choice,
+    check_count,
+    check_fraction,
+    check_index,
+    check_scalar,
+    check_type,
+    float_array,
+    is_traced,
+    renamed_keyword,
+)
 from sdjax.solvers import LeastSquaresResult, equilibrated_lstsq, levenberg_marquardt
 from sdjax.state import BASE_TWIST_NAMES, State, make_state
 
@@ -506,8 +515,7 @@ def add_noise(data: Dataset, level: float, seed: int = 0) -> Dataset:
     """Data with Gaussian noise of standard deviation ``level`` times each channel's standard
     deviation over the record (base position, attitude quaternion (renormalised), twist,
     joint positions, rates and torques)."""
-    if level < 0:
-        raise ValueError(f"add_noise: level must be non-negative, got {level}")
+    level = check_scalar("add_noise: level", level, sign="non-negative")
     leaves, treedef = jax.tree.flatten((data.states, data.torques))
     keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
     noisy = []
@@ -580,14 +588,12 @@ def tracking_record(
     Returns:
         :class:`Dataset` of every step, joint torques included.
     """
-    if not (duration > 0 and dt > 0 and math.isfinite(duration) and math.isfinite(dt)):
-        raise ValueError(f"tracking_record: duration and dt must be positive and finite, got {duration}, {dt}")
+    duration = check_scalar("tracking_record: duration", duration, sign="positive")
+    dt = check_scalar("tracking_record: dt", dt, sign="positive")
     if round(duration / dt) < 1:
         raise ValueError(f"tracking_record: duration {duration} s is shorter than one step of {dt} s")
-    if not (bandwidth > 0 and damping_ratio > 0):
-        raise ValueError(
-            f"tracking_record: bandwidth and damping_ratio must be positive, got {bandwidth}, {damping_ratio}"
-        )
+    float_array("tracking_record: bandwidth", bandwidth, shape=(), sign="positive")
+    float_array("tracking_record: damping_ratio", damping_ratio, shape=(), sign="positive")
     twist = np.asarray(base_twist, dtype=np.float64)
     if twist.shape != (6,):
         raise ValueError(f"tracking_record: base_twist must be [v0; w0] of shape (6,), got shape {twist.shape}")
@@ -603,8 +609,7 @@ def tracking_record(
 
 def _check_problem(model: Model, data: Dataset, unknowns: Unknowns, residual: str) -> None:
     check_no_mimic(model, "identification")
-    if not isinstance(data, Dataset):
-        raise ValueError(f"identification: data must be a Dataset, got {type(data).__name__}")
+    check_type("identification: data", data, Dataset, "a Dataset")
     unknowns.check(model)
     n = model.num_joints
     if data.states.q.shape[1] != n:
@@ -920,8 +925,8 @@ def base_parameters(
     regressors = [regressor(model, d, unknowns, **kwargs) for d in records]
     if tolerance is None:
         tolerance = max(1e-8, 100.0 * float(np.finfo(regressors[0].dtype).eps))
-    elif not (isinstance(tolerance, (int, float)) and 0 < tolerance < 1):
-        raise ValueError(f"base_parameters: tolerance must lie strictly between 0 and 1, got {tolerance!r}")
+    else:
+        tolerance = check_fraction("base_parameters: tolerance", tolerance)
     y = np.vstack([np.asarray(r, np.float64) for r in regressors])
     return _base_parameters(y, unknowns.parameter_names(model), tolerance)
 
@@ -1299,7 +1304,7 @@ def identify(
     residual: str = "momentum",
     initial: InertialParameters | None = None,
     optimizer: Any = None,
-    num_steps: int = 50,
+    max_iterations: int = 50,
     regularization: float = 0.0,
     truth: InertialParameters | None = None,
     tolerance: float = 1e-8,
@@ -1307,6 +1312,7 @@ def identify(
     dynamics_weights: Any = None,
     noise_std: Any = None,
     covariance_method: str = "white",
+    num_steps: int | None = None,
 ) -> IdentificationResult:
     """Estimate inertial parameters from measured data.
 
@@ -1322,7 +1328,8 @@ def identify(
         optimizer: ``None`` for Levenberg-Marquardt (Gauss-Newton with adaptive damping on the
             log-Cholesky coordinates), or an ``optax`` optimiser (e.g. ``optax.adam(1e-2)``,
             ``optax.lbfgs()``) on the loss ``1/2 |r|^2``.
-        num_steps: optimiser steps (LM stops early when the step is negligible).
+        max_iterations: most optimiser steps (Levenberg-Marquardt stops early when the step
+            is negligible; an ``optax`` optimiser takes this many).
         regularization: weight ``rho`` of ``rho/2 |theta - theta_0|^2`` added to the loss (pulls
             unobservable directions towards the initial guess; 0 = none).
         truth: true parameters (same bodies) to report errors against.
@@ -1333,15 +1340,16 @@ def identify(
             covariance describes the data alone (the regularisation term is left out of it).
         covariance_method: ``"white"`` or ``"sandwich"`` (:func:`estimate_covariance`; the
             sandwich for noise on the measured states, :func:`add_noise`).
+        num_steps: the earlier name of ``max_iterations`` (``DeprecationWarning``).
 
     Returns:
         :class:`IdentificationResult`.
     """
     _check_problem(model, data, unknowns, residual)
     check_choice("identify: covariance_method", covariance_method, COVARIANCE_METHODS)
-    num_steps = check_count("identify: num_steps", num_steps, 0)
-    if not regularization >= 0:
-        raise ValueError(f"identify: regularization must be non-negative, got {regularization}")
+    max_iterations = renamed_keyword("identify", "num_steps", num_steps, "max_iterations", max_iterations, 50)
+    num_steps = check_count("identify: max_iterations", max_iterations, 0)
+    float_array("identify: regularization", regularization, shape=(), sign="non-negative")
     k = unknowns.num_bodies
     # The residuals are affine in the parameter vectors pi (momentum and inverse dynamics are linear
     # in each body's mass, first moment and inertia about a fixed point): r(pi) = r(pi_0) +

@@ -739,8 +739,7 @@ def adaptive_step(
     Returns:
         State at ``t + dt``.
     """
-    if solver not in ADAPTIVE_SOLVERS:
-        raise ValueError(f"adaptive_step: solver must be one of {list(ADAPTIVE_SOLVERS)}, got {solver!r}")
+    check_choice("adaptive_step: solver", solver, ADAPTIVE_SOLVERS, "solver")
     diffrax = _diffrax()
     check_state(model, state)
     dtype = state.q.dtype
@@ -866,8 +865,7 @@ class Adaptive(Integrator):
     order: ClassVar[int] = 5
 
     def __check_init__(self):
-        if self.solver not in ADAPTIVE_SOLVERS:
-            raise ValueError(f"Adaptive: solver must be one of {list(ADAPTIVE_SOLVERS)}, got {self.solver!r}")
+        check_choice("Adaptive: solver", self.solver, ADAPTIVE_SOLVERS, "solver")
         if not (self.rtol > 0 and self.atol > 0 and math.isfinite(self.rtol) and math.isfinite(self.atol)):
             raise ValueError(
                 f"Adaptive: rtol and atol must be positive and finite, got rtol={self.rtol}, atol={self.atol}"

@@ -99,8 +99,8 @@ def _jacobian_derivatives_at(model: Model, axes: Array, twists: Array, bodies: n
     return jnp.concatenate([base, joints], axis=-1)
 
 
-def _check_body(model: Model, link: Any) -> int:
-    return check_index("link", link, 0, model.num_joints, "0 = base, 1..n = links")
+def _check_body(model: Model, link: Any, owner: str) -> int:
+    return check_index(f"{owner}: link", link, 0, model.num_joints, "0 = base, 1..n = links")
 
 
 def _point_on_body(model: Model, frames: Frames, link: int, point: Array) -> Array:
@@ -128,9 +128,9 @@ def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> 
         ``(6, nv)`` Jacobian ``[linear; angular]`` w.r.t. the generalized velocity
         (``[v0, w0, qd]`` for a floating base, ``nv = 6 + n``; see the module docstring).
     """
-    link = _check_body(model, link)
+    link = _check_body(model, link, "point_jacobian")
     motion = _checked_pass(model, state)
-    point = check_vector("point", point, (3,), motion.frames.centroid.dtype)
+    point = check_vector("point_jacobian: point", point, (3,), motion.frames.centroid.dtype)
     x = _point_on_body(model, motion.frames, link, point)
     return free_coordinates(model, jacobians_at_points(model, motion.axes, np.array([link]), x[None])[0], -1)
 
@@ -138,9 +138,9 @@ def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> 
 @eqx.filter_jit
 def point_jacobian_derivative(model: Model, state: State, link: int, point: Any = None) -> Array:
     """Time derivative of :func:`point_jacobian` along the state's velocities; ``(6, nv)``."""
-    link = _check_body(model, link)
+    link = _check_body(model, link, "point_jacobian_derivative")
     motion = _checked_pass(model, state)
-    point = check_vector("point", point, (3,), motion.frames.centroid.dtype)
+    point = check_vector("point_jacobian_derivative: point", point, (3,), motion.frames.centroid.dtype)
     x = _point_on_body(model, motion.frames, link, point)
     derivative = _jacobian_derivatives_at(model, motion.axes, motion.twists, np.array([link]), x[None])[0]
     return free_coordinates(model, derivative, -1)

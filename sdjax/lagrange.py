@@ -359,8 +359,7 @@ def mass_parameter_dependence(model: Model, state: State, *, kind: InertiaKind =
     """
     check_state(model, state)
     check_no_mimic(model, "mass_parameter_dependence")
-    if kind not in _KINDS:
-        raise ValueError(f"mass_parameter_dependence: kind must be one of {_KINDS}, got {kind!r}")
+    check_choice("mass_parameter_dependence: kind", kind, _KINDS, "kind")
 
     def matrix(masses: Array, inertias: Array) -> Array:
         varied = _with_mass_properties(model, masses, inertias)

@@ -50,7 +50,7 @@ from sdjax.dynamics import Controls
 from sdjax.editing import append_links
 from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import quat_conjugate, quat_multiply, quat_to_rotation_vector, rpy_to_matrix
-from sdjax._checks import check_choice, check_index, is_traced
+from sdjax._checks import check_callable, check_choice, check_index, check_type, is_traced
 from sdjax.state import State
 
 #: The five maneuvering modes of seed 003, Table 1 (how the base is actuated; not to be confused
@@ -669,10 +669,10 @@ def maneuver_law(
     if not uses_thrusters and thrusters is not None:
         raise ValueError(f"maneuver_law: mode {mode!r} applies no external load; thrusters are not allowed")
     for name, law in (("joint_law", joint_law), ("attitude_law", attitude_law), ("translation_law", translation_law)):
-        if law is not None and not callable(law):
-            raise ValueError(f"maneuver_law: {name} must be a function (t, state) -> array, got {type(law).__name__}")
-    if thrusters is not None and not isinstance(thrusters, Thrusters):
-        raise ValueError(f"maneuver_law: thrusters must be a Thrusters, got {type(thrusters).__name__}")
+        if law is not None:
+            check_callable(f"maneuver_law: {name}", law, "(t, state) -> array")
+    if thrusters is not None:
+        check_type("maneuver_law: thrusters", thrusters, Thrusters, "a Thrusters")
     if mode != "floating" and model.base == "fixed":
         raise ValueError(f"maneuver_law: mode {mode!r} moves the base, but model {model.name!r} has a fixed base")
     joints = reaction_wheel_joints(model) if wheel_joints is None else _check_wheel_joints(model, wheel_joints)

@@ -370,7 +370,7 @@ class Model(eqx.Module):
     def path_to_link(self, link: int) -> tuple[int, ...]:
         """Joints (1-based, base to tip) on the path from the base to body ``link`` (inclusive;
         empty for the base, body 0)."""
-        _check_link_index(self, link, allow_base=True)
+        _check_link_index(self, link, "Model.path_to_link", allow_base=True)
         if link == 0:
             return ()
         return tuple(int(j) + 1 for j in np.flatnonzero(self.tree.support[link - 1]))
@@ -604,8 +604,8 @@ def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
     return arr.astype(dtype)
 
 
-def _check_link_index(model: Model, link: int, *, allow_base: bool = False) -> None:
-    check_index("link index", link, 0 if allow_base else 1, model.num_joints)
+def _check_link_index(model: Model, link: int, owner: str, *, allow_base: bool = False) -> None:
+    check_index(f"{owner}: link", link, 0 if allow_base else 1, model.num_joints)
 
 
 def check_spacedyn_end_points(model: Model, what: str) -> None:

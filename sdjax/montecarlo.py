@@ -68,7 +68,7 @@ from jax.sharding import PartitionSpec as P
 
 from sdjax.algebra import matmul
 from sdjax import batch_kernel
-from sdjax._checks import check_count, float_array
+from sdjax._checks import check_callable, check_choice, check_count, check_fraction, check_name, check_type, float_array
 from sdjax._derivatives import batched_route
 from sdjax.constraints import ConstrainedTrajectory, constrained_rollout
 from sdjax.control import ComputedTorque, JointPD
@@ -275,7 +275,7 @@ def _as_distribution(owner: str, value: Any) -> Distribution:
     if isinstance(value, Distribution):
         return value
     if isinstance(value, eqx.Module):
-        raise ValueError(f"{owner}: expected a Distribution (Normal, Uniform, ...), got {type(value).__name__}")
+        raise TypeError(f"{owner}: expected a Distribution (Normal, Uniform, ...), got {type(value).__name__}")
     return Fixed(value)
 
 
@@ -543,14 +543,13 @@ class Uncertainty(eqx.Module):
     ):
         pairs = list(model.items()) if isinstance(model, Mapping) else list(model or ())
         for name, pert in pairs:
-            if not isinstance(name, str) or not name or "/" in name:
-                raise ValueError(
-                    f"Uncertainty: model perturbation names must be non-empty strings without '/', got {name!r}"
-                )
-            if not isinstance(pert, Perturbation):
-                raise ValueError(
-                    f"Uncertainty: model[{name!r}] must be a Perturbation (Scale, Offset, InertiaRotation, Payload), got {type(pert).__name__}"
-                )
+            check_name("Uncertainty: model perturbation name", name)
+            check_type(
+                f"Uncertainty: model[{name!r}]",
+                pert,
+                Perturbation,
+                "a Perturbation (Scale, Offset, InertiaRotation, Payload)",
+            )
         names = [n for n, _ in pairs]
         if len(set(names)) != len(names):
             raise ValueError(f"Uncertainty: repeated model perturbation names {names}")
@@ -558,15 +557,13 @@ class Uncertainty(eqx.Module):
         self.perturbations = tuple(p for _, p in pairs)
         params = {}
         for name, dist in dict(parameters or {}).items():
-            if not isinstance(name, str) or not name or "/" in name:
-                raise ValueError(f"Uncertainty: parameter names must be non-empty strings without '/', got {name!r}")
+            check_name("Uncertainty: parameter name", name)
             params[name] = _as_distribution(f"Uncertainty: parameters[{name!r}]", dist)
         self.parameters = params
 
     def check(self, model: Model) -> None:
         """Validate every perturbation against the nominal ``model`` (shapes, link indices)."""
-        if not isinstance(model, Model):
-            raise ValueError(f"Uncertainty: expected a sdjax.Model, got {type(model).__name__}")
+        check_type("Uncertainty.check: model", model, Model, "a sdjax.Model")
         for pert in self.perturbations:
             pert.check(model)
 
@@ -698,11 +695,9 @@ class ControlScenario(eqx.Module):
     ):
         n = model.num_joints
         dtype = model.dtype
-        if controller not in ("pd", "computed_torque"):
-            raise ValueError(f"ControlScenario: unknown controller {controller!r}; choose 'pd' or 'computed_torque'")
+        check_choice("ControlScenario: controller", controller, ("pd", "computed_torque"), "controller")
         num_steps = check_count("ControlScenario: num_steps", num_steps, 1)
-        if not float(dt) > 0 or not math.isfinite(float(dt)):
-            raise ValueError(f"ControlScenario: dt must be positive and finite, got {dt!r}")
+        dt = float_array("ControlScenario: dt", dt, shape=(), dtype=dtype, sign="positive")
         self.nominal_model = model
         self.initial_state = make_state(model) if initial_state is None else initial_state
         self.q_goal = float_array("ControlScenario: q_goal", q_goal, shape=(n,), dtype=dtype)
@@ -1042,7 +1037,7 @@ class MonteCarloResults:
         (``-inf``/``inf`` where too few samples lie on one side). Mean: the normal
         approximation ``mean +- z s / sqrt(B)`` (large ``B``).
         """
-        alpha = _check_confidence(confidence)
+        alpha = 1.0 - check_fraction("MonteCarloResults.confidence_intervals: confidence", confidence)
         z = statistics.NormalDist().inv_cdf(1.0 - alpha / 2.0)
         out: dict[str, dict[str, tuple[float, float]]] = {}
         for name, values in self.metrics.items():
@@ -1074,7 +1069,7 @@ class MonteCarloResults:
             raise ValueError(f"probability: unknown metric {metric!r}; available: {list(self.metrics)}")
         if below is None and above is None:
             raise ValueError("probability: give below= and/or above=")
-        alpha = _check_confidence(confidence)
+        alpha = 1.0 - check_fraction("MonteCarloResults.probability: confidence", confidence)
         values = self.metrics[metric]
         inside = np.isfinite(values)
         if below is not None:
@@ -1092,7 +1087,7 @@ class MonteCarloResults:
         unknown = [name for name in bounds if name not in self.metrics]
         if unknown:
             raise ValueError(f"requirements_met: unknown metric(s) {unknown}; available: {list(self.metrics)}")
-        alpha = _check_confidence(confidence)
+        alpha = 1.0 - check_fraction("MonteCarloResults.requirements_met: confidence", confidence)
         inside = np.ones(self.num_samples, bool)
         for name, bound in bounds.items():
             values = self.metrics[name].reshape(self.num_samples)
@@ -1117,7 +1112,7 @@ class MonteCarloResults:
         """
         if metric not in self.metrics:
             raise ValueError(f"sensitivity: unknown metric {metric!r}; available: {list(self.metrics)}")
-        alpha = _check_confidence(confidence)
+        alpha = 1.0 - check_fraction("MonteCarloResults.sensitivity: confidence", confidence)
         values = self.metrics[metric].reshape(self.num_samples)
         finite = np.isfinite(values)
         count = int(np.sum(finite))
@@ -1317,6 +1312,8 @@ class MonteCarloResults:
                 meta = json.loads(stored)
             except ValueError:
                 raise ValueError(f"schema metadata {PARQUET_METADATA_KEY!r} is not valid JSON") from None
+            except RecursionError:
+                raise ValueError(f"schema metadata {PARQUET_METADATA_KEY!r} is nested too deeply to read") from None
             if not isinstance(meta, dict) or meta.get("format") != PARQUET_FORMAT:
                 found = meta.get("format") if isinstance(meta, dict) else meta
                 raise ValueError(f"format {found!r}, expected {PARQUET_FORMAT!r}; not a {what}")
@@ -1475,12 +1472,10 @@ def samples_needed(max_probability: float, *, confidence: float = 0.95, failures
     Returns:
         The number of samples.
     """
-    alpha = _check_confidence(confidence)
-    p = max_probability
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) < 1.0:
-        raise ValueError(f"samples_needed: max_probability must lie strictly between 0 and 1, got {p!r}")
+    alpha = 1.0 - check_fraction("samples_needed: confidence", confidence)
+    p = check_fraction("samples_needed: max_probability", max_probability)
     failures = check_count("samples_needed: failures", failures, 0)
-    p, k = float(p), int(failures)
+    k = int(failures)
     if k == 0:
         return max(1, math.ceil(math.log(alpha) / math.log1p(-p) - 1e-12))
 
@@ -1500,13 +1495,6 @@ def samples_needed(max_probability: float, *, confidence: float = 0.95, failures
         middle = (low + high) // 2
         low, high = (middle, high) if tail(middle) > alpha else (low, middle)
     return high
-
-
-def _check_confidence(confidence: Any) -> float:
-    """``alpha = 1 - confidence`` for a confidence level strictly between 0 and 1."""
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
-        raise ValueError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
-    return 1.0 - float(confidence)
 
 
 def _order_statistic_ranks(count: int, fraction: float, alpha: float) -> tuple[int, int]:
@@ -1579,20 +1567,15 @@ def run_monte_carlo(
     """
     num_samples = check_count("run_monte_carlo: num_samples", num_samples, 1)
     seed = check_count("run_monte_carlo: seed", seed, 0)
-    if not isinstance(model, Model):
-        raise ValueError(f"run_monte_carlo: model must be a sdjax.Model, got {type(model).__name__}")
-    if not isinstance(uncertainty, Uncertainty):
-        raise ValueError(f"run_monte_carlo: uncertainty must be an Uncertainty, got {type(uncertainty).__name__}")
-    if not callable(simulate):
-        raise ValueError("run_monte_carlo: simulate must be callable (model_i, params_i) -> result")
+    check_type("run_monte_carlo: model", model, Model, "a sdjax.Model")
+    check_type("run_monte_carlo: uncertainty", uncertainty, Uncertainty, "an Uncertainty")
+    check_callable("run_monte_carlo: simulate", simulate, "(model_i, params_i) -> result")
     metrics = dict(metrics)
     if not metrics:
         raise ValueError("run_monte_carlo: give at least one metric")
     for name, fn in metrics.items():
-        if not isinstance(name, str) or not name or "/" in name:
-            raise ValueError(f"run_monte_carlo: metric names must be non-empty strings without '/', got {name!r}")
-        if not callable(fn):
-            raise ValueError(f"run_monte_carlo: metric {name!r} is not callable")
+        check_name("run_monte_carlo: metric name", name)
+        check_callable(f"run_monte_carlo: metrics[{name!r}]", fn, "(result) -> (B,) values")
     uncertainty.check(model)
     devices = list(jax.devices() if devices is None else devices)
     if not devices:

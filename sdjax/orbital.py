@@ -96,7 +96,7 @@ from sdjax.algebra import cross3, einsum, matmul
 from sdjax.dynamics import Controls, point_loads
 from sdjax.kinematics import body_masses, link_velocities, relative_frames, world_inertias
 from sdjax.model import Model
-from sdjax._checks import check_choice, is_traced
+from sdjax._checks import check_callable, check_choice, float_array, is_traced
 from sdjax.state import State, check_state
 
 __all__ = [
@@ -116,12 +116,8 @@ FRAMES = ("hill", "nonrotating")
 ABOUT = ("origin", "com")
 
 
-def _check_mean_motion(mean_motion: Any) -> None:
-    if is_traced(mean_motion):
-        return
-    arr = np.asarray(mean_motion, np.float64)
-    if arr.shape != () or not np.isfinite(arr) or not arr > 0:
-        raise ValueError(f"mean_motion must be a positive finite scalar (rad/s), got {mean_motion!r}")
+def _check_mean_motion(owner: str, mean_motion: Any) -> None:
+    float_array(f"{owner}: mean_motion", mean_motion, shape=(), sign="positive")
 
 
 def mean_motion_from_radius(radius: Any, gravitational_parameter: Any = 3.986004418e14) -> Array:
@@ -166,7 +162,7 @@ def gravity_gradient_wrenches(
         ``(forces (n + 1, 3), torques (n + 1, 3))``, inertial frame, N and N m.
     """
     check_state(model, state)
-    check_choice("about", about, ABOUT)
+    check_choice("gravity_gradient_wrenches: about", about, ABOUT)
     dtype = state.q.dtype
     n2 = jnp.asarray(mean_motion, dtype) ** 2
     radial = jnp.asarray(radial, dtype)
@@ -246,12 +242,12 @@ class GravityGradient(eqx.Module):
         about: str = "origin",
         phase: Any = 0.0,
     ):
-        _check_mean_motion(mean_motion)
+        _check_mean_motion("GravityGradient", mean_motion)
         self.model = model
         self.mean_motion = jnp.asarray(mean_motion, model.dtype)
         self.phase = jnp.asarray(phase, model.dtype)
-        self.frame = check_choice("frame", frame, FRAMES)
-        self.about = check_choice("about", about, ABOUT)
+        self.frame = check_choice("GravityGradient: frame", frame, FRAMES)
+        self.about = check_choice("GravityGradient: about", about, ABOUT)
         self.tidal_force = bool(tidal_force)
         self.torque = bool(torque)
 
@@ -381,8 +377,7 @@ def combine_environments(*terms: Any) -> EnvironmentSum:
     if not terms:
         raise ValueError("combine_environments: expected at least one environment function")
     for k, term in enumerate(terms):
-        if not callable(term):
-            raise ValueError(f"combine_environments: term {k} is not callable: {term!r}")
+        check_callable(f"combine_environments: term {k}", term, "(t, state) -> Controls")
     flat: list[Any] = []
     for term in terms:
         flat.extend(term.terms if isinstance(term, EnvironmentSum) else (term,))
@@ -407,7 +402,7 @@ def clohessy_wiltshire(model: Model, mean_motion: Any, *, gravity_gradient_torqu
     Returns:
         An :class:`EnvironmentSum` (callable ``(t, state) -> Controls``, with ``potential_energy``).
     """
-    _check_mean_motion(mean_motion)
+    _check_mean_motion("clohessy_wiltshire", mean_motion)
     n = jnp.asarray(mean_motion, model.dtype)
     return combine_environments(
         GravityGradient(model, n, frame="hill", torque=gravity_gradient_torque),
@@ -426,6 +421,7 @@ def clohessy_wiltshire_solution(mean_motion: Any, position: Any, velocity: Any, 
     Returns:
         ``(positions (..., 3), velocities (..., 3))``.
     """
+    _check_mean_motion("clohessy_wiltshire_solution", mean_motion)
     n = jnp.asarray(mean_motion)
     x0, y0, z0 = (jnp.asarray(position)[k] for k in range(3))
     u0, v0, w0 = (jnp.asarray(velocity)[k] for k in range(3))

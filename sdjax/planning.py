@@ -70,7 +70,16 @@ from sdjax.rotation import (
     quat_rate,
     quat_to_rotation_vector,
 )
-from sdjax._checks import check_count, float_array, is_traced, rotation_matrix
+from sdjax._checks import (
+    check_choice,
+    check_count,
+    check_index,
+    check_pair,
+    float_array,
+    is_traced,
+    renamed_keyword,
+    rotation_matrix,
+)
 from sdjax._compile import solver_jit
 from sdjax._derivatives import jvp_along_nonzero
 from sdjax.solvers import levenberg_marquardt
@@ -203,11 +212,8 @@ class SplineTrajectory(eqx.Module):
             raise ValueError(
                 f"SplineTrajectory: coefficients expected shape (m >= 1, {n}), got {self.coefficients.shape}"
             )
-        if degree not in DEGREES:
-            raise ValueError(f"SplineTrajectory: degree must be one of {DEGREES}, got {degree!r}")
-        if not is_traced(duration) and not float(np.asarray(duration)) > 0:
-            raise ValueError(f"SplineTrajectory: duration must be positive, got {duration!r}")
-        self.duration = jnp.asarray(duration)
+        check_choice("SplineTrajectory: degree", degree, DEGREES, "degree")
+        self.duration = float_array("SplineTrajectory: duration", duration, shape=(), sign="positive")
         self.degree = int(degree)
 
     @property
@@ -372,16 +378,8 @@ class PlanningProblem(eqx.Module):
         self.duration = float_array("PlanningProblem: duration", duration, shape=(), dtype=dtype, sign="positive")
         num_steps = check_count("PlanningProblem: num_steps", num_steps, 1)
         num_coefficients = check_count("PlanningProblem: num_coefficients", num_coefficients, 1)
-        if degree not in DEGREES:
-            raise ValueError(f"PlanningProblem: degree must be one of {DEGREES}, got {degree!r}")
-        if (
-            isinstance(end_point, bool)
-            or not isinstance(end_point, (int, np.integer))
-            or not 0 <= end_point < model.num_end_points
-        ):
-            raise ValueError(
-                f"PlanningProblem: end_point must be an index in [0, {model.num_end_points}), got {end_point!r}"
-            )
+        check_choice("PlanningProblem: degree", degree, DEGREES, "degree")
+        check_index("PlanningProblem: end_point", end_point, 0, model.num_end_points - 1)
         self.num_steps, self.num_coefficients, self.degree, self.end_point = (
             int(num_steps),
             int(num_coefficients),
@@ -391,10 +389,11 @@ class PlanningProblem(eqx.Module):
         if joint_limits is None:
             self.joint_lower = self.joint_upper = None
         else:
-            if not isinstance(joint_limits, (tuple, list)) or len(joint_limits) != 2:
-                raise ValueError("PlanningProblem: joint_limits must be a (lower, upper) pair of (n,) arrays")
+            lower, upper = check_pair(
+                "PlanningProblem: joint_limits", joint_limits, "(lower, upper) pair of (n,) arrays"
+            )
             self.joint_lower = float_array(
-                "PlanningProblem: joint_limits lower", joint_limits[0], shape=(n,), dtype=dtype, scalar="broadcast"
+                "PlanningProblem: joint_limits lower", lower, shape=(n,), dtype=dtype, scalar="broadcast"
             )
             self.joint_upper = float_array(
                 "PlanningProblem: joint_limits upper", joint_limits[1], shape=(n,), dtype=dtype, scalar="broadcast"
@@ -1369,15 +1368,16 @@ def refine_plan(
     problem: PlanningProblem,
     coefficients: Any,
     *,
-    iterations: int = 5,
+    max_iterations: int = 5,
     damping: Any = 1e-4,
     max_step: Any = 0.05,
     tolerance: Any = None,
+    iterations: int | None = None,
 ) -> tuple[Array, PlanEvaluation]:
     """Put a plan on its target: the accuracy pass after :func:`optimize_plan`.
 
     A penalty on the end-point error leaves a small error whose size trades against the other
-    loss terms. At most ``iterations`` damped Gauss-Newton steps on the end-point task residual
+    loss terms. At most ``max_iterations`` damped Gauss-Newton steps on the end-point task residual
     alone (forward-mode Jacobian through the rollout, stopping once every entry is within
     ``tolerance``), each the minimum-norm change of the coefficients, remove it while changing
     the plan as little as possible (so it keeps its low base disturbance); the same refinement
@@ -1387,19 +1387,21 @@ def refine_plan(
     Arguments:
         problem: the :class:`PlanningProblem`.
         coefficients: ``(m, n)`` spline coefficients (e.g. ``result.trajectory.coefficients``).
-        iterations: static int >= 1.
+        max_iterations: static int >= 1.
         damping: damping ``d`` of the steps, m; > 0 keeps them bounded near singular arm
             configurations.
         max_step: largest change of one control point per step, rad.
         tolerance: largest residual entry accepted, m and rad (default ``eps^0.6`` of the
             dtype).
+        iterations: the earlier name of ``max_iterations`` (``DeprecationWarning``).
 
     Returns:
         ``(coefficients, evaluation)``: the refined ``(m, n)`` coefficients and their
         :class:`PlanEvaluation`.
     """
     coefficients = _check_coefficients(problem, coefficients, batched=False)
-    iterations = check_count("refine_plan: iterations", iterations, 1)
+    max_iterations = renamed_keyword("refine_plan", "iterations", iterations, "max_iterations", max_iterations, 5)
+    iterations = check_count("refine_plan: max_iterations", max_iterations, 1)
     _check_positive_settings("refine_plan", tolerance=tolerance, damping=damping, max_step=max_step)
     refined, evaluation, _, _ = _gauss_newton(
         problem,

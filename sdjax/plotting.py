@@ -36,6 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from sdjax._checks import check_scalar
 from sdjax.integrate import Trajectory
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model
@@ -489,7 +490,12 @@ def animation_frames(trajectory: Trajectory, fps: float, speed: float, max_frame
     t = _time(trajectory)
     last = t.shape[0] - 1
     span = float(t[-1] - t[0]) if last > 0 else 0.0
-    count = min(int(max_frames), int(np.floor(span * fps / speed + 1e-9)) + 1, last + 1)
+    if not np.isfinite(span):
+        raise ValueError(f"animate: the trajectory's time is not finite (from {t[0]} to {t[-1]} s)")
+    wanted = span * fps / speed + 1e-9  # frames over the span (inf for an extreme fps / speed)
+    count = min(int(max_frames), last + 1)
+    if wanted < count:
+        count = int(np.floor(wanted)) + 1
     count = max(count, 2 if last > 0 else 1)
     return np.round(np.linspace(0, last, count)).astype(int)
 
@@ -533,8 +539,7 @@ def animate(
     path = os.fspath(path)
     suffix = os.path.splitext(path)[1].lower()
     for name, value in (("fps", fps), ("speed", speed), ("max_frames", max_frames)):
-        if not (np.isfinite(value) and value > 0):
-            raise ValueError(f"animate: {name} must be positive, got {value!r}")
+        check_scalar(f"animate: {name}", value, sign="positive")
     # (matplotlib's stubs say fps: int; the writers only compute with it, 1000 / fps and
     # str(fps), so a float frame rate works.)
     writer: animation.AbstractMovieWriter

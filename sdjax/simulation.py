@@ -86,7 +86,7 @@ def _steps_from(dt: Any, num_steps: Any, duration: Any) -> int:
     try:
         dt_value = float(dt)
     except (TypeError, ValueError):
-        raise ValueError(f"simulate: dt must be a number, got {dt!r}") from None
+        raise TypeError(f"simulate: dt: expected a number, got {type(dt).__name__} {dt!r}") from None
     if not (math.isfinite(dt_value) and dt_value > 0):
         raise ValueError(f"simulate: dt must be positive and finite, got {dt!r}")
     if (num_steps is None) == (duration is None):
@@ -148,7 +148,7 @@ def simulate(
     else:
         chunk = check_count("simulate: chunk_steps", chunk_steps, 1)
     if not (isinstance(progress, bool) or callable(progress)):
-        raise ValueError(f"simulate: progress must be True, False or a callable, got {progress!r}")
+        raise TypeError(f"simulate: progress: expected True, False or a callable, got {progress!r}")
     dtype = initial_state.q.dtype
     sequence = None if control is None or callable(control) else control
     if sequence is not None:

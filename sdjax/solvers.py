@@ -110,7 +110,7 @@ import numpy as np
 from jax import Array, lax
 
 from sdjax.algebra import matmul
-from sdjax._checks import check_choice, check_count, check_vector, is_traced
+from sdjax._checks import check_choice, check_count, check_vector, float_array, is_traced
 
 #: Forms of the damped system solved by :func:`damped_solve`: ``"auto"`` (the smaller of the
 #: two: minimum norm when ``m <= n``), ``"min_norm"`` (``m x m``) or ``"normal"`` (``n x n``).
@@ -280,8 +280,7 @@ def damped_least_squares(
     check_damping("damped_least_squares", singular_threshold, max_damping)
     if weights is not None:
         weights = check_vector("damped_least_squares: weights", weights, (m,), jac.dtype)
-        if not is_traced(weights) and not np.all(np.asarray(weights, np.float64) > 0):
-            raise ValueError(f"damped_least_squares: weights must be positive, got {np.asarray(weights).tolist()}")
+        float_array("damped_least_squares: weights", weights, sign="positive")
     return solve_damped_least_squares(jac, b, singular_threshold, max_damping, weights)
 
 

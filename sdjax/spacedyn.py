@@ -59,7 +59,7 @@ from sdjax.rotation import (
     skew,
 )
 from sdjax.state import State
-from sdjax._checks import check_index
+from sdjax._checks import check_index, check_type
 
 __all__ = [
     "calc_aa",
@@ -106,8 +106,7 @@ def model_from_lp(LP: Mapping[str, Any], **kwargs: Any) -> Model:
 def _model(model: Model | Mapping[str, Any], gravity: Any = None) -> Model:
     if isinstance(model, Mapping):
         model = model_from_lp(model)
-    if not isinstance(model, Model):
-        raise ValueError(f"expected an sdjax Model or a SpaceDyn LP mapping, got {type(model).__name__}")
+    check_type("model", model, Model, "an sdjax Model or a SpaceDyn LP mapping")
     check_no_mimic(model, "the SpaceDyn-compatible functions")
     if model.base != "floating":
         raise ValueError(

@@ -94,12 +94,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from sdjax._checks import float_array
+from sdjax._checks import check_type, float_array, is_traced
 from sdjax.contact import ContactParameters, Terrain, _check_terrain, penalty_normal_force
 from sdjax.dynamics import Controls, make_controls, point_loads
 from sdjax.kinematics import forward_kinematics, kinematic_pass, point_velocity
 from sdjax.model import Model
-from sdjax._checks import is_traced
 from sdjax.state import State, check_state, make_state
 
 
@@ -397,9 +396,7 @@ def _check(model: Model, wheels: Wheels, terrain: Any, parameters: ContactParame
     parameters.per_contact(wheels.num_wheels, parameters.stiffness.dtype)
     if formula is None:
         return MagicFormula()
-    if not isinstance(formula, MagicFormula):
-        raise ValueError(f"formula: expected a sdjax.wheels.MagicFormula, got {type(formula).__name__}")
-    return formula
+    return check_type("formula", formula, MagicFormula, "a sdjax.wheels.MagicFormula")
 
 
 @eqx.filter_jit

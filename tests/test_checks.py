@@ -13,12 +13,19 @@ import sdjax
 
 from sdjax._checks import (
     ROTATION_TOL,
+    check_callable,
     check_choice,
     check_count,
+    check_fraction,
     check_index,
+    check_name,
+    check_pair,
+    check_scalar,
+    check_type,
     check_vector,
     float_array,
     is_traced,
+    renamed_keyword,
     rotation_matrix,
 )
 from sdjax.rotation import rpy_to_matrix
@@ -113,6 +120,55 @@ def test_check_index():
             check_index("link", value, 1, 7, "the links")
 
 
+def test_type_checks_raise_type_errors_and_value_checks_value_errors():
+    """The helpers for objects, functions, pairs, names, fractions and host-side numbers: a
+    wrong type is a TypeError, a wrong value of the right type a ValueError, each naming the
+    argument and saying what was expected."""
+    assert check_type("f: model", 3, int, "an int") == 3
+    assert check_pair("f: limits", (1, 2), "(lower, upper) pair") == (1, 2)
+    assert check_name("f: name", "arm") == "arm"
+    assert check_fraction("f: p", np.float32(0.25)) == 0.25 and type(check_fraction("f: p", 0.5)) is float
+    assert check_scalar("f: dt", np.array(0.5), sign="positive") == 0.5
+    assert check_scalar("f: x", -1, sign=None) == -1.0 and check_scalar("f: x", 0.0, sign="non-negative") == 0.0
+    for call, error, message in [
+        (lambda: check_type("f: model", "arm", int, "an int"), TypeError, r"^f: model: expected an int, got str$"),
+        (lambda: check_callable("f: law", 3.0, "(t, state) -> tau"), TypeError, r"^f: law: expected a function \(t, state\) -> tau, got float$"),
+        (lambda: check_pair("f: limits", np.ones(2), "pair"), TypeError, r"^f: limits: expected a pair, got ndarray$"),
+        (lambda: check_pair("f: limits", (1, 2, 3), "pair"), ValueError, r"^f: limits: expected a pair, got 3 items$"),
+        (lambda: check_name("f: name", 3), TypeError, r"^f: name: expected a string, got int 3$"),
+        (lambda: check_name("f: name", ""), ValueError, r"^f: name: must be a non-empty string without '/', got ''$"),
+        (lambda: check_name("f: name", "a/b"), ValueError, r"without '/', got 'a/b'$"),
+        (lambda: check_fraction("f: p", True), TypeError, r"^f: p: expected a number strictly between 0 and 1, got bool True$"),
+        (lambda: check_fraction("f: p", "0.5"), TypeError, r"^f: p: expected a number strictly between 0 and 1, got str"),
+        (lambda: check_fraction("f: p", 1.0), ValueError, r"^f: p: must lie strictly between 0 and 1, got 1.0$"),
+        (lambda: check_scalar("f: dt", "1"), TypeError, r"^f: dt: expected a number, got str '1'$"),
+        (lambda: check_scalar("f: dt", [1.0]), TypeError, r"^f: dt: expected a number, got list"),
+        (lambda: check_scalar("f: dt", False), TypeError, r"^f: dt: expected a number, got bool"),
+        (lambda: check_scalar("f: dt", float("inf")), ValueError, r"^f: dt: must be finite, got inf$"),
+        (lambda: check_scalar("f: dt", float("nan"), finite=False), ValueError, r"^f: dt: must be finite, got nan$"),
+        (lambda: check_scalar("f: dt", 0.0, sign="positive"), ValueError, r"^f: dt: must be positive, got 0.0$"),
+        (lambda: check_scalar("f: dt", -1, sign="non-negative"), ValueError, r"^f: dt: must be non-negative, got -1$"),
+    ]:  # fmt: skip
+        with pytest.raises(error, match=message):
+            call()
+    assert check_scalar("f: limit", float("inf"), finite=False) == float("inf")  # (a limit that is off)
+    with pytest.raises(TypeError, match=r"^f: dt: expected a concrete number \(it is used outside jit\)"):
+        jax.jit(lambda x: check_scalar("f: dt", x))(1.0)
+
+
+def test_renamed_keyword_warns_and_refuses_both_spellings():
+    """A keyword's earlier name still works, with a DeprecationWarning naming both; giving both
+    is an error; not giving the old one leaves the new one's value."""
+    assert renamed_keyword("f", "iterations", None, "max_iterations", 7, 5) == 7
+    with pytest.warns(DeprecationWarning, match=r"^f: iterations= is now spelled max_iterations=$"):
+        assert renamed_keyword("f", "iterations", 3, "max_iterations", 5, 5) == 3
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ValueError, match=r"^f: give max_iterations= or the deprecated iterations=, not both$"),
+    ):
+        renamed_keyword("f", "iterations", 3, "max_iterations", 4, 5)
+
+
 def test_check_choice_and_vector():
     assert check_choice("mode", "fixed", ("floating", "fixed")) == "fixed"
     with pytest.raises(
@@ -169,7 +225,7 @@ def _index_doors():
         ("Unknowns: links[0]", lambda k: sdjax.Unknowns(links=(k,)).check(arm)),
         ("wheel_joints[0]", lambda k: sdjax.reaction_wheel_axes(arm, (k,))),
         ("j_num: end point number", lambda k: spacedyn.j_num(arm, k)),
-        ("path_to_link: link index", lambda k: arm.path_to_link(k)),
+        ("Model.path_to_link: link", lambda k: arm.path_to_link(k)),
         (
             "append_links: end_point_link[0]",
             lambda k: sdjax.append_links(

@@ -158,6 +158,10 @@ BAD_INPUTS = [
     (["plot", "{malformed}"], "not a sdjax run file"),
     (["plot", "{tmp}/x.npz", "--animate", "run.avi"], "must end in .gif or .mp4"),
     (["plot", "{tmp}/x.npz", "--fps", "0"], "expected a positive number"),
+    (["plot", "{run}", "--dpi", "4000"], "argument --dpi: expected at most 600, got 4000"),
+    (["plot", "{run}", "--out", "{tmp}/no/such/dir"], "does not exist"),
+    (["plot", "{run}", "--out", "{tmp}/p", "--animate", "{tmp}/no/such/dir/a.gif"], "no/such/dir does not exist"),
+    (["plot", "{run}", "--out", "{tmp}/p", "--animate", "{tmp}/old.npz.gif"], "exists; pass --force"),
     (["view", "{tmp}/missing.npz"], "missing.npz: no such file (expected a sdjax run file)"),
     (["view", "{tmp}/x.npz", "--port", "70000"], "argument --port: expected a port number in 0..65535, got '70000'"),
     (
@@ -191,6 +195,7 @@ def test_bad_input_is_one_error_line(argv, message, tmp_path, sample_model, samp
         "negative": _bad_mass_model(tmp_path, sample_model),
         "unknown_suffix": _write(tmp_path / "robot.xyz", "robot"),
         "old": _write(tmp_path / "old.npz", "an earlier run"),
+        "old_gif": _write(tmp_path / "old.npz.gif", "an earlier animation"),
         "run": sample_run_file,
     }
     argv = [arg.format(**files) for arg in argv]
@@ -201,6 +206,30 @@ def test_bad_input_is_one_error_line(argv, message, tmp_path, sample_model, samp
     assert len(lines) == 1 and lines[0].startswith("sdjax: error: "), err
     assert message in lines[0]
     assert "Traceback" not in err
+
+
+def test_plot_checks_every_output_before_drawing(tmp_path, sample_run_file, capsys):
+    """``sdjax plot`` refuses, before drawing anything, to overwrite a PNG or the animation
+    without --force, and an output it could not write (the probe file of
+    ``cli_jobs.unwritable``); with --force it redraws."""
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "energy.png").write_text("an earlier figure")
+    assert main(["plot", sample_run_file, "--out", str(plots), "--dpi", "20"]) == 1
+    assert "energy.png exists; pass --force to overwrite it" in capsys.readouterr().err
+    assert sorted(p.name for p in plots.iterdir()) == ["energy.png"]  # nothing drawn
+    assert (plots / "energy.png").read_text() == "an earlier figure"
+    gif = tmp_path / "old.gif"
+    gif.write_text("an earlier animation")
+    fresh = tmp_path / "fresh"
+    assert main(["plot", sample_run_file, "--out", str(fresh), "--animate", str(gif)]) == 1
+    assert "old.gif: exists; pass --force" in capsys.readouterr().err
+    assert not fresh.exists() and gif.read_text() == "an earlier animation"
+    if os.path.isdir("/proc/self"):  # (Linux: /proc refuses new files, even to root)
+        assert main(["plot", sample_run_file, "--out", "/proc/sdjax-plots"]) == 1
+        assert "--out /proc/sdjax-plots: cannot write there" in capsys.readouterr().err
+    assert main(["plot", sample_run_file, "--out", str(plots), "--dpi", "20", "--force"]) == 0
+    assert (plots / "energy.png").stat().st_size > 1000
 
 
 def test_info_tree_of_a_very_deep_chain():

@@ -25,6 +25,16 @@ def assert_png(path):
     assert os.path.getsize(path) > 1000
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, which refuses new files")
+@pytest.mark.parametrize("job", ["plan", "identify", "montecarlo"])
+def test_jobs_refuse_an_output_directory_they_cannot_write_before_running(job, capsys):
+    """A job tries its output directory (a probe file, ``cli_jobs.unwritable``) before the work:
+    /proc refuses new entries even to root, whom permission bits would let through."""
+    assert main([job, example(job), "--out", "/proc/sdjax-job-out", "--no-progress"]) == 1
+    # (the check's own message: after a run, writing would have failed with the system's)
+    assert "/proc/sdjax-job-out: cannot write the outputs there" in capsys.readouterr().err
+
+
 def test_plan_example_reaches_its_target(tmp_path, capsys):
     out = tmp_path / "plan"
     # Shrunk: the straight-line planner (no optimisation loop) over 10 steps.

@@ -374,7 +374,7 @@ def test_bad_parameters_raise(probe, point):
         sc.HeightField(np.zeros((3, 3)), spacing=(0.1, -0.1))
     with pytest.raises(ValueError, match=r"HeightField.interpolation: unknown value 'spline'; choose one of"):
         sc.HeightField(np.zeros((3, 3)), interpolation="spline")
-    with pytest.raises(ValueError, match="terrain: expected"):
+    with pytest.raises(TypeError, match="terrain: expected a sdjax.contact.Plane or HeightField, got str"):
         sc.contact_environment(probe, point, "ground", sc.ContactParameters(1.0))
     with pytest.raises(ValueError, match="safety"):
         sc.stable_time_step(probe, sdjax.make_state(probe), point, sc.Plane(), sc.ContactParameters(1.0), safety=2.0)

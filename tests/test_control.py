@@ -606,11 +606,13 @@ def test_bad_inputs(arm, arm_state):
         ik(arm, arm_state, x, link=2.0)
     with pytest.raises(ValueError, match="point: give a point together with link"):
         ik(arm, arm_state, x, point=np.zeros(3))
-    with pytest.raises(ValueError, match="position_tolerance must be positive"):
+    with pytest.raises(ValueError, match="inverse_kinematics: position_tolerance: must be positive"):
         ik(arm, arm_state, x, position_tolerance=0.0)
-    with pytest.raises(ValueError, match="orientation_tolerance must be positive"):
+    with pytest.raises(TypeError, match="inverse_kinematics: position_tolerance: expected numbers, got str"):
+        ik(arm, arm_state, x, position_tolerance="tight")
+    with pytest.raises(ValueError, match="inverse_kinematics: orientation_tolerance: must be positive"):
         ik(arm, arm_state, x, rot, orientation_tolerance=-1e-6)
-    with pytest.raises(ValueError, match="max_step must be positive"):
+    with pytest.raises(ValueError, match="inverse_kinematics: max_step: must be positive"):
         ik(arm, arm_state, x, max_step=0.0)
     with pytest.raises(ValueError, match="max_iterations: must be an integer >= 1"):
         ik(arm, arm_state, x, max_iterations=0)
@@ -622,8 +624,10 @@ def test_bad_inputs(arm, arm_state):
         ik(arm, arm_state, x, joint_limits=(np.ones(7), -np.ones(7)))
     with pytest.raises(ValueError, match=r"joint_limits lower: expected shape \(7,\)"):
         ik(arm, arm_state, x, joint_limits=(np.ones(6), np.ones(6)))
-    with pytest.raises(ValueError, match="joint_limits must be a"):
+    with pytest.raises(TypeError, match=r"inverse_kinematics: joint_limits: expected a \(lower, upper\) pair"):
         ik(arm, arm_state, x, joint_limits=np.ones(7))
+    with pytest.raises(ValueError, match=r"inverse_kinematics: joint_limits: expected .* got 3 items"):
+        ik(arm, arm_state, x, joint_limits=(np.ones(7),) * 3)
     rmrc = sdjax.resolved_motion_rates
     with pytest.raises(ValueError, match=r"task_velocity: expected shape \(3,\)"):
         rmrc(arm, arm_state, np.zeros(6), task="position")
@@ -631,7 +635,7 @@ def test_bad_inputs(arm, arm_state):
         rmrc(arm, arm_state, np.zeros(6), task="twist")
     with pytest.raises(ValueError, match="momentum applies to base='floating' only"):
         rmrc(arm, arm_state, np.zeros(6), base="fixed", momentum=np.zeros(6))
-    with pytest.raises(ValueError, match="weights must be positive"):
+    with pytest.raises(ValueError, match="resolved_motion_rates: weights: must be positive"):
         rmrc(arm, arm_state, np.zeros(6), weights=np.array([1.0, 1.0, 1.0, 0.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match="singular_threshold must be a finite non-negative"):
         rmrc(arm, arm_state, np.zeros(6), singular_threshold=-0.1)
@@ -663,15 +667,17 @@ def test_bad_inputs(arm, arm_state):
         sdjax.JointPD(np.ones(6), 1.0, np.zeros(7))(jnp.asarray(0.0), arm_state)
     with pytest.raises(ValueError, match="a reference tuple is"):
         sdjax.JointPD(1.0, 1.0, (np.zeros(7),) * 4)
-    with pytest.raises(ValueError, match="duration must be positive"):
+    with pytest.raises(ValueError, match="QuinticJointReference: duration: must be positive"):
         sdjax.QuinticJointReference(np.zeros(7), np.ones(7), 0.0)
-    with pytest.raises(ValueError, match="duration must be positive"):
+    with pytest.raises(TypeError, match="QuinticJointReference: duration: expected numbers, got str"):
+        sdjax.QuinticJointReference(np.zeros(7), np.ones(7), "2 s")
+    with pytest.raises(ValueError, match="LinePath: duration: must be positive"):
         sdjax.LinePath(np.zeros(3), np.ones(3), -1.0)
-    with pytest.raises(ValueError, match="path must be a callable"):
+    with pytest.raises(TypeError, match="ResolvedRateLaw: path: expected a function"):
         sdjax.ResolvedRateLaw(arm, np.zeros(3), position_gain=1.0, rate_gain=1.0)
     with pytest.raises(ValueError, match=r"position_gain: expected a scalar or shape \(3,\)"):
         sdjax.ResolvedRateLaw(arm, sdjax.LinePath(x, x, 1.0), position_gain=np.ones(6), rate_gain=1.0)
-    with pytest.raises(ValueError, match="rate_command must be a callable"):
+    with pytest.raises(TypeError, match="RateServo: rate_command: expected a function"):
         sdjax.RateServo(arm, np.zeros(7), 1.0)
     with pytest.raises(ValueError, match=r"qd_desired: expected shape \(7,\)"):
         sdjax.reaction_null_space_rates(arm, arm_state, np.zeros(6))

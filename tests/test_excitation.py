@@ -58,8 +58,10 @@ def test_fourier_excitation_derivatives_and_rest_at_both_ends():
         np.testing.assert_array_equal(reference(t)[2], 0.0)
     with pytest.raises(ValueError, match="coefficients: expected"):
         ex.FourierExcitation(q0, np.zeros((2, 2, 4)), 1.0)
-    with pytest.raises(ValueError, match="duration must be a positive"):
+    with pytest.raises(ValueError, match="FourierExcitation: duration: must be positive"):
         ex.FourierExcitation(q0, np.zeros((3, 2, 4)), 0.0)
+    with pytest.raises(TypeError, match="FourierExcitation: duration: expected a number, got str"):
+        ex.FourierExcitation(q0, np.zeros((3, 2, 4)), "1 s")
 
 
 # ------------------------------------------------------------------------------------------
@@ -94,7 +96,7 @@ def test_base_parameters_in_float32_keep_the_float64_rank(planar, planar_records
     base64 = ident.base_parameters(planar, planar_records[:2], LINKS)
     base32 = ident.base_parameters(planar.astype(jnp.float32), records32, LINKS)
     assert base32.rank == base64.rank and set(base32.unexcited) == set(base64.unexcited)
-    with pytest.raises(ValueError, match="tolerance must lie strictly between 0 and 1"):
+    with pytest.raises(ValueError, match="base_parameters: tolerance: must lie strictly between 0 and 1"):
         ident.base_parameters(planar, planar_records[:1], LINKS, tolerance=0.0)
 
 
@@ -138,7 +140,16 @@ def test_optimal_excitation_improves_the_criterion_within_the_limits(planar):
     every limit (excursion, rate, torque)."""
     limits = dict(max_excursion=0.3, rate_limit=np.array([0.8, 1.0, 1.0, 1.2]), torque_limit=40.0)
     design = ex.optimal_excitation(
-        planar, LINKS, Q0, 1.5, 0.01, iterations=8, harmonics=3, structural_records=2, base_twist=PLANAR_TWIST, **limits
+        planar,
+        LINKS,
+        Q0,
+        1.5,
+        0.01,
+        max_iterations=8,
+        harmonics=3,
+        structural_records=2,
+        base_twist=PLANAR_TWIST,
+        **limits,
     )
     history = design.history
     # Each accepted L-BFGS step satisfies the line search's decrease condition; 1e-12 for
@@ -172,7 +183,7 @@ def test_optimal_excitation_keeps_asymmetric_joint_limits(planar):
     upper = Q0 + np.array([0.4, 0.03, 0.4, 0.03])
     # (the other settings as in the test above, so its compiled programs serve this one too)
     design = ex.optimal_excitation(
-        planar, LINKS, Q0, 1.5, 0.01, iterations=8, harmonics=3, structural_records=2, base_twist=PLANAR_TWIST,
+        planar, LINKS, Q0, 1.5, 0.01, max_iterations=8, harmonics=3, structural_records=2, base_twist=PLANAR_TWIST,
         joint_limits=(lower, upper), rate_limit=np.array([0.8, 1.0, 1.0, 1.2]), torque_limit=40.0,
     )  # fmt: skip
     assert float(ex.excitation_criterion(design.singular_values)) < float(
@@ -197,8 +208,11 @@ def test_optimal_excitation_refuses_bad_arguments(planar):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, criterion="a-optimal")
     with pytest.raises(ValueError, match="q0 not strictly inside joint_limits for joint"):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, joint_limits=(Q0 - 0.1, Q0))
-    with pytest.raises(ValueError, match="iterations: must be an integer >= 1"):
-        ex.optimal_excitation(planar, LINKS, Q0, 1.0, iterations=0)
+    with pytest.raises(ValueError, match="max_iterations: must be an integer >= 1"):
+        ex.optimal_excitation(planar, LINKS, Q0, 1.0, max_iterations=0)
+    with pytest.warns(DeprecationWarning, match="iterations= is now spelled max_iterations="):
+        with pytest.raises(ValueError, match="max_iterations: must be an integer >= 1"):
+            ex.optimal_excitation(planar, LINKS, Q0, 1.0, iterations=0)
     with pytest.raises(ValueError, match="rate_limit: must be positive"):
         ex.optimal_excitation(planar, LINKS, Q0, 1.0, rate_limit=0.0)
     with pytest.raises(ValueError, match="q0: expected"):
@@ -207,7 +221,7 @@ def test_optimal_excitation_refuses_bad_arguments(planar):
         ex.excitation_criterion(jnp.ones(3), "e-optimal")
     with pytest.raises(ValueError, match="fewer than 2 samples"):
         ex.optimal_excitation(planar, LINKS, Q0, 0.02, 0.01, sample_every=4)
-    with pytest.raises(TypeError, match="unknowns must be an Unknowns"):
+    with pytest.raises(TypeError, match="optimal_excitation: unknowns: expected an Unknowns, got tuple"):
         ex.optimal_excitation(planar, (1, 2), Q0, 1.0)
     # The tumbling base moves the PD-held joints, so even the rest record needs torque: a limit
     # of 1e-9 N m cannot be met by any motion.

@@ -295,8 +295,10 @@ def test_bad_parameters_raise(sample_model):
     with pytest.raises(ValueError, match="unknown lumping"):
         Beam(1.0, 1.0, 1.0, 2, lumping="trapezoid")
     beam = Beam(1.0, 1.0, 1.0, 2, planar=True)
-    with pytest.raises(ValueError, match="body must be a static index"):
+    with pytest.raises(ValueError, match=r"attach_beam: body: index 7 out of range; expected 0\.\.6 \(0 = base\)"):
         attach_beam(sample_model, beam, body=7)
+    with pytest.raises(TypeError, match="attach_beam: body: expected a static integer index"):
+        attach_beam(sample_model, beam, body=1.0)
     with pytest.raises(ValueError, match="attach_beam: rotation: expected a proper rotation"):
         attach_beam(sample_model, beam, rotation=2.0 * np.eye(3))
     with pytest.raises(ValueError, match="rpy or rotation, not both"):

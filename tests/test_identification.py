@@ -366,10 +366,15 @@ def test_problem_errors(arm, payload_data):
         ident.identify(_with_gravity(arm), data, ident.Unknowns(links=(2,)))
     with pytest.raises(ValueError, match="data has 7 joints"):
         ident.identify(planar_four_link(), data, ident.Unknowns(links=(2,)))
-    with pytest.raises(ValueError, match="must be a Dataset"):
+    with pytest.raises(TypeError, match="identification: data: expected a Dataset, got dict"):
         ident.identify(arm, {"time": data.time}, ident.Unknowns(links=(2,)))
-    with pytest.raises(ValueError, match="num_steps"):
-        ident.identify(arm, data, ident.Unknowns(links=(2,)), num_steps=-1)
+    with pytest.raises(ValueError, match="identify: max_iterations"):
+        ident.identify(arm, data, ident.Unknowns(links=(2,)), max_iterations=-1)
+    with pytest.warns(DeprecationWarning, match="num_steps= is now spelled max_iterations="):
+        with pytest.raises(ValueError, match="identify: max_iterations"):
+            ident.identify(arm, data, ident.Unknowns(links=(2,)), num_steps=-1)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
+        ident.identify(arm, data, ident.Unknowns(links=(2,)), num_steps=3, max_iterations=4)
     with pytest.raises(ValueError, match="initial has"):
         ident.identify(arm, data, ident.Unknowns(links=(2,)), initial=ident.link_parameters(arm, (2, 3)))
     with pytest.raises(ValueError, match="not physically consistent"):
@@ -533,8 +538,10 @@ def test_sinusoidal_excitation_is_a_free_floating_manoeuvre(arm):
     assert np.all(excursion > 1e-3) and np.all(excursion < 0.3), excursion
     other = ident.sinusoidal_excitation(arm, q0, 0.5, 0.005, amplitude=0.2, base_twist=twist, seed=2)
     assert not np.allclose(other.states.q, data.states.q)
-    with pytest.raises(ValueError, match="duration and dt must be positive and finite"):
+    with pytest.raises(ValueError, match="tracking_record: duration: must be finite, got nan"):
         ident.sinusoidal_excitation(arm, q0, float("nan"))
+    with pytest.raises(ValueError, match="tracking_record: dt: must be positive, got 0.0"):
+        ident.sinusoidal_excitation(arm, q0, 0.5, 0.0)
 
 
 def test_dataset_file_round_trip_and_refusals(payload_data, tmp_path):

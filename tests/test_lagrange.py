@@ -470,7 +470,7 @@ def test_mass_dependence_table(dependence):
 
 def test_mass_dependence_errors(dependence):
     model, state, deps = dependence
-    with pytest.raises(ValueError, match="kind must be one of"):
+    with pytest.raises(ValueError, match="mass_parameter_dependence: kind: unknown kind 'free'"):
         mass_parameter_dependence(model, state, kind="free")  # type: ignore[arg-type]
     batch = jax.tree.map(lambda x: np.stack([x, x]) if isinstance(x, np.ndarray) else x, deps["fixed_base"])
     assert isinstance(batch, MassDependence)

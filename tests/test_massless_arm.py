@@ -570,7 +570,7 @@ def test_bad_inputs(srms):
         ma.JointRateServo(-1.0)
     with pytest.raises(ValueError, match="torque_limit"):
         ma.JointRateServo(1.0, np.zeros(6))
-    with pytest.raises(ValueError, match="path must be a callable"):
+    with pytest.raises(TypeError, match="ResolvedRateCommand: path: expected a function"):
         ma.ResolvedRateCommand(arm, None, 1.0)
     with pytest.raises(ValueError, match="make_loads: payload_force"):
         ma.make_loads(payload_force=np.zeros(2))

@@ -498,8 +498,12 @@ def test_bad_configuration_errors(case):
         mc.Scale("base_quaternion", 1.0)
     with pytest.raises(ValueError, match="use Scale"):
         mc.Offset("link_mass", mc.Normal(0.0, 1.0))
-    with pytest.raises(ValueError, match="must be a Perturbation"):
+    with pytest.raises(TypeError, match=r"Uncertainty: model\['x'\]: expected a Perturbation"):
         mc.Uncertainty(model={"x": mc.Normal()})
+    with pytest.raises(ValueError, match="Uncertainty: parameter name: must be a non-empty string without '/'"):
+        mc.Uncertainty(parameters={"a/b": 1.0})
+    with pytest.raises(TypeError, match="Uncertainty: parameter name: expected a string, got int"):
+        mc.Uncertainty(parameters={3: 1.0})
     # Impossible limits.
     with pytest.raises(ValueError, match="low must not exceed high"):
         mc.Uniform(2.0, 1.0)
@@ -521,8 +525,10 @@ def test_bad_configuration_errors(case):
         mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=3, torque_limit=0.0)
     with pytest.raises(ValueError, match="ControlScenario: num_steps: must be an integer >= 1"):
         mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=0)
-    with pytest.raises(ValueError, match="unknown controller"):
+    with pytest.raises(ValueError, match="ControlScenario: controller: unknown controller 'lqr'"):
         mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=0.01, num_steps=3, controller="lqr")
+    with pytest.raises(ValueError, match="ControlScenario: dt: must be positive and finite"):
+        mc.ControlScenario(model, q_goal=np.zeros(6), kp=1.0, kd=1.0, dt=float("nan"), num_steps=3)
     with pytest.raises(ValueError, match="q_goal: expected shape"):
         mc.ControlScenario(model, q_goal=np.zeros(5), kp=1.0, kd=1.0, dt=0.01, num_steps=3)
 
@@ -649,8 +655,10 @@ def test_confidence_intervals_and_probabilities():
     assert covered["p50"] / trials >= 0.94 and covered["p95"] / trials >= 0.94
     assert 0.93 <= covered["mean"] / trials <= 0.97
     assert 0.93 <= hits / trials <= 0.97
-    with pytest.raises(ValueError, match="confidence must be a number strictly between 0 and 1"):
+    with pytest.raises(ValueError, match="confidence_intervals: confidence: must lie strictly between 0 and 1"):
         res.confidence_intervals(1.5)
+    with pytest.raises(TypeError, match="probability: confidence: expected a number strictly between 0 and 1"):
+        res.probability("x", below=0.0, confidence="95 %")
     with pytest.raises(ValueError, match="give below= and/or above="):
         res.probability("x")
     with pytest.raises(ValueError, match="unknown metric 'y'"):
@@ -671,12 +679,15 @@ def test_samples_needed_against_the_binomial_distribution():
         n = mc.samples_needed(p, confidence=confidence, failures=failures)
         alpha = 1 - confidence
         assert binom.cdf(failures, n, p) <= alpha < binom.cdf(failures, n - 1, p), (p, confidence, failures, n)
-    for bad in (0.0, 1.0, -0.1, True, "0.1"):
-        with pytest.raises(ValueError, match="max_probability must lie strictly between 0 and 1"):
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="samples_needed: max_probability: must lie strictly between 0 and 1"):
+            mc.samples_needed(bad)
+    for bad in (True, "0.1"):  # (not numbers)
+        with pytest.raises(TypeError, match="samples_needed: max_probability: expected a number strictly"):
             mc.samples_needed(bad)
     with pytest.raises(ValueError, match="failures: must be an integer >= 0"):
         mc.samples_needed(0.1, failures=-1)
-    with pytest.raises(ValueError, match="confidence must be a number strictly between 0 and 1"):
+    with pytest.raises(ValueError, match="samples_needed: confidence: must lie strictly between 0 and 1"):
         mc.samples_needed(0.1, confidence=1.0)
 
 

@@ -194,8 +194,10 @@ def test_animation_errors(run, tmp_path):
     model, traj, _ = run
     with pytest.raises(ValueError, match="unknown animation suffix '.avi'"):
         plotting.animate(model, traj, tmp_path / "run.avi")
-    with pytest.raises(ValueError, match="fps must be positive"):
+    with pytest.raises(ValueError, match="animate: fps: must be positive"):
         plotting.animate(model, traj, tmp_path / "run.gif", fps=0)
+    with pytest.raises(TypeError, match="animate: speed: expected a number, got str"):
+        plotting.animate(model, traj, tmp_path / "run.gif", speed="fast")
     from matplotlib import animation
 
     if not animation.writers.is_available("ffmpeg"):

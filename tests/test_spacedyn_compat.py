@@ -201,7 +201,7 @@ def test_compat_errors():
         sd.calc_aa(model, dict(SV, q=np.zeros(4)))
     with pytest.raises(ValueError, match="SV.tau: missing"):
         sd.f_dyn(model, {k: v for k, v in SV.items() if k != "tau"})
-    with pytest.raises(ValueError, match="expected an sdjax Model or a SpaceDyn LP"):
+    with pytest.raises(TypeError, match="expected an sdjax Model or a SpaceDyn LP"):
         sd.calc_hh("robot.m", SV)
     with pytest.raises(ValueError, match="gravity: expected 3 components"):
         sd.f_dyn(model, SV, gravity=[0, -9.8])

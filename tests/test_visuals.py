@@ -373,13 +373,13 @@ def test_bad_visuals_argument_names_it(sample_model):
 
     states = _stack([sdjax.make_state(sample_model)] * 2)
     shape = VisualShape(7, np.eye(3), np.zeros(3), "sphere", np.array([0.1]), source="x.urdf: link 'l' <visual> 1")
-    for visuals, message in [
-        ([shape], "visuals[0].body: 7, but the model has bodies 0 to 6 (x.urdf: link 'l' <visual> 1)"),
-        ([shape, "box"], "visuals[0].body: 7"),
-        (["box"], "visuals[0]: expected a sdjax.io.visuals.VisualShape, got str"),
-        (3, "visuals: expected a sequence of sdjax.io.visuals.VisualShape or an import result"),
+    for visuals, message, error in [
+        ([shape], "visuals[0].body: 7, but the model has bodies 0 to 6 (x.urdf: link 'l' <visual> 1)", ValueError),
+        ([shape, "box"], "visuals[0].body: 7", ValueError),
+        (["box"], "visuals[0]: expected a sdjax.io.visuals.VisualShape, got str", TypeError),
+        (3, "visuals: expected a sequence of sdjax.io.visuals.VisualShape or an import result", TypeError),
     ]:
-        with pytest.raises(ValueError, match=re.escape(message)):
+        with pytest.raises(error, match=re.escape(message)):
             viewer.show(sample_model, states, visuals=visuals, port=0)
 
 

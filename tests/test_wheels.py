@@ -473,9 +473,9 @@ def test_bad_input_raises():
     lander = sdjax.models.lander()
     with pytest.raises(ValueError, match="must be revolute"):
         sw.wheel_environment(lander, sw.Wheels([1], 0.1), sc.Plane(), params)
-    with pytest.raises(ValueError, match="terrain"):
+    with pytest.raises(TypeError, match="terrain: expected"):
         sw.wheel_environment(model, wheels, "ground", params)
-    with pytest.raises(ValueError, match="MagicFormula"):
+    with pytest.raises(TypeError, match="formula: expected a sdjax.wheels.MagicFormula, got str"):
         sw.wheel_environment(model, wheels, sc.Plane(), params, formula="pacejka")
     with pytest.raises(ValueError, match="WheelDrive"):
         sw.wheel_environment(model, wheels, sc.Plane(), params, drive=2.0)

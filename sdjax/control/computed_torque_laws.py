@@ -27,7 +27,7 @@ from sdjax.dynamics import bias_forces, inertia_matrix, inverse_dynamics, passiv
 from sdjax.gjm import reduced_equation, with_momentum
 from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import quat_rate
-from sdjax._checks import check_choice, check_vector, float_array
+from sdjax._checks import check_callable, check_choice, check_vector, float_array
 from sdjax.state import State, check_state
 
 
@@ -255,8 +255,7 @@ class RateServo(eqx.Module):
         feedforward: bool = True,
         mode: str | None = None,
     ):
-        if not callable(rate_command):
-            raise ValueError("RateServo: rate_command must be a callable (t, state) -> (n,) joint rates")
+        check_callable("RateServo: rate_command", rate_command, "(t, state) -> (n,) joint rates")
         self.estimated_model = estimated_model
         self.rate_command = rate_command
         self.gain = float_array(

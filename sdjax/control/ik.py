@@ -31,7 +31,7 @@ from sdjax.solvers import (
     limit_step,
     solve_damped_least_squares,
 )
-from sdjax._checks import check_choice, check_count, check_vector, is_traced, rotation_matrix
+from sdjax._checks import check_choice, check_count, check_pair, check_vector, float_array, is_traced, rotation_matrix
 from sdjax.state import State, check_state
 
 
@@ -65,8 +65,7 @@ class InverseKinematicsResult(eqx.Module):
 
 
 def _check_tolerance(name: str, value: Any) -> None:
-    if not is_traced(value) and not float(np.asarray(value)) > 0:
-        raise ValueError(f"inverse_kinematics: {name} must be positive, got {value!r}")
+    float_array(f"inverse_kinematics: {name}", value, shape=(), sign="positive", allow_inf=True)
 
 
 def _base_attitude_along(model: Model, q: Array, dq: Array, quat: Array, substeps: int) -> Array:
@@ -197,15 +196,16 @@ def inverse_kinematics(
     _check_tolerance("position_tolerance", position_tolerance)
     _check_tolerance("orientation_tolerance", orientation_tolerance)
     _check_tolerance("max_step", max_step)
-    _task_point(model, end_point, link, point, dtype)  # validate before tracing the loop
+    _task_point(model, end_point, link, point, dtype, "inverse_kinematics")  # validate before tracing the loop
     spec = (end_point, link, None if point is None else check_vector("inverse_kinematics: point", point, (3,), dtype))
     lower: Array | None
     upper: Array | None
     if joint_limits is not None:
-        if not isinstance(joint_limits, (tuple, list)) or len(joint_limits) != 2:
-            raise ValueError("inverse_kinematics: joint_limits must be a (lower, upper) pair of (n,) arrays")
-        lower = check_vector("inverse_kinematics: joint_limits lower", joint_limits[0], (n,), dtype)
-        upper = check_vector("inverse_kinematics: joint_limits upper", joint_limits[1], (n,), dtype)
+        lower, upper = check_pair(
+            "inverse_kinematics: joint_limits", joint_limits, "(lower, upper) pair of (n,) arrays"
+        )
+        lower = check_vector("inverse_kinematics: joint_limits lower", lower, (n,), dtype)
+        upper = check_vector("inverse_kinematics: joint_limits upper", upper, (n,), dtype)
         if not is_traced(joint_limits) and np.any(np.asarray(lower) > np.asarray(upper)):
             raise ValueError("inverse_kinematics: joint_limits lower must be <= upper for every joint")
     else:

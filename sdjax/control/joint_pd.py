@@ -11,11 +11,10 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from sdjax.control.references import Reference, _as_reference, _evaluate_reference
-from sdjax._checks import float_array, is_traced
+from sdjax._checks import float_array
 from sdjax.state import State
 
 
@@ -54,8 +53,8 @@ def torque_limited_gains(
         ("inertia", inertia),
         ("damping_ratio", damping_ratio),
     ):
-        if value is not None and not is_traced(value) and not np.all(np.asarray(value, np.float64) > 0):
-            raise ValueError(f"torque_limited_gains: {name} must be positive, got {np.asarray(value).tolist()}")
+        if value is not None:
+            float_array(f"torque_limited_gains: {name}", value, sign="positive")
     kp = jnp.asarray(tau_max) / jnp.asarray(max_error)
     stiffness = kp if inertia is None else kp * jnp.asarray(inertia)
     return kp, 2.0 * jnp.asarray(damping_ratio) * jnp.sqrt(stiffness)

@@ -13,10 +13,9 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
-from sdjax._checks import check_vector, is_traced
+from sdjax._checks import check_vector, float_array
 
 #: A joint reference: ``t -> (q_d, qd_d[, qdd_d])`` (or ``t -> q_d``).
 Reference = Callable[[Array], Any]
@@ -83,9 +82,7 @@ class QuinticJointReference(eqx.Module):
             raise ValueError(
                 f"QuinticJointReference: start and goal expected two (n,) vectors, got {self.start.shape} and {self.goal.shape}"
             )
-        if not is_traced(duration) and not float(np.asarray(duration)) > 0:
-            raise ValueError(f"QuinticJointReference: duration must be positive, got {duration!r}")
-        self.duration = jnp.asarray(duration)
+        self.duration = float_array("QuinticJointReference: duration", duration, shape=(), sign="positive")
         self.start_time = jnp.asarray(start_time)
 
     def __call__(self, t: Array) -> tuple[Array, Array, Array]:

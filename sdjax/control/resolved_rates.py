@@ -13,7 +13,6 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
@@ -23,7 +22,7 @@ from sdjax.control.task_space import TASKS, _check_base_momentum, _task_kinemati
 from sdjax.gjm import Manipulability, manipulability
 from sdjax.model import Model, check_no_mimic
 from sdjax.solvers import DEFAULT_MAX_DAMPING, DEFAULT_SINGULAR_THRESHOLD, check_damping, solve_damped_least_squares
-from sdjax._checks import check_choice, check_vector, float_array, is_traced
+from sdjax._checks import check_callable, check_choice, check_pair, check_vector, float_array
 from sdjax.state import State, check_state
 
 
@@ -81,14 +80,13 @@ def resolved_motion_rates(
     check_state(model, state)
     rows = TASKS[check_choice("resolved_motion_rates: task", task, TASKS)]
     _check_base_momentum("resolved_motion_rates", base, momentum)
-    _task_point(model, end_point, link, point, state.q.dtype)
+    _task_point(model, end_point, link, point, state.q.dtype, "resolved_motion_rates")
     m = rows.stop - rows.start
     velocity = check_vector("resolved_motion_rates: task_velocity", task_velocity, (m,), state.q.dtype)
     check_damping("resolved_motion_rates", singular_threshold, max_damping)
     if weights is not None:
         weights = check_vector("resolved_motion_rates: weights", weights, (m,), state.q.dtype)
-        if not is_traced(weights) and not np.all(np.asarray(weights, np.float64) > 0):
-            raise ValueError(f"resolved_motion_rates: weights must be positive, got {np.asarray(weights).tolist()}")
+        float_array("resolved_motion_rates: weights", weights, sign="positive")
     spec = (end_point, link, point)
     return _resolved_motion_rates(
         model, state, velocity, spec, task, base, momentum, weights, singular_threshold, max_damping
@@ -136,9 +134,8 @@ class LinePath(eqx.Module):
             raise ValueError(
                 f"LinePath: start and goal expected shape (3,), got {self.start.shape} and {self.goal.shape}"
             )
-        if not is_traced(duration) and not float(np.asarray(duration)) > 0:
-            raise ValueError(f"LinePath: duration must be positive, got {duration!r}")
-        self.duration, self.start_time = jnp.asarray(duration), jnp.asarray(start_time)
+        self.duration = float_array("LinePath: duration", duration, shape=(), sign="positive")
+        self.start_time = jnp.asarray(start_time)
         self.rotation = None if rotation is None else jnp.asarray(rotation)
         if self.rotation is not None and self.rotation.shape != (3, 3):
             raise ValueError(f"LinePath: rotation expected shape (3, 3), got {self.rotation.shape}")
@@ -155,9 +152,7 @@ class LinePath(eqx.Module):
 
 def split_task_target(task: str, target: Any, dtype: Any, name: str) -> tuple[Array | None, Array | None]:
     if task == "pose":
-        if not isinstance(target, (tuple, list)) or len(target) != 2:
-            raise ValueError(f"{name}: for task='pose' the target must be a (position (3,), rotation (3, 3)) pair")
-        position, rotation = target
+        position, rotation = check_pair(f"{name} (task='pose')", target, "(position (3,), rotation (3, 3)) pair")
     elif task == "position":
         position, rotation = target, None
     else:
@@ -232,14 +227,13 @@ class ResolvedRateLaw(eqx.Module):
         max_damping: Any = DEFAULT_MAX_DAMPING,
         feedforward: bool = True,
     ):
-        if not callable(path):
-            raise ValueError("ResolvedRateLaw: path must be a callable t -> (target, velocity)")
+        check_callable("ResolvedRateLaw: path", path, "t -> (target, velocity)")
         self.task = check_choice("ResolvedRateLaw: task", task, TASKS)
         _check_base_momentum("ResolvedRateLaw", base, momentum)
         self.base = base
         dtype = estimated_model.dtype
         m = TASKS[task].stop - TASKS[task].start
-        _task_point(estimated_model, end_point, link, point, dtype)  # validates the task point
+        _task_point(estimated_model, end_point, link, point, dtype, "ResolvedRateLaw")  # validates the task point
         self.estimated_model = estimated_model
         self.path = path
         self.position_gain = float_array(

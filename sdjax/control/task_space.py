@@ -41,17 +41,22 @@ CONTROL_BASES = ("floating", "fixed")
 TASKS = {"pose": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
 
 
-def _task_point(model: Model, end_point: Any, link: Any, point: Any, dtype: Any) -> tuple[int, Array, Array]:
-    """``(link, point in the link frame from its centroid (3,), frame offset rotation (3, 3))``."""
+def _task_point(
+    model: Model, end_point: Any, link: Any, point: Any, dtype: Any, owner: str = "task point"
+) -> tuple[int, Array, Array]:
+    """``(link, point in the link frame from its centroid (3,), frame offset rotation (3, 3))``;
+    messages start with ``owner`` (the public function)."""
     if link is not None:
-        link = check_index("link", link, 1, model.num_joints, f"the links of model {model.name!r}")
-        return link, check_vector("point", point, (3,), dtype), jnp.eye(3, dtype=dtype)
+        link = check_index(f"{owner}: link", link, 1, model.num_joints, f"the links of model {model.name!r}")
+        return link, check_vector(f"{owner}: point", point, (3,), dtype), jnp.eye(3, dtype=dtype)
     if point is not None:
-        raise ValueError("point: give a point together with link=...; end points carry their own offset")
+        raise ValueError(f"{owner}: point: give a point together with link=...; end points carry their own offset")
     ne = model.num_end_points
-    if isinstance(end_point, bool) or not isinstance(end_point, (int, np.integer)) or not 0 <= int(end_point) < ne:
+    if isinstance(end_point, (bool, np.bool_)) or not isinstance(end_point, (int, np.integer)):
+        raise TypeError(f"{owner}: end_point: expected a static integer index, got {type(end_point).__name__}")
+    if not 0 <= int(end_point) < ne:
         raise ValueError(
-            f"end_point: unknown end point {end_point!r}; model {model.name!r} has {ne} end point(s) "
+            f"{owner}: end_point: unknown end point {end_point!r}; model {model.name!r} has {ne} end point(s) "
             f"(indices 0..{ne - 1}, on links {model.end_point_link}); or pass link=... and point=..."
         )
     k = int(end_point)
@@ -71,9 +76,11 @@ class _Task(eqx.Module):
     offset: Array  # (6,) velocity not due to the joints (momentum offset), inertial
 
 
-def _task_kinematics(model: Model, state: State, spec: tuple[Any, Any, Any], base: str, momentum: Any) -> _Task:
+def _task_kinematics(
+    model: Model, state: State, spec: tuple[Any, Any, Any], base: str, momentum: Any, owner: str = "task point"
+) -> _Task:
     dtype = state.q.dtype
-    link, point, offset_rotation = _task_point(model, *spec, dtype)
+    link, point, offset_rotation = _task_point(model, *spec, dtype, owner)
     frames = relative_frames(model, state.base_rotation, state.q)
     rotation = frames.rotation[link]
     x = frames.centroid[link] + matmul(rotation, point)
@@ -137,7 +144,7 @@ def task_jacobian(
     check_state(model, state)
     rows = TASKS[check_choice("task_jacobian: task", task, TASKS)]
     _check_base_momentum("task_jacobian", base, momentum)
-    kin = _task_kinematics(model, state, (end_point, link, point), base, momentum)
+    kin = _task_kinematics(model, state, (end_point, link, point), base, momentum, "task_jacobian")
     return kin.jacobian[rows], kin.offset[rows]
 
 
@@ -149,7 +156,7 @@ def task_pose(
     of a task point (see the module docstring)."""
     check_state(model, state)
     dtype = state.q.dtype
-    link_index, offset, offset_rotation = _task_point(model, end_point, link, point, dtype)
+    link_index, offset, offset_rotation = _task_point(model, end_point, link, point, dtype, "task_pose")
     frames = relative_frames(model, state.base_rotation, state.q)
     rotation = frames.rotation[link_index]
     return state.base_position + frames.centroid[link_index] + matmul(rotation, offset), matmul(

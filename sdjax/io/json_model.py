@@ -296,6 +296,8 @@ def load_json_model(path: str | os.PathLike, dtype: Any = None) -> Model:
         data = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as err:
         raise ValueError(f"{os.fspath(path)}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise ValueError(f"{os.fspath(path)}: JSON nested too deeply to read") from None
     if isinstance(data, Mapping) and "format" not in data and "BB" in data:
         name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
         return model_from_lp(data, name=name, dtype=dtype)

@@ -137,3 +137,5 @@ class NpzArchive:
             return json.loads(text)
         except ValueError as err:
             raise ValueError(f"{self.name}: entry {entry!r} is not valid JSON ({err})") from None
+        except RecursionError:
+            raise ValueError(f"{self.name}: entry {entry!r} is JSON nested too deeply to read") from None

@@ -70,7 +70,7 @@ from sdjax.rotation import (
     rpy_to_matrix,
     skew,
 )
-from sdjax._checks import check_count, check_vector, is_traced, rotation_matrix
+from sdjax._checks import check_count, check_type, check_vector, is_traced, rotation_matrix
 from sdjax.state import State, make_state
 
 __all__ = [
@@ -151,8 +151,7 @@ class MasslessArmSystem(eqx.Module):
         singular_threshold: Any = SINGULAR_THRESHOLD,
         max_damping: Any = MAX_DAMPING,
     ):
-        if not isinstance(arm, Model):
-            raise ValueError(f"MasslessArmSystem.arm: expected an sdjax Model, got {type(arm).__name__}")
+        check_type("MasslessArmSystem.arm", arm, Model, "an sdjax Model")
         if arm.base != "floating":
             raise ValueError(
                 f"MasslessArmSystem.arm: the orbiter floats freely; model {arm.name!r} has a {arm.base} base"

@@ -28,7 +28,7 @@ from sdjax.control.resolved_rates import split_task_target
 from sdjax.control.task_space import task_error
 from sdjax.massless_arm.dynamics import _arm_kinematics
 from sdjax.model import Model
-from sdjax._checks import check_vector, float_array
+from sdjax._checks import check_callable, check_vector, float_array
 from sdjax.solvers import DEFAULT_MAX_DAMPING, DEFAULT_SINGULAR_THRESHOLD, solve_damped_least_squares
 from sdjax.state import State
 
@@ -98,8 +98,7 @@ class ResolvedRateCommand(eqx.Module):
         singular_threshold: Any = DEFAULT_SINGULAR_THRESHOLD,
         max_damping: Any = DEFAULT_MAX_DAMPING,
     ):
-        if not callable(path):
-            raise ValueError("ResolvedRateCommand: path must be a callable t -> ((position, rotation), velocity (6,))")
+        check_callable("ResolvedRateCommand: path", path, "t -> ((position, rotation), velocity (6,))")
         self.arm = arm
         self.path = path
         self.position_gain = float_array(

@@ -494,13 +494,13 @@ def check_visuals(visuals: Any, models: Sequence[Model]) -> tuple[Any, ...]:
     if hasattr(visuals, "visuals") and not isinstance(visuals, (list, tuple)):
         visuals = visuals.visuals
     if not isinstance(visuals, (list, tuple)):
-        raise ValueError(
+        raise TypeError(
             f"visuals: expected a sequence of sdjax.io.visuals.VisualShape or an import result (UrdfImport, MjcfImport), got {_named(visuals)}"
         )
     bodies = min(model.num_joints for model in models) + 1
     for k, shape in enumerate(visuals):
         if not isinstance(shape, VisualShape):
-            raise ValueError(f"visuals[{k}]: expected a sdjax.io.visuals.VisualShape, got {_named(shape)}")
+            raise TypeError(f"visuals[{k}]: expected a sdjax.io.visuals.VisualShape, got {_named(shape)}")
         if not 0 <= shape.body < bodies:
             raise ValueError(
                 f"visuals[{k}].body: {shape.body}, but the model has bodies 0 to {bodies - 1} ({shape.source or shape.kind})"
