@@ -447,6 +447,9 @@ class Dataset(eqx.Module):
                 raise ValueError(f"Dataset.{name}: contains NaN or inf")
         if not np.all(np.diff(np.asarray(time)) > 0):
             raise ValueError("Dataset.time: sample times must be strictly increasing")
+        zero = np.linalg.norm(np.asarray(self.states.base_quaternion), axis=-1) == 0
+        if np.any(zero):  # (no attitude: the identification's solves failed inside LAPACK)
+            raise ValueError(f"Dataset.states.base_quaternion: sample {int(np.argmax(zero))} is zero (no attitude)")
 
     @property
     def num_samples(self) -> int:

@@ -44,7 +44,7 @@ from sdjax.dynamics import (
 )
 from sdjax.model import Model, floating_coordinates, free_coordinates, free_motion, joint_coordinate_map
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_vector_to_quat
-from sdjax._checks import check_choice, check_count, is_traced
+from sdjax._checks import check_choice, check_count, check_scalar, is_traced
 from sdjax._derivatives import batched_evaluation, batched_route, linearized_tangent
 from sdjax.state import State, check_state, make_state, with_base_motion_checked
 
@@ -56,6 +56,7 @@ __all__ = [
     "INTEGRATORS",
     "ImplicitEuler",
     "Integrator",
+    "MAX_ROLLOUT_STEPS",
     "NEWMARK_ITERATIONS",
     "Newmark",
     "RK4",
@@ -692,6 +693,10 @@ def simpson_step(
 
 
 #: Solvers of :func:`adaptive_step` (embedded explicit Runge-Kutta pairs of diffrax).
+#: Most steps of one rollout: ``lax.scan`` counts its iterations in a 32-bit integer
+#: (10**12 steps ended in an OverflowError inside JAX).
+MAX_ROLLOUT_STEPS = 2**31 - 1
+
 ADAPTIVE_SOLVERS = ("tsit5", "dopri5", "dopri8")
 
 
@@ -995,6 +1000,10 @@ def control_schedule(
     ``law`` (a function ``(t, state) -> tau | Controls``) and ``sequence`` (leading axis
     ``num_steps``) is ``None``. Shared by :func:`rollout` and the constrained rollout."""
     num_steps = check_count(f"{what}: num_steps", num_steps, 0)
+    if num_steps > MAX_ROLLOUT_STEPS:
+        raise ValueError(
+            f"{what}: num_steps: {num_steps} exceeds the longest loop XLA runs ({MAX_ROLLOUT_STEPS} steps)"
+        )
     n = model.num_joints
     if control is None or callable(control):
         law = control
@@ -1010,15 +1019,25 @@ def control_schedule(
             )
         if not isinstance(sequence, Controls) and sequence.shape != (num_steps, n):
             raise ValueError(f"{what}: torque sequence expected shape ({num_steps}, {n}), got {sequence.shape}")
-    if jnp.shape(dt) != ():
+    if is_traced(dt) and jnp.shape(dt) != ():
         raise ValueError(f"{what}: dt must be a scalar, got shape {jnp.shape(dt)}")
-    if not is_traced(dt) and not (math.isfinite(float(dt)) and float(dt) > 0):
-        raise ValueError(f"{what}: dt must be positive and finite, got {dt!r}")
-    dt_array = jnp.asarray(dt, dtype)
-    if is_traced(dt):  # an array argument (traced by the jit): checked when the program runs
-        dt_array = eqx.error_if(
-            dt_array, ~(jnp.isfinite(dt_array) & (dt_array > 0)), f"{what}: dt must be positive and finite"
-        )
+    if not is_traced(dt):
+        given = check_scalar(f"{what}: dt", dt, sign="positive")
+        # (and in the state's precision: 1e39 is inf in float32, 1e-50 is 0)
+        with np.errstate(over="ignore", under="ignore"):
+            cast = float(np.asarray(given, np.dtype(dtype)))
+        if not (math.isfinite(cast) and cast > 0):
+            raise ValueError(
+                f"{what}: dt: must be positive and finite in the state's precision, got {dt!r}, "
+                f"which is {cast!r} in {np.dtype(dtype).name}"
+            )
+        return law, sequence, jnp.asarray(given, dtype)
+    # An array argument (traced by the jit): checked when the program runs.
+    dt_array = eqx.error_if(
+        jnp.asarray(dt, dtype),
+        ~(jnp.isfinite(jnp.asarray(dt, dtype)) & (jnp.asarray(dt, dtype) > 0)),
+        f"{what}: dt: must be positive and finite",
+    )
     return law, sequence, dt_array
 
 
@@ -1149,6 +1168,8 @@ def rollout(
     """
     # The name resolved before the compiled program: "rk4" and RK4() are one program, compiled once.
     scheme = as_integrator(integrator, "rollout")
+    # (a Python int before the jit: a NumPy integer would be traced there like an array)
+    num_steps = check_count("rollout: num_steps", num_steps, 0)
     return _rollout(
         model,
         initial_state,

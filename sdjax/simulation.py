@@ -343,6 +343,10 @@ class SimulationRun:
             if missing:
                 raise ValueError(f"{name}: missing entries {missing}")
             time = data.array("time", (None,), kinds="f")
+            if time.shape[0] == 0:
+                raise ValueError(f"{name}: 'time' holds no samples")
+            if not np.all(np.isfinite(time)) or not np.all(np.diff(time) > 0):
+                raise ValueError(f"{name}: 'time' must be finite and strictly increasing")
             steps = time.shape[0] - 1
             n, ne = model.num_joints, model.num_end_points
             expected = dict(
@@ -362,12 +366,20 @@ class SimulationRun:
             for group, fields in (("state", _STATE_FIELDS), ("controls", _CONTROL_FIELDS)):
                 for f in fields:  # shapes checked from the headers before anything is read
                     arrays[f] = data.array(f"{group}/{f}", expected[f], kinds="f")
+            groups = {f: "state" for f in _STATE_FIELDS} | {f: "controls" for f in _CONTROL_FIELDS}
+            for entry, array in [("time", time)] + [(f"{groups[k]}/{k}", v) for k, v in arrays.items()]:
+                if array.dtype != dtype:  # (one precision: mixed ones fail later, far from the file)
+                    raise ValueError(f"{name}: entry {entry!r} is {array.dtype}, but 'meta' says the run is {dtype}")
+            norms = np.linalg.norm(arrays["base_quaternion"], axis=-1)
+            if np.any(norms == 0):  # (NaN rows of a diverged run are kept; a zero row is no attitude)
+                raise ValueError(f"{name}: 'state/base_quaternion' has a zero row (step {int(np.argmax(norms == 0))})")
             names = meta.get("quantity_names", [])
             if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
                 raise ValueError(f"{name}: 'meta' quantity_names must be a list of names")
-            quantities = {
-                k: data.array(f"quantity/{k}", kinds="f", leading=steps + 1) for k in names if f"quantity/{k}" in data
-            }
+            absent = [k for k in names if f"quantity/{k}" not in data]
+            if absent:
+                raise ValueError(f"{name}: 'meta' lists quantities {absent} that the file does not hold")
+            quantities = {k: data.array(f"quantity/{k}", kinds="f", leading=steps + 1) for k in names}
             info = meta.get("info", {})
             if not isinstance(info, dict):
                 raise ValueError(f"{name}: 'meta' info must be a JSON object, got {info!r}")

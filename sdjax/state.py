@@ -11,7 +11,7 @@ import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
-from sdjax._checks import is_traced
+from sdjax._checks import float_array, is_traced
 from sdjax.model import Model, joint_coordinate_map, joint_positions, mimic_tolerance
 from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_matrix, rpy_to_matrix
 
@@ -114,25 +114,19 @@ def make_state(
         raise ValueError(
             "make_state: give at most one of base_quaternion, base_rotation, base_direction_cosines, base_rpy"
         )
+    # Every given value checked (numbers, shape, and finite when concrete: a NaN or inf state
+    # would give a NaN trajectory without a word), in the state's dtype.
     if base_direction_cosines is not None:
-        cosines = jnp.asarray(base_direction_cosines, dtype)
-        if cosines.shape != (3, 3):
-            raise ValueError(f"make_state: base_direction_cosines expected shape (3, 3), got {cosines.shape}")
+        cosines = float_array("make_state: base_direction_cosines", base_direction_cosines, shape=(3, 3), dtype=dtype)
         base_rotation = cosines.T
 
     def vec(name, value, size):
         if value is None:
             return jnp.zeros((size,), dtype)
-        arr = jnp.asarray(value, dtype)
-        if arr.shape != (size,):
-            raise ValueError(f"make_state: {name} expected shape ({size},), got {arr.shape}")
-        return arr
+        return float_array(f"make_state: {name}", value, shape=(size,), dtype=dtype)
 
     if base_rotation is not None:
-        rot = jnp.asarray(base_rotation, dtype)
-        if rot.shape != (3, 3):
-            raise ValueError(f"make_state: base_rotation expected shape (3, 3), got {rot.shape}")
-        quat = matrix_to_quat(rot)
+        quat = matrix_to_quat(float_array("make_state: base_rotation", base_rotation, shape=(3, 3), dtype=dtype))
     elif base_rpy is not None:
         quat = matrix_to_quat(rpy_to_matrix(vec("base_rpy", base_rpy, 3)))
     elif base_quaternion is not None:
@@ -145,7 +139,7 @@ def make_state(
 
     def joints(name, value):
         if value is not None and model.has_mimic and jnp.shape(value) == (model.num_joint_coordinates,):
-            coordinates = jnp.asarray(value, dtype)
+            coordinates = float_array(f"make_state: {name}", value, shape=(model.num_joint_coordinates,), dtype=dtype)
             if name == "q":
                 return joint_positions(model, coordinates)
             return matmul(coordinates, joint_coordinate_map(model).astype(dtype).T)

@@ -337,6 +337,9 @@ def test_dataset_errors(payload_data):
         ident.Dataset(time=payload_data.time, states=s, torques=jnp.zeros((payload_data.num_samples, 7)))
     with pytest.raises(ValueError, match="strictly increasing"):
         ident.Dataset(time=payload_data.time[::-1], states=s)
+    zero = eqx.tree_at(lambda st: st.base_quaternion, s, s.base_quaternion.at[3].set(0.0))
+    with pytest.raises(ValueError, match=r"Dataset.states.base_quaternion: sample 3 is zero \(no attitude\)"):
+        ident.Dataset(time=payload_data.time, states=zero)
     with pytest.raises(ValueError, match="time"):
         ident.Dataset(time=jnp.zeros((3, 2)), states=s)
     with pytest.raises(ValueError, match="NaN"):

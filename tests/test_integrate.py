@@ -2,6 +2,7 @@
 rollout forms, checkpointing, checks."""
 
 import math
+import re
 
 import equinox as eqx
 import jax
@@ -324,15 +325,34 @@ def test_environment_loads_are_evaluated_at_every_stage(sample_model):
 
 def test_rollout_refuses_a_bad_step(sample_model):
     """dt = nan, inf, 0 or negative is refused (not a silent NaN trajectory): at once for a
-    Python number, when the compiled program runs for an array."""
+    Python number (also where the state's precision turns it into inf or 0), when the compiled
+    program runs for an array; a string or None is a TypeError."""
     state = sdjax.make_state(sample_model)
-    for dt in (float("nan"), float("inf"), 0.0, -0.01):
-        with pytest.raises(ValueError, match="rollout: dt must be positive and finite"):
+    for dt, message in [(float("nan"), "must be finite"), (float("inf"), "must be finite"), (0.0, "must be positive"),
+                        (-0.01, "must be positive")]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"rollout: dt: {message}"):
+            sdjax.rollout(sample_model, state, dt, 3)
+    single = sample_model.astype(jnp.float32)
+    state32 = sdjax.make_state(single)
+    for dt, becomes in [(1e39, "inf"), (1e-50, "0.0")]:  # (beyond float32's range; below its smallest)
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                f"rollout: dt: must be positive and finite in the state's precision, got {dt!r}, which is {becomes} in float32"
+            ),
+        ):
+            sdjax.rollout(single, state32, dt, 3)
+    for dt in ("0.01", None, True):
+        with pytest.raises(TypeError, match="rollout: dt: expected a number"):
             sdjax.rollout(sample_model, state, dt, 3)
     with pytest.raises(ValueError, match="rollout: dt must be a scalar"):
         sdjax.rollout(sample_model, state, jnp.ones(2), 3)
-    with pytest.raises(Exception, match="rollout: dt must be positive and finite"):
+    with pytest.raises(Exception, match="rollout: dt: must be positive and finite"):
         sdjax.rollout(sample_model, state, jnp.asarray(jnp.nan), 3)
+    with pytest.raises(ValueError, match=r"rollout: num_steps: 1000000000000 exceeds the longest loop XLA runs"):
+        sdjax.rollout(sample_model, state, 0.01, 10**12)
+    # A NumPy integer is a step count like a Python int (not traced as an array).
+    assert sdjax.rollout(sample_model, state, 0.01, np.int64(3)).states.q.shape == (4, 6)
     good = sdjax.rollout(sample_model, state, jnp.asarray(0.01), 3)  # an array step runs
     assert np.all(np.isfinite(np.asarray(good.states.q)))
 

@@ -284,8 +284,20 @@ def test_refusals():
             import_mjcf(coupled)
     with pytest.raises(ValueError, match=r"joint 'pitch' has a spring .* with rest position 0.0052"):
         import_mjcf(FLOATING.replace('stiffness="4"', 'stiffness="4" springref="0.3"'))  # degrees here
-    with pytest.raises(ValueError, match="MJCF string: MuJoCo cannot compile it"):
+    with pytest.raises(ValueError, match="MJCF string: not well-formed XML"):
         import_mjcf("<mujoco><worldbody><body><joint type='hinge'/></body></worldbody>")
+    with pytest.raises(ValueError, match="MJCF string: MuJoCo cannot compile it"):
+        import_mjcf("<mujoco><worldbody><body><joint type='spiral'/></body></worldbody></mujoco>")
+    # Counted before MuJoCo compiles: 300 x 100 replicated bodies from a 250-byte file.
+    replicated = (
+        "<mujoco><worldbody><body><freejoint/><geom size='0.1'/><replicate count='300' offset='0.1 0 0'>"
+        "<replicate count='100' offset='0 0.1 0'><body><joint/><geom size='0.01'/></body></replicate>"
+        "</replicate></body></worldbody></mujoco>"
+    )
+    with pytest.raises(ValueError, match="MJCF string: declares more than 20000 bodies"):
+        import_mjcf(replicated)
+    with pytest.raises(ValueError, match="DOCTYPE/ENTITY declarations are not accepted"):
+        import_mjcf('<!DOCTYPE m [<!ENTITY a "x">]><mujoco/>')
     with pytest.raises(ValueError, match="no such MJCF file"):
         import_mjcf("/nonexistent/robot.xml")
 

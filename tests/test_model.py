@@ -399,6 +399,11 @@ def test_json_round_trip_exact(tmp_path):
         (lambda d: d.update(end_points={}), r"model\.end_points: expected a list"),
         (lambda d: d.update(links={}), r"model\.links: expected a list"),
         (lambda d: d["base"].pop("inertia"), r"model\.base: missing key"),
+        (lambda d: d["links"][1].update(name=None), r"model\.links\[1\]\.name: expected a string, got NoneType"),
+        (lambda d: d["links"][1].update(name=[1, 2]), r"model\.links\[1\]\.name: expected a string, got list"),
+        (lambda d: d.update(name={"a": 1}), r"model\.name: expected a string, got dict"),
+        (lambda d: d["links"][1].update(mass=True), r"model\.links\[1\]\.mass: expected numbers"),  # (not 1.0)
+        (lambda d: d["base"].update(inertia=[[True, 0, 0], [0, 1, 0], [0, 0, 1]]), r"inertia: expected numbers"),
     ],
 )
 def test_json_errors(tmp_path, change, pattern):
@@ -419,6 +424,13 @@ def test_json_refuses_non_finite_and_garbage(tmp_path):
         sdjax.load_json_model(path)
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
+        sdjax.load_json_model(path)
+
+
+def test_json_refuses_nesting_too_deep_for_the_parser(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="deep.json: JSON nested too deeply to read"):
         sdjax.load_json_model(path)
 
 
@@ -484,10 +496,23 @@ def test_make_state_attitude_inputs(sample_model):
     assert_close(jnp.linalg.norm(c.base_quaternion), 1.0, 1e-15, "normalised")
     with pytest.raises(ValueError, match="at most one"):
         sdjax.make_state(sample_model, base_rpy=rpy, base_rotation=rot)
-    with pytest.raises(ValueError, match=re.escape("q expected shape (6,)")):
+    with pytest.raises(ValueError, match=re.escape("make_state: q: expected shape (6,), got shape (5,)")):
         sdjax.make_state(sample_model, q=np.zeros(5))
     with pytest.raises(ValueError, match="non-zero"):
         sdjax.make_state(sample_model, base_quaternion=np.zeros(4))
+    # Non-finite values are refused by name (a NaN state gave a NaN trajectory without a word);
+    # under jit they are not (values are not known), shapes are.
+    for name, value in [("q", [np.nan] * 6), ("qd", [0, 0, np.inf, 0, 0, 0]), ("base_angular_velocity", [np.inf, 0, 0]),
+                        ("base_rpy", [np.nan, 0, 0]), ("base_quaternion", [np.nan, 0, 0, 1]),
+                        ("base_rotation", np.full((3, 3), np.nan)), ("base_position", [0, np.nan, 0])]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"make_state: {name}: must be finite"):
+            sdjax.make_state(sample_model, **{name: value})
+    with pytest.raises(TypeError, match="make_state: q: expected numbers, got str"):
+        sdjax.make_state(sample_model, q="abcdef")
+    with pytest.raises(ValueError, match="make_state: q: must be finite"):  # (1e39 is inf in float32)
+        sdjax.make_state(sample_model.astype(jnp.float32), q=[1e39] + [0.0] * 5)
+    traced = jax.jit(lambda q: sdjax.make_state(sample_model, q=q).q)(jnp.full(6, jnp.nan))
+    assert np.all(np.isnan(np.asarray(traced)))
     with pytest.raises(ValueError, match=r"State.q/State.qd: expected shape \(6,\)"):
         sdjax.inertia_matrix(sample_model, random_state(free_flying_arm_7dof(), 0))
 

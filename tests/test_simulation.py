@@ -234,3 +234,26 @@ def test_run_file_errors(pd_run, tmp_path):
     np.lib.format.write_array(truncated, entries["time"])
     with pytest.raises(ValueError, match=r"entry 'time' could not be read"):
         load_run(with_member("time", truncated.getvalue()[:-40]))
+    # Contents the shapes do not show: time, attitude, precision, listed quantities.
+    with np.load(good, allow_pickle=False) as data:
+        entries = dict(data)
+    meta = json.loads(str(entries["meta"]))
+    for change, message in [
+        (dict(time=np.concatenate([[np.nan], entries["time"][1:]])), "'time' must be finite and strictly increasing"),
+        (dict(time=entries["time"][::-1].copy()), "'time' must be finite and strictly increasing"),
+        ({"state/base_quaternion": np.zeros_like(entries["state/base_quaternion"])}, r"has a zero row \(step 0\)"),
+        ({"state/q": entries["state/q"].astype(np.float32)}, "entry 'state/q' is float32, but 'meta' says the run is float64"),
+        ({"meta": np.array(json.dumps({**meta, "quantity_names": ["energy"]}))}, r"lists quantities \['energy'\] that the file does not hold"),
+    ]:  # fmt: skip
+        np.savez(other, **{**entries, **change})
+        with pytest.raises(ValueError, match=message):
+            load_run(other)
+    empty = {
+        k: (v[:0] if k.startswith(("time", "state/")) else v)
+        for k, v in entries.items()
+        if not k.startswith("controls/")
+    }
+    empty.update({k: v[:0] for k, v in entries.items() if k.startswith("controls/")})
+    np.savez(other, **empty)
+    with pytest.raises(ValueError, match="'time' holds no samples"):
+        load_run(other)

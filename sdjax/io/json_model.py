@@ -146,7 +146,24 @@ def _check_keys(where: str, obj: Any, allowed: set[str], required: set[str]) -> 
         raise ValueError(f"{where}: missing key(s) {missing}")
 
 
+def _name(where: str, obj: Mapping[str, Any], default: str) -> str:
+    """``obj["name"]`` (a string), or ``default`` when it is not given."""
+    value = obj.get("name", default)
+    if not isinstance(value, str):
+        raise ValueError(f"{where}.name: expected a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _has_bool(value: Any) -> bool:
+    """Whether a JSON value (numbers or nested lists of them) holds ``true``/``false``."""
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, list) and any(_has_bool(v) for v in value)
+
+
 def _number_array(where: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    if _has_bool(value):  # (NumPy reads true as 1.0)
+        raise ValueError(f"{where}: expected numbers of shape {shape}, got {value!r}")
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -191,7 +208,7 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
             raise ValueError(f"{where}.parent: expected an integer body index (0 = base), got {p!r}")
         parent.append(p)
         joint_type.append(link["joint_type"])
-        names.append(str(link.get("name", f"link{k + 1}")))
+        names.append(_name(f"model.links[{k}]", link, f"link{k + 1}"))
         fields["mass"].append(_number_array(f"{where}.mass", link["mass"], ()))
         fields["inertia"].append(_number_array(f"{where}.inertia", link["inertia"], (3, 3)))
         fields["pcj"].append(_number_array(f"{where}.parent_centroid_to_joint", link["parent_centroid_to_joint"], (3,)))
@@ -260,7 +277,7 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
         gravity=_number_array("model.gravity", data.get("gravity", [0, 0, 0]), (3,)),
         link_names=tuple(names),
         end_point_names=tuple(end_names),
-        name=str(data.get("name", "model")),
+        name=_name("model", data, "model"),
         dtype=dtype,
         inertia_check=data.get("inertia_check", "physical"),
         base=base.get("mode", "floating"),

@@ -42,13 +42,24 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from sdjax.io.inputs import names_the_file
-from sdjax.io.urdf import WORLD_LINK, TreeJoint, TreeLink, UrdfImport, tree_import
+from sdjax.io.inputs import names_the_file, read_text_file
+from sdjax.io.urdf import (
+    MAX_ELEMENTS,
+    MAX_FILE_BYTES,
+    MAX_LINKS,
+    WORLD_LINK,
+    TreeJoint,
+    TreeLink,
+    UrdfImport,
+    tree_import,
+)
 from sdjax.io.visuals import mjcf_body_visuals
 from sdjax.model import MAX_MAGNITUDE, edit_model
 from sdjax.rotation import matrix_to_quat
@@ -107,18 +118,81 @@ def _axis_rotation(axis: np.ndarray, angle: float) -> np.ndarray:
     return np.eye(3) + np.sin(angle) * k + (1.0 - np.cos(angle)) * (k @ k)
 
 
+#: Most bodies an MJCF file may ask MuJoCo to build, counted from its XML before MuJoCo
+#: compiles it (``<replicate>`` multiplies what it holds: a 284-byte file of two nested
+#: replicates asked for 30,000 bodies and more than 12 GB). The model's own link limit,
+#: :data:`sdjax.io.urdf.MAX_LINKS`, applies after compilation.
+MAX_BODIES = 2 * MAX_LINKS
+#: Most ``<include>`` files followed while counting (each read within :data:`MAX_FILE_BYTES`).
+MAX_INCLUDES = 100
+
+
+def _count_bodies(label: str, text: str, directory: str, budget: list[int]) -> int:
+    """The bodies an MJCF text declares (``<body>`` elements and the grid of a ``<composite>`` or
+    ``<flexcomp>``, times the ``count`` of every enclosing ``<replicate>``; ``<include>`` files
+    counted where they stand), refused once
+    beyond :data:`MAX_BODIES`. Reads the XML with the URDF reader's safeguards (size, no
+    DOCTYPE or entities, at most :data:`sdjax.io.urdf.MAX_ELEMENTS` elements)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise ValueError(f"{label}: {len(text)} characters exceeds the MJCF size limit of {MAX_FILE_BYTES}")
+    if re.search(r"<!\s*(DOCTYPE|ENTITY)", text, re.IGNORECASE):
+        raise ValueError(f"{label}: DOCTYPE/ENTITY declarations are not accepted (no entity expansion)")
+    if text.count("<") > MAX_ELEMENTS:
+        raise ValueError(f"{label}: more than {MAX_ELEMENTS} XML elements")
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise ValueError(f"{label}: not well-formed XML ({err})") from None
+    total = 0
+    stack: list[tuple[ET.Element, int]] = [(root, 1)]
+    while stack:  # (a loop, not recursion: nesting depth is the file's to choose)
+        element, times = stack.pop()
+        for child in element:
+            tag, inner = child.tag, times
+            if tag == "replicate":
+                try:
+                    count = int(child.get("count", "1"))
+                except ValueError:
+                    raise ValueError(f"{label}: <replicate count={child.get('count')!r}> is not an integer") from None
+                inner = times * max(count, 0)
+            elif tag == "body":
+                total += times
+            elif tag in ("composite", "flexcomp"):  # (bodies generated from a grid of `count`)
+                try:
+                    grid = [max(int(c), 1) for c in child.get("count", "1").split()]
+                except ValueError:
+                    raise ValueError(f"{label}: <{tag} count={child.get('count')!r}> is not integers") from None
+                total += times * int(np.prod(grid, dtype=object))
+            elif tag == "include" and child.get("file"):
+                budget[0] -= 1
+                if budget[0] < 0:
+                    raise ValueError(f"{label}: more than {MAX_INCLUDES} <include> files")
+                path = os.path.join(directory, child.get("file", ""))
+                if os.path.isfile(path):  # (a missing one is MuJoCo's error to report)
+                    total += times * _count_bodies(
+                        path, read_text_file(path, "MJCF", MAX_FILE_BYTES), directory, budget
+                    )
+            if total > MAX_BODIES:
+                raise ValueError(
+                    f"{label}: declares more than {MAX_BODIES} bodies (limit {MAX_BODIES}; the model's {MAX_LINKS} links)"
+                )
+            stack.append((child, inner))
+    return total
+
+
 def _compile(source: str | os.PathLike, mujoco: Any) -> tuple[Any, str]:
     text = os.fspath(source)
+    from_string = isinstance(source, str) and text.lstrip().startswith("<")
+    label = "MJCF string" if from_string else text
+    # Counted before MuJoCo builds anything (its compile of an oversized file allocates first).
+    if from_string:
+        _count_bodies(label, text, os.getcwd(), [MAX_INCLUDES])
+    else:
+        contents = read_text_file(text, "MJCF", MAX_FILE_BYTES)  # (a missing file: "no such MJCF file")
+        _count_bodies(label, contents, os.path.dirname(os.path.abspath(text)), [MAX_INCLUDES])
     try:
-        if isinstance(source, str) and text.lstrip().startswith("<"):
-            return mujoco.MjModel.from_xml_string(text), "MJCF string"
-        if not os.path.isfile(text):
-            raise ValueError(f"{text}: no such MJCF file")
-        return mujoco.MjModel.from_xml_path(text), text
+        return (mujoco.MjModel.from_xml_string(text) if from_string else mujoco.MjModel.from_xml_path(text)), label
     except ValueError as err:
-        if str(err).endswith("no such MJCF file"):
-            raise
-        label = "MJCF string" if text.lstrip().startswith("<") else text
         raise ValueError(f"{label}: MuJoCo cannot compile it: {err}") from None
 
 
