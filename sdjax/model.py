@@ -27,6 +27,7 @@ the generalized velocity holds the free base components and the independent join
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from sdjax._checks import check_choice, check_index
+from sdjax._checks import check_choice, check_index, is_traced
 from sdjax.algebra import matmul
 from sdjax.tree import TreeIndex, tree_index
 
@@ -406,8 +407,16 @@ class Model(eqx.Module):
         return self.base_mass + jnp.sum(self.link_mass)
 
     def astype(self, dtype: Any) -> Model:
-        """The same model with every array cast to ``dtype`` (e.g. ``jnp.float32``)."""
-        return _cast_leaves(self, jnp.dtype(dtype))
+        """The same model with every array cast to ``dtype`` (e.g. ``jnp.float32``); a concrete
+        value that ``dtype`` cannot hold (a non-zero one that becomes 0, a finite one that
+        becomes inf) is refused by field."""
+        cast = _cast_leaves(self, jnp.dtype(dtype))
+        if jnp.dtype(dtype) != jnp.dtype(self.dtype) and not is_traced(self):
+            for field in dataclasses.fields(self):
+                given = getattr(self, field.name)
+                if isinstance(given, jax.Array) and jnp.issubdtype(given.dtype, jnp.floating):
+                    _check_representable(field.name, np.asarray(given), np.asarray(getattr(cast, field.name)))
+        return cast
 
 
 # --------------------------------------------------------------------------------------
@@ -583,6 +592,19 @@ def _is_float_array(value: Any) -> bool:
         return False
 
 
+def _check_representable(field: str, given: np.ndarray, cast: np.ndarray) -> None:
+    """Refuse, by field and value, a number the model's precision cannot hold: float32 turns a
+    mass of 1e39 into inf (refused later without the value) and one of 1e-50 into 0 (a massless
+    link, silently)."""
+    lost = (np.isfinite(given) & ~np.isfinite(cast)) | ((given != 0) & (cast == 0))
+    if np.any(lost):
+        index = tuple(int(i) for i in np.argwhere(lost)[0])
+        raise ValueError(
+            f"Model.{field}{list(index) if index else ''}: {float(given[index])!r} is beyond the range of "
+            f"{cast.dtype.name} (it becomes {float(cast[index])!r})"
+        )
+
+
 def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
     if not isinstance(value, jax.Array):
         # Host data (NumPy arrays, lists, numbers) converted by NumPy: JAX's conversion compiles
@@ -594,14 +616,20 @@ def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
             host = None
         if host is not None and (np.issubdtype(host.dtype, np.floating) or np.issubdtype(host.dtype, np.integer)):
             dtype = jax.dtypes.canonicalize_dtype(jnp.dtype(dtype))
-            return jnp.asarray(host.astype(dtype), dtype)
+            with np.errstate(over="ignore", under="ignore"):
+                cast = host.astype(dtype)
+            _check_representable(field, host, cast)
+            return jnp.asarray(cast, dtype)
     try:
         arr = jnp.asarray(value)
     except (TypeError, ValueError) as err:
         raise ValueError(f"Model.{field}: cannot convert to a numeric array ({err})") from None
     if not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
         raise ValueError(f"Model.{field}: expected real numbers, got dtype {arr.dtype}")
-    return arr.astype(dtype)
+    cast = arr.astype(dtype)
+    if not isinstance(arr, jax.core.Tracer) and cast.dtype != arr.dtype:  # (a concrete array changing precision)
+        _check_representable(field, np.asarray(arr), np.asarray(cast))
+    return cast
 
 
 def _check_link_index(model: Model, link: int, owner: str, *, allow_base: bool = False) -> None:

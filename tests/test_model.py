@@ -236,6 +236,16 @@ def test_astype_and_dtype_argument():
     m = sdjax.Model(**base_kwargs(), dtype=jnp.float32)
     assert all(x.dtype == jnp.float32 for x in (m.link_mass, m.link_inertia, m.gravity))
     assert m.astype(jnp.float64).link_inertia.dtype == jnp.float64
+    # A value the precision cannot hold is refused by field, whether the model is built in it
+    # or cast to it (float32: 1e-50 becomes 0, a massless link; 1e39 becomes inf).
+    for mass, becomes in [(1e-50, "0.0"), (1e39, "inf")]:
+        kwargs = base_kwargs()
+        kwargs["link_mass"] = np.array([1.0, mass, 1.0])
+        message = re.escape(f"Model.link_mass[1]: {mass!r} is beyond the range of float32 (it becomes {becomes})")
+        with pytest.raises(ValueError, match=message):
+            sdjax.Model(**kwargs, dtype=jnp.float32)
+        with pytest.raises(ValueError, match=message):
+            sdjax.Model(**kwargs).astype(jnp.float32)
 
 
 def test_stack_models():
