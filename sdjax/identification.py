@@ -106,14 +106,12 @@ __all__ = [
     "base_parameters",
     "estimate_covariance",
     "from_log_cholesky",
-    "from_pseudo_inertia",
     "identifiability",
     "identify",
     "link_parameters",
     "model_with_estimates",
     "parameter_errors",
     "payload_parameters",
-    "pseudo_inertia",
     "regressor",
     "sinusoidal_excitation",
     "residuals",
@@ -167,6 +165,21 @@ class InertialParameters(eqx.Module):
         entries = editing.inertial_vector(zero, jnp.zeros_like(self.first_moment), self.inertia)[:, 4:]
         return jnp.concatenate([self.mass[:, None], self.first_moment, entries], axis=-1)
 
+    def pseudo_inertia(self) -> Array:
+        """``(k, 4, 4)`` pseudo-inertia ``J = [[Sigma, h], [h^T, m]]``, ``Sigma = tr(I)/2 1 - I``
+        (:func:`sdjax.editing.pseudo_inertia`).
+
+        ``J`` is positive definite exactly when the parameters belong to a rigid body with a
+        positive mass and a non-degenerate mass distribution (Wensing et al. 2017). NumPy fields
+        give a NumPy result (host-side checks in float64 whatever JAX's precision)."""
+        return editing.pseudo_inertia(self.mass, self.first_moment, self.inertia)
+
+    @classmethod
+    def from_pseudo_inertia(cls, pseudo: Any) -> InertialParameters:
+        """Inverse of :meth:`pseudo_inertia` (:func:`sdjax.editing.from_pseudo_inertia`)."""
+        mass, first_moment, inertia = editing.from_pseudo_inertia(jnp.asarray(pseudo))
+        return cls(mass=mass, first_moment=first_moment, inertia=inertia)
+
     @classmethod
     def from_vector(cls, vector: Any) -> InertialParameters:
         """From ``(k, 10)`` parameter vectors (order :data:`PARAMETER_NAMES`), exactly (any
@@ -203,22 +216,6 @@ class InertialParameters(eqx.Module):
         return InertialParameters.from_centroidal(*editing.combine_bodies(mass, centroid, inertia))
 
 
-def pseudo_inertia(params: InertialParameters) -> Array:
-    """``(k, 4, 4)`` pseudo-inertia ``J = [[Sigma, h], [h^T, m]]``, ``Sigma = tr(I)/2 1 - I``
-    (:func:`sdjax.editing.pseudo_inertia`).
-
-    ``J`` is positive definite exactly when the parameters belong to a rigid body with a
-    positive mass and a non-degenerate mass distribution (Wensing et al. 2017). NumPy fields
-    give a NumPy result (host-side checks in float64 whatever JAX's precision)."""
-    return editing.pseudo_inertia(params.mass, params.first_moment, params.inertia)
-
-
-def from_pseudo_inertia(pseudo: Any) -> InertialParameters:
-    """Inverse of :func:`pseudo_inertia` (:func:`sdjax.editing.from_pseudo_inertia`)."""
-    mass, first_moment, inertia = editing.from_pseudo_inertia(jnp.asarray(pseudo))
-    return InertialParameters(mass=mass, first_moment=first_moment, inertia=inertia)
-
-
 def from_log_cholesky(theta: Any) -> InertialParameters:
     """Parameters from ``(k, 10)`` log-Cholesky coordinates: ``J = U U^T``, ``U`` upper
     triangular with diagonal ``exp(theta[:, :4])`` and off-diagonal ``theta[:, 4:]``
@@ -230,7 +227,7 @@ def from_log_cholesky(theta: Any) -> InertialParameters:
         u = u.at[:, r, c].set(jnp.exp(theta[:, col]))
     for col, (r, c) in enumerate(_OFF):
         u = u.at[:, r, c].set(theta[:, 4 + col])
-    return from_pseudo_inertia(matmul(u, jnp.swapaxes(u, -1, -2)))
+    return InertialParameters.from_pseudo_inertia(matmul(u, jnp.swapaxes(u, -1, -2)))
 
 
 def to_log_cholesky(params: InertialParameters) -> Array:
@@ -238,7 +235,7 @@ def to_log_cholesky(params: InertialParameters) -> Array:
 
     Raises ``ValueError`` (for concrete inputs) if a pseudo-inertia is not positive definite,
     i.e. the parameters are not those of a rigid body."""
-    j = pseudo_inertia(params)
+    j = params.pseudo_inertia()
     if not isinstance(j, jax.core.Tracer):
         eig = np.linalg.eigvalsh(np.asarray(j, np.float64))
         bad = np.flatnonzero(~(eig[:, 0] > 0))
@@ -1443,8 +1440,8 @@ def _least_squares_start(y: np.ndarray, r: np.ndarray, nominal: InertialParamete
     # In NumPy float64 whatever JAX's precision (the body algebra keeps NumPy in NumPy); the
     # inertia entries as InertialParameters.from_vector reads them.
     _, _, inertia = editing.from_inertial_vector(np.concatenate([np.zeros_like(vector[:, :4]), vector[:, 4:]], axis=1))
-    pseudo = pseudo_inertia(InertialParameters(mass=vector[:, 0], first_moment=vector[:, 1:4], inertia=inertia))
-    nominal_pseudo = np.asarray(pseudo_inertia(nominal), np.float64)
+    pseudo = InertialParameters(mass=vector[:, 0], first_moment=vector[:, 1:4], inertia=inertia).pseudo_inertia()
+    nominal_pseudo = np.asarray(nominal.pseudo_inertia(), np.float64)
     dtype = nominal.mass.dtype
     resolution = 64 * float(jnp.finfo(dtype).eps)
     fixed = []
@@ -1452,7 +1449,7 @@ def _least_squares_start(y: np.ndarray, r: np.ndarray, nominal: InertialParamete
         eig, vec = np.linalg.eigh(j)
         floor = max(1e-3 * np.linalg.eigvalsh(j0).min(), resolution * eig.max())
         fixed.append((vec * np.maximum(eig, floor)) @ vec.T)
-    return from_pseudo_inertia(jnp.asarray(np.stack(fixed), dtype))
+    return InertialParameters.from_pseudo_inertia(jnp.asarray(np.stack(fixed), dtype))
 
 
 class _Problem(eqx.Module):
@@ -1506,3 +1503,18 @@ def _levenberg_marquardt(problem: _Problem, theta: Array, num_steps: int) -> tup
     accepted step."""
     result = _marquardt_iterations(problem, theta, num_steps)
     return result.x, result.cost_history[: int(result.iterations) + 1]
+
+
+def __getattr__(name: str) -> Any:
+    """``pseudo_inertia(params)`` and ``from_pseudo_inertia(J)``, the earlier module functions of
+    :meth:`InertialParameters.pseudo_inertia` and :meth:`InertialParameters.from_pseudo_inertia`
+    (their names were also :mod:`sdjax.editing`'s, with other arguments), with a
+    ``DeprecationWarning``."""
+    if name in ("pseudo_inertia", "from_pseudo_inertia"):
+        import warnings
+
+        warnings.warn(f"sdjax.identification.{name} is now InertialParameters.{name}", DeprecationWarning, stacklevel=2)
+        if name == "pseudo_inertia":
+            return lambda params: params.pseudo_inertia()
+        return InertialParameters.from_pseudo_inertia
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -692,11 +692,11 @@ def simpson_step(
     return eqx.tree_at(lambda s: s.base_quaternion, new, quat_normalize(new.base_quaternion))
 
 
-#: Solvers of :func:`adaptive_step` (embedded explicit Runge-Kutta pairs of diffrax).
 #: Most steps of one rollout: ``lax.scan`` counts its iterations in a 32-bit integer
 #: (10**12 steps ended in an OverflowError inside JAX).
 MAX_ROLLOUT_STEPS = 2**31 - 1
 
+#: Solvers of :func:`adaptive_step` (embedded explicit Runge-Kutta pairs of diffrax).
 ADAPTIVE_SOLVERS = ("tsit5", "dopri5", "dopri8")
 
 

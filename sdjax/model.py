@@ -626,10 +626,10 @@ def _as_float_array(field: str, value: Any, dtype: Any) -> Array:
         raise ValueError(f"Model.{field}: cannot convert to a numeric array ({err})") from None
     if not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
         raise ValueError(f"Model.{field}: expected real numbers, got dtype {arr.dtype}")
-    cast = arr.astype(dtype)
-    if not isinstance(arr, jax.core.Tracer) and cast.dtype != arr.dtype:  # (a concrete array changing precision)
-        _check_representable(field, np.asarray(arr), np.asarray(cast))
-    return cast
+    result = arr.astype(dtype)
+    if not isinstance(arr, jax.core.Tracer) and result.dtype != arr.dtype:  # (a concrete array changing precision)
+        _check_representable(field, np.asarray(arr), np.asarray(result))
+    return result
 
 
 def _check_link_index(model: Model, link: int, owner: str, *, allow_base: bool = False) -> None:

@@ -11,6 +11,7 @@ import pytest
 from jax.test_util import check_grads
 
 import sdjax
+from sdjax import editing
 from sdjax import identification as ident
 from sdjax.model import validate
 from sdjax.models import free_flying_arm_7dof, planar_four_link
@@ -127,6 +128,24 @@ def test_apply_parameters_keeps_joints_and_end_points(arm):
     expected = before.centroid[6:] + jnp.einsum("kij,kj->ki", before.rotation[6:], shift)
     np.testing.assert_allclose(after.centroid[6:], expected, atol=1e-12)
     np.testing.assert_allclose(moved.link_mass[5:], [6.0, 9.0])
+
+
+def test_pseudo_inertia_methods_and_their_earlier_module_functions(arm):
+    """The pseudo-inertia of a parameter set and its inverse are InertialParameters methods (the
+    module functions shared their names with sdjax.editing's, which take other arguments); the
+    earlier functions still work, with a DeprecationWarning."""
+    params = ident.link_parameters(arm, (2, 3))
+    pseudo = params.pseudo_inertia()
+    expected = editing.pseudo_inertia(params.mass, params.first_moment, params.inertia)
+    np.testing.assert_array_equal(np.asarray(pseudo), np.asarray(expected))
+    back = ident.InertialParameters.from_pseudo_inertia(pseudo)
+    assert_close(back.vector(), params.vector(), 1e-13, "round trip")  # (float64 round-off of 4x4 sums)
+    with pytest.warns(
+        DeprecationWarning, match="identification.pseudo_inertia is now InertialParameters.pseudo_inertia"
+    ):
+        np.testing.assert_array_equal(np.asarray(ident.pseudo_inertia(params)), np.asarray(pseudo))
+    with pytest.warns(DeprecationWarning, match="from_pseudo_inertia is now InertialParameters.from_pseudo_inertia"):
+        assert_close(ident.from_pseudo_inertia(pseudo).vector(), params.vector(), 1e-13, "old inverse")
 
 
 def test_payload_merge_matches_composite_body(arm):
@@ -589,7 +608,7 @@ def test_least_squares_start_is_a_body_in_the_parameters_precision(dtype):
     rng = np.random.default_rng(3)
     basis = np.linalg.qr(rng.normal(size=(4, 4)))[0]
     estimate = (basis * np.array([-1e-3, 1e-4, 217.0, 31138.0])) @ basis.T  # two eigenvalues near 0
-    target = np.asarray(ident.from_pseudo_inertia(jnp.asarray(estimate[None])).vector(), np.float64)
+    target = np.asarray(ident.InertialParameters.from_pseudo_inertia(jnp.asarray(estimate[None])).vector(), np.float64)
     nominal = ident.link_parameters(free_flying_arm_7dof().astype(dtype), (1,))
     # an identity regressor: the least-squares estimate is the target itself
     offset = -(target - np.asarray(nominal.vector(), np.float64)).ravel()
@@ -600,7 +619,7 @@ def test_least_squares_start_is_a_body_in_the_parameters_precision(dtype):
     # the large eigenvalues are kept: the floor moves only the small ones, and rounding the body to
     # its precision moves the large ones by a few eps (float32 1.2e-7, float64 2.2e-16) times the
     # entries' spread: 1e-5 and 1e-12 leave two orders of margin
-    eig = np.linalg.eigvalsh(np.asarray(ident.pseudo_inertia(start), np.float64)[0])
+    eig = np.linalg.eigvalsh(np.asarray(start.pseudo_inertia(), np.float64)[0])
     tol = 1e-5 if dtype == jnp.float32 else 1e-12
     np.testing.assert_allclose(eig[2:], [217.0, 31138.0], rtol=tol)
     assert eig[0] > 0
