@@ -618,7 +618,7 @@ def test_bad_inputs(arm, arm_state):
         ik(arm, arm_state, x, max_iterations=0)
     with pytest.raises(ValueError, match="substeps: must be an integer >= 1"):
         ik(arm, arm_state, x, substeps=0)
-    with pytest.raises(ValueError, match="unknown value 'hover'"):
+    with pytest.raises(ValueError, match="inverse_kinematics: base: unknown base mode 'hover'"):
         ik(arm, arm_state, x, base="hover")
     with pytest.raises(ValueError, match="lower must be <= upper"):
         ik(arm, arm_state, x, joint_limits=(np.ones(7), -np.ones(7)))

@@ -174,7 +174,7 @@ def inverse_kinematics(
     check_state(model, state)
     dtype = state.q.dtype
     n = model.num_joints
-    check_choice("inverse_kinematics: base", base, CONTROL_BASES)
+    check_choice("inverse_kinematics: base", base, CONTROL_BASES, "base mode")
     if target_position is None and target_rotation is None:
         raise ValueError("inverse_kinematics: give target_position, target_rotation or both")
     if target_rotation is None:

@@ -165,7 +165,7 @@ def task_pose(
 
 
 def _check_base_momentum(name: str, base: str, momentum: Any) -> None:
-    check_choice(f"{name}: base", base, CONTROL_BASES)
+    check_choice(f"{name}: base", base, CONTROL_BASES, "base mode")
     if base == "fixed" and momentum is not None:
         raise ValueError(f"{name}: momentum applies to base='floating' only")
 
