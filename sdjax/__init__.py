@@ -202,28 +202,38 @@ from sdjax import (  # noqa: E402
     capture,
     constraints,
     contact,
+    editing,
     excitation,
     flexible,
+    identification,
+    io,
     massless_arm,
+    montecarlo,
     orbital,
     plotting,
     simulation,
+    solvers,
     wheels,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
-    # Capabilities used as namespaces.
+    # Capabilities used as namespaces (sdjax.models, the built-in models, is imported apart).
     "capture",
     "constraints",
     "contact",
+    "editing",
     "excitation",
     "flexible",
+    "identification",
+    "io",
     "massless_arm",
+    "montecarlo",
     "orbital",
     "plotting",
     "simulation",
+    "solvers",
     "wheels",
     # Functions and types.
     "AttitudePD",
