@@ -121,6 +121,8 @@ def _edit(old: str, new: str) -> str:
             _edit("###LINK_NUMBER 7", "###LINK_NUMBER seven"),
             "line 6: LINK_NUMBER expects one non-negative integer, got 'seven'",
         ),
+        (_edit("###LINK_NUMBER 7", "###LINK_NUMBER \u00b2"), "line 6: LINK_NUMBER expects one non-negative integer"),
+        (_edit("###LINK_NUMBER 7", "###LINK_NUMBER " + "9" * 5000), r"line 6: LINK_NUMBER expects .*\.\.\.'$"),
         (
             _edit("###LINK_NUMBER 7", "###LINK_NUMBER 7\n###LINK_NUMBER 7"),
             r"line 7: LINK_NUMBER given twice \(first on line 6\)",
@@ -148,6 +150,7 @@ def _edit(old: str, new: str) -> str:
         ),
         (_edit("EE[ 0 0 1 0 0 2 ]", "EE[ 0 0 1 0 0 -1 ]"), "line 15: EE: entries must be 0"),
         (_edit("rpy2[ 90 0 0 ]", "rpy2[ 90 zero 0 ]"), "line 19: rpy2: 'zero' is not a number"),
+        (_edit("rpy2[ 90 0 0 ]", "rpy2[ 90 1_0 0 ]"), "line 19: rpy2: '1_0' is not a number"),
         (_edit("rpy2[ 90 0 0 ]", "rpy2[ 90 inf 0 ]"), "line 19: rpy2: 'inf' is not a finite number"),
         (_edit("rpy2[ 90 0 0 ]", "rpy2[ 90 0 ]"), r"line 19: rpy2: expected 3 value\(s\), got 2"),
         (_edit("rpy3[ 0 0 0 ]", ""), r"missing block rpy3\["),

@@ -412,6 +412,10 @@ def _robot(*parts: str) -> str:
             r"joint 'j' <origin xyz>: expected 3 number\(s\), got '0 0 abc'",
         ),
         (
+            _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin xyz="0 0 1_0"/>')),
+            r"joint 'j' <origin xyz>: expected 3 number\(s\), got '0 0 1_0'",
+        ),
+        (
             _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin rpy="0 nan 0"/>')),
             r"joint 'j' <origin rpy>: values must be finite",
         ),

@@ -74,6 +74,11 @@ _ENTRY = re.compile(r"(I11|I22|I33|I12|I13|I23)\s*=\s*(\S*)")
 _SPACE = re.compile(r"\s*")
 
 
+def _excerpt(text: str, size: int = 40) -> str:
+    """``text``, cut to ``size`` characters (with ``...``) for a message."""
+    return text if len(text) <= size else text[:size] + "..."
+
+
 def _skip_space(text: str, pos: int) -> int:
     """The position of the first non-space character of ``text`` at or after ``pos``."""
     return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # (\s* always matches)
@@ -94,6 +99,8 @@ class _Entry:
         values = []
         for token in self.tokens:
             try:
+                if "_" in token:  # (Python's float() reads "1_0" as 10; no file format does)
+                    raise ValueError(token)
                 value = float(token)
             except ValueError:
                 raise ValueError(f"{self.where()}: {token!r} is not a number") from None
@@ -125,9 +132,10 @@ def _scan(text: str) -> tuple[tuple[int, int] | None, dict[str, _Entry], dict[st
             tokens = raw[len("###LINK_NUMBER") :].split()
             if link_number is not None:
                 raise ValueError(f"line {number}: LINK_NUMBER given twice (first on line {link_number[1]})")
-            if len(tokens) != 1 or not tokens[0].isdigit():
+            # (ASCII digits only: str.isdigit accepts "²"; at most 18 of them, within int64)
+            if len(tokens) != 1 or not (tokens[0].isascii() and tokens[0].isdigit() and len(tokens[0]) <= 18):
                 raise ValueError(
-                    f"line {number}: LINK_NUMBER expects one non-negative integer, got {' '.join(tokens)!r}"
+                    f"line {number}: LINK_NUMBER expects one non-negative integer, got {_excerpt(' '.join(tokens))!r}"
                 )
             link_number = (int(tokens[0]), number)
             continue
@@ -170,7 +178,7 @@ def _scan(text: str) -> tuple[tuple[int, int] | None, dict[str, _Entry], dict[st
                 )
                 pos = entry.end()
             else:
-                rest = body[pos : pos + 60].strip() + ("..." if len(body) > pos + 60 else "")
+                rest = _excerpt(body[pos:].strip(), 60)
                 raise ValueError(f"line {number}: cannot read {rest!r} (expected KEY[ values ] or Ixy= value)")
             pos = _skip_space(body, pos)
     return link_number, blocks, inertia

@@ -197,7 +197,8 @@ def _numbers(where: str, text: str | None, size: int, default: Sequence[float] |
             raise ValueError(f"{where}: missing")
         return np.asarray(default, dtype=np.float64)
     try:
-        values = np.array([float(v) for v in text.split()], dtype=np.float64)
+        # (Python's float() reads "1_0" as 10; XML numbers have no underscores)
+        values = np.array([float(v) if "_" not in v else float("x") for v in text.split()], dtype=np.float64)
     except ValueError:
         raise ValueError(f"{where}: expected {size} number(s), got {text!r}") from None
     if values.shape != (size,):
