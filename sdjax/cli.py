@@ -651,7 +651,7 @@ def _plot(args: argparse.Namespace) -> int:
             raise CommandError(f"--out {out}: {existing} exists; pass --force to overwrite it")
     if args.animate is not None:
         _check_output_file(args.animate, args.force, "--animate")
-    reason = unwritable(out, create=True)
+    reason = unwritable(out)
     if reason:
         raise CommandError(f"--out {out}: cannot write there ({reason})")
     paths = plotting.save_time_histories(run.model, run.trajectory, out, run.quantities, dpi=args.dpi)

@@ -194,6 +194,8 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
+#: Largest config file read (a job's settings take a few kB; its data are other files).
+MAX_CONFIG_BYTES = 1024 * 1024
 #: Largest integer a config holds (int64: seeds, counts; larger TOML integers are refused).
 _LARGEST_INTEGER = 2**63 - 1
 
@@ -228,9 +230,12 @@ def read_config(path: str, overrides: Sequence[str] = ()) -> _Table:
     """The top table of a TOML config, with ``--set KEY=VALUE`` overrides applied."""
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such config file")
+    if os.path.getsize(path) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {os.path.getsize(path)} bytes exceeds the config size limit of {MAX_CONFIG_BYTES}")
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            raw = f.read()
+        data = tomllib.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))  # (a byte-order mark skipped)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
     except RecursionError:
@@ -293,21 +298,21 @@ def _outputs(
         target = os.path.join(directory, name)
         if os.path.exists(target) and not args.force:
             raise ConfigError(f"{target}: exists; pass --force to overwrite it")
-    reason = unwritable(directory, create=True)
+    reason = unwritable(directory)
     if reason:
         raise ConfigError(f"{directory}: cannot write the outputs there ({reason})")
     return directory, plots, parquet
 
 
-def unwritable(directory: str, *, create: bool = False) -> str:
-    """Why files cannot be written into ``directory`` (``""`` when they can): checked by
-    writing and removing a probe file, so that a job refuses before it runs rather than after
-    (permission bits alone do not tell: root passes them, and a pseudo-filesystem such as
-    ``/proc`` refuses anyway). With ``create``, a missing directory is made first (its
-    parent must exist)."""
+def unwritable(directory: str) -> str:
+    """Why files cannot be written into ``directory``, or made there when it does not exist yet
+    (then its parent is tried, which must exist); ``""`` when they can. Checked by writing and
+    removing a probe file, so that a job refuses before it runs rather than after (permission
+    bits alone do not tell: root passes them, and a pseudo-filesystem such as ``/proc`` refuses
+    anyway); nothing is left behind."""
+    if not os.path.isdir(directory):
+        directory = os.path.dirname(os.path.abspath(directory))
     try:
-        if create:
-            os.makedirs(directory, exist_ok=True)
         descriptor, probe = tempfile.mkstemp(prefix=".sdjax-write-check-", dir=directory)
         os.close(descriptor)
         os.remove(probe)

@@ -365,6 +365,12 @@ REFUSALS = [
     (PLAN + "[limits]\nlink_radius = 0.1\n", "limits.link_radius: applies with obstacles only"),
     (PLAN.replace('model = "spacedyn_sample"', 'model = "nosuch.json"'), "nosuch.json: no such model file"),
     ("model = [", "job.toml: not valid TOML"),
+    ("x = " + "[" * 5000 + "]" * 5000 + "\n" + PLAN, "job.toml: not readable TOML: arrays or tables nested too deeply"),
+    (PLAN.replace("steps = ", "steps = 1" + "0" * 30 + " #"), "problem.steps: expected an integer within"),
+    (
+        PLAN + "[limits]\ntorque = 1" + "0" * 400 + "\n",
+        "limits.torque: expected a finite number, got an integer of about 401 digits",
+    ),
     (PLAN + "meet_torque_limits = true\n", "planner.meet_torque_limits: applies to method = 'reactionless' only"),
     (
         PLAN.replace('"straight_line"', '"reactionless"') + "meet_torque_limits = true\n",
@@ -440,6 +446,17 @@ def test_set_override_and_usage_errors(tmp_path, capsys):
     assert "problem.duration: expected a positive number, got -2" in capsys.readouterr().err
     assert main(["plan", str(tmp_path / "missing.toml")]) == 1
     assert "missing.toml: no such config file" in capsys.readouterr().err
+    assert main(["plan", path, "--set", "problem.duration=" + "[" * 5000 + "]" * 5000]) == 1
+    assert "--set problem.duration: the value is nested too deeply to read" in capsys.readouterr().err
+    huge = tmp_path / "huge.toml"
+    huge.write_text(PLAN + "#" * (1024 * 1024))
+    assert main(["plan", str(huge)]) == 1
+    assert "exceeds the config size limit of 1048576" in capsys.readouterr().err
+    # A byte-order mark (as some editors write) is read past.
+    marked = tmp_path / "marked.toml"
+    marked.write_bytes(b"\xef\xbb\xbf" + PLAN.encode())
+    assert main(["plan", str(marked), "--set", "problem.steps=abc"]) == 1  # (read: then the override fails)
+    assert "--set problem.steps=abc: 'abc' is not a TOML value" in capsys.readouterr().err
     assert main(["plan"]) == 2  # no CONFIG: usage
     (tmp_path / "file").write_text("")
     assert main(["plan", path, "--out", str(tmp_path / "file")]) == 1

@@ -59,7 +59,7 @@ def read_text_file(path: str | os.PathLike, kind: str, limit: int) -> str:
     if size > limit:
         raise ValueError(f"{path}: {size} bytes exceeds the {kind} size limit of {limit}")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # (a leading byte-order mark, as editors write, skipped)
             return f.read()
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not a UTF-8 text {kind} file (byte {err.start}: {err.reason})") from None
