@@ -437,6 +437,15 @@ def test_json_refuses_non_finite_and_garbage(tmp_path):
         sdjax.load_json_model(path)
 
 
+def test_json_read_past_a_byte_order_mark(tmp_path):
+    """A model file that starts with a UTF-8 byte-order mark (as some editors write) reads as the
+    same model."""
+    model = spacedyn_sample()
+    path = tmp_path / "marked.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(sdjax.model_to_dict(model)).encode())
+    np.testing.assert_array_equal(np.asarray(sdjax.load_json_model(path).link_mass), np.asarray(model.link_mass))
+
+
 def test_json_refuses_nesting_too_deep_for_the_parser(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
