@@ -89,7 +89,8 @@ MAX_STEPS = 10_000_000
 
 
 def _num_steps(duration: float, dt: float) -> int:
-    """``round(duration / dt)`` steps, refused above :data:`MAX_STEPS` or below one."""
+    """``duration / dt`` steps, refused above :data:`MAX_STEPS`, below one, or when ``dt`` does not
+    divide ``duration`` (to 1e-9 of a step: the run would end at another time than asked)."""
     if not dt <= duration:
         raise UsageError(f"need dt <= duration, got dt={dt}, duration={duration}")
     ratio = duration / dt
@@ -97,7 +98,13 @@ def _num_steps(duration: float, dt: float) -> int:
         raise UsageError(
             f"duration / dt = {ratio:.3g} steps exceeds the limit of {MAX_STEPS} steps; use a larger --dt or a shorter --duration"
         )
-    return int(round(ratio))
+    steps = int(round(ratio))
+    if abs(ratio - steps) > 1e-9 * max(ratio, 1.0):
+        raise UsageError(
+            f"--duration {duration:g} is not a whole number of --dt {dt:g} steps ({ratio:.4g}); "
+            f"the run would end at {steps * dt:g} s"
+        )
+    return steps
 
 
 def _positive_int(text: str) -> int:

@@ -120,6 +120,10 @@ BAD_INPUTS = [
     (["simulate", "spacedyn_sample", "--duration", "nan"], "expected a finite number"),
     (["simulate", "spacedyn_sample", "--duration", "0.1", "--dt", "0.5"], "need dt <= duration"),
     (
+        ["simulate", "spacedyn_sample", "--duration", "1", "--dt", "0.4"],
+        "--duration 1 is not a whole number of --dt 0.4 steps (2.5); the run would end at 0.8 s",
+    ),
+    (
         ["simulate", "spacedyn_sample", "--initial-q", "0.1", "0.2"],
         "--initial-q: expected 6 values (the model has 6 joints), got 2",
     ),
