@@ -416,6 +416,22 @@ def _robot(*parts: str) -> str:
             r"joint 'j' <origin xyz>: expected 3 number\(s\), got '0 0 1_0'",
         ),
         (
+            _robot(
+                _BASE,
+                _LINK.format("a"),
+                _JOINT.format("j", "revolute", "b", "a", '<axis xyz="1 0 0"/><axis xyz="0 1 0"/>'),
+            ),
+            r"joint 'j': <axis> given 2 times; expected at most one",
+        ),
+        (
+            _robot(
+                _BASE.replace('<mass value="10"/>', '<mass value="10"/><mass value="20"/>'),
+                _LINK.format("a"),
+                _JOINT.format("j", "fixed", "b", "a", ""),
+            ),
+            r"link 'b' <inertial>: <mass> given 2 times; expected at most one",
+        ),
+        (
             _robot(_BASE, _LINK.format("a"), _JOINT.format("j", "revolute", "b", "a", '<origin rpy="0 nan 0"/>')),
             r"joint 'j' <origin rpy>: values must be finite",
         ),

@@ -239,22 +239,31 @@ class TreeJoint:
     mimic: tuple[str, float, float] | None = None  # (leader joint name, multiplier, offset)
 
 
+def _single(where: str, element: ET.Element, tag: str) -> ET.Element | None:
+    """The one ``<tag>`` child of ``element`` (``None`` when absent), refused when given twice:
+    a second ``<mass>`` or ``<origin>`` would otherwise be ignored without a word."""
+    found = element.findall(tag)
+    if len(found) > 1:
+        raise ValueError(f"{where}: <{tag}> given {len(found)} times; expected at most one")
+    return found[0] if found else None
+
+
 def _parse_link(element: ET.Element) -> TreeLink:
     name = element.get("name")
     if not name:
         raise ValueError("URDF <link> without a name attribute")
     link = TreeLink(name)
-    inertial = element.find("inertial")
+    inertial = _single(f"link {name!r}", element, "inertial")
     if inertial is None:
         return link
     where = f"link {name!r} <inertial>"
-    mass_el = inertial.find("mass")
+    mass_el = _single(where, inertial, "mass")
     if mass_el is None:
         raise ValueError(f"{where}: missing <mass>")
     mass = float(_numbers(f"{where} <mass value>", mass_el.get("value"), 1)[0])
     if mass < 0:
         raise ValueError(f"{where}: mass must be non-negative, got {mass}")
-    inertia_el = inertial.find("inertia")
+    inertia_el = _single(where, inertial, "inertia")
     if inertia_el is None:
         raise ValueError(f"{where}: missing <inertia>")
     entries = {}
@@ -267,7 +276,7 @@ def _parse_link(element: ET.Element) -> TreeLink:
             [entries["ixz"], entries["iyz"], entries["izz"]],
         ]
     )
-    rot, pos = _origin(where, inertial.find("origin"))
+    rot, pos = _origin(where, _single(where, inertial, "origin"))
     link.mass, link.centroid, link.inertia = mass, pos, rot @ local @ rot.T
     return link
 
@@ -283,7 +292,7 @@ def _parse_joint(element: ET.Element) -> TreeJoint:
     if kind not in _MOVING and kind not in _REFUSED and kind != "fixed":
         raise ValueError(f"{where}: unknown joint type {kind!r}; expected revolute, continuous, prismatic or fixed")
     mimic = None
-    mimic_el = element.find("mimic")
+    mimic_el = _single(where, element, "mimic")
     if mimic_el is not None:
         leader = mimic_el.get("joint")
         if not leader:
@@ -293,16 +302,16 @@ def _parse_joint(element: ET.Element) -> TreeJoint:
         mimic = (leader, multiplier, offset)
     ends: dict[str, str] = {}
     for tag in ("parent", "child"):
-        sub = element.find(tag)
+        sub = _single(where, element, tag)
         end = None if sub is None else sub.get("link")
         if not end:
             raise ValueError(f"{where}: missing <{tag} link=...>")
         ends[tag] = end
-    rot, pos = _origin(where, element.find("origin"))
-    axis_el = element.find("axis")
+    rot, pos = _origin(where, _single(where, element, "origin"))
+    axis_el = _single(where, element, "axis")
     axis = _numbers(f"{where} <axis xyz>", None if axis_el is None else axis_el.get("xyz"), 3, (1.0, 0.0, 0.0))
     damping = 0.0
-    dyn = element.find("dynamics")
+    dyn = _single(where, element, "dynamics")
     if dyn is not None and dyn.get("damping") is not None:
         damping = float(_numbers(f"{where} <dynamics damping>", dyn.get("damping"), 1)[0])
         if damping < 0:
