@@ -237,7 +237,7 @@ def test_rk4_stability_limits_match_the_stability_function():
     roots = np.roots([1 / 24, -1 / 6, 1 / 2, -1, 0])  # R(-x) - 1 = 0 for x > 0
     real_limit = max(r.real for r in roots if abs(r.imag) < 1e-12 and r.real > 1e-9)
     assert abs(sc.rk4_stability_limit(1.0) - real_limit) < 1e-9
-    with pytest.raises(ValueError, match="damping_ratio must be non-negative"):
+    with pytest.raises(ValueError, match="rk4_stability_limit: damping_ratio: must be non-negative"):
         sc.rk4_stability_limit(-0.1)
 
 
