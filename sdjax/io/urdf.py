@@ -169,6 +169,23 @@ class UrdfImport:
 # XML reading.
 
 
+def parse_xml(text: str, label: str, kind: str) -> ET.Element:
+    """The root element of an XML model (``kind``: ``"URDF"``, ``"MJCF"``), refused with a
+    ``ValueError`` starting with ``label`` when it is larger than :data:`MAX_FILE_BYTES`, declares
+    a DOCTYPE or entities (no entity expansion), holds more than :data:`MAX_ELEMENTS` elements,
+    or is not well-formed."""
+    if len(text) > MAX_FILE_BYTES:
+        raise ValueError(f"{label}: {len(text)} characters exceeds the {kind} size limit of {MAX_FILE_BYTES}")
+    if re.search(r"<!\s*(DOCTYPE|ENTITY)", text, re.IGNORECASE):
+        raise ValueError(f"{label}: DOCTYPE/ENTITY declarations are not accepted (no entity expansion)")
+    if text.count("<") > MAX_ELEMENTS:
+        raise ValueError(f"{label}: more than {MAX_ELEMENTS} XML elements")
+    try:
+        return ET.fromstring(text)
+    except ET.ParseError as err:
+        raise ValueError(f"{label}: not well-formed XML ({err})") from None
+
+
 def _read_xml(source: str | os.PathLike) -> tuple[ET.Element, str]:
     """Parse URDF text or a file; returns the ``<robot>`` element and a label for messages."""
     if isinstance(source, str) and source.lstrip().startswith("<"):
@@ -176,16 +193,7 @@ def _read_xml(source: str | os.PathLike) -> tuple[ET.Element, str]:
     else:
         label = os.fspath(source)
         text = read_text_file(label, "URDF", MAX_FILE_BYTES)
-    if len(text) > MAX_FILE_BYTES:
-        raise ValueError(f"{label}: {len(text)} characters exceeds the URDF size limit of {MAX_FILE_BYTES}")
-    if re.search(r"<!\s*(DOCTYPE|ENTITY)", text, re.IGNORECASE):
-        raise ValueError(f"{label}: DOCTYPE/ENTITY declarations are not accepted (no entity expansion)")
-    if text.count("<") > MAX_ELEMENTS:
-        raise ValueError(f"{label}: more than {MAX_ELEMENTS} XML elements")
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as err:
-        raise ValueError(f"{label}: not well-formed XML ({err})") from None
+    root = parse_xml(text, label, "URDF")
     if root.tag != "robot":
         raise ValueError(f"{label}: the root element must be <robot>, got <{root.tag}>")
     return root, label
