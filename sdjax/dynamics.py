@@ -98,7 +98,20 @@ def make_controls(
     end_point_torque: Any = None,
     dtype: Any = None,
 ) -> Controls:
-    """Build :class:`Controls`, checking shapes; omitted entries are zero."""
+    """Build :class:`Controls`, checking shapes; omitted entries are zero.
+
+    Arguments:
+        model: the system (``n`` joints, ``ne`` end points; its dtype is the default).
+        tau: ``(n,)`` joint torques (N m) or forces (N), beside the passive ones.
+        base_force: ``(3,)`` force on the base centroid, inertial frame, N.
+        base_torque: ``(3,)`` torque on the base, inertial frame, N m.
+        end_point_force: ``(ne, 3)`` force applied to the robot at each end point, inertial frame, N.
+        end_point_torque: ``(ne, 3)`` torque applied to the robot at each end point, inertial frame, N m.
+        dtype: floating dtype of the result (default: the model's).
+
+    Returns:
+        :class:`Controls` (batch them with ``jax.vmap``).
+    """
     dtype = model.dtype if dtype is None else dtype
     n, ne = model.num_joints, model.num_end_points
     return Controls(

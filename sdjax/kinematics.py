@@ -114,6 +114,16 @@ def relative_frames(model: Model, base_rotation: Array, q: Array) -> Frames:
     joint position ``p_i = r_B(i) + A_B(i) c_B(i),i`` and the centroid
     ``r_i = p_i + A_i (q_i e_z [prismatic] - c_ii)``, i.e. ``r_i`` is the sum of the vectors
     ``A_B(j) c_B(j),j + A_j (q_j e_z - c_jj)`` along the path from the base.
+
+    Arguments:
+        model: the system (``n`` joints).
+        base_rotation: ``(3, 3)`` base-to-inertial rotation ``A_0``.
+        q: ``(n,)`` joint positions, rad or m.
+
+    Returns:
+        :class:`Frames`: rotations ``(n + 1, 3, 3)`` (body to inertial), centroids ``(n + 1, 3)``
+        and joint positions ``(n, 3)`` relative to the base centroid (inertial axes, m), joint
+        axes ``(n, 3)`` (inertial unit vectors).
     """
     parent = model.tree.parent
     dtype = jnp.result_type(base_rotation, q, model.joint_rpy)
@@ -190,17 +200,30 @@ def joint_motion_axes(model: Model, frames: Frames) -> Array:
 
 
 def body_twists(model: Model, axes: Array, base_twist: Array, qd: Array) -> Array:
-    """``(n + 1, 6)`` spatial twists ``(w_i, v_o,i)`` from the base twist ``(w0, v0)``
-    (eqs 3.8-3.9 and 3.12-3.13 as sums along the tree)."""
+    """``(n + 1, 6)`` spatial twists ``(w_i, v_o,i)`` about r0 (inertial frame; rad/s, m/s) from
+    the base twist ``(w0, v0)`` (eqs 3.8-3.9 and 3.12-3.13 as sums along the tree).
+
+    Arguments:
+        model: the system (``n`` joints).
+        axes: ``(n, 6)`` joint motion axes about r0 (:func:`joint_motion_axes`).
+        base_twist: ``(6,)`` base twist ``(w0, v0)`` (:func:`base_twist`).
+        qd: ``(n,)`` joint rates, rad/s or m/s.
+    """
     return propagate_down(model.tree, jnp.add, base_twist, axes * qd[:, None], jnp.zeros_like(base_twist))
 
 
 def body_spatial_accelerations(
     model: Model, axes: Array, twists: Array, base_spatial_acceleration: Array, qd: Array, qdd: Array
 ) -> Array:
-    """``(n + 1, 6)`` spatial accelerations (eqs 3.10-3.11 and 3.14-3.15 as tree sums).
+    """``(n + 1, 6)`` spatial accelerations about the inertial point at r0 (eqs 3.10-3.11 and
+    3.14-3.15 as tree sums): ``a_i = a_B(i) + s_i qdd_i + (twist_i x s_i) qd_i``.
 
-    ``a_i = a_B(i) + s_i qdd_i + (twist_i x s_i) qd_i``.
+    Arguments:
+        model: the system (``n`` joints).
+        axes: ``(n, 6)`` joint motion axes about r0 (:func:`joint_motion_axes`).
+        twists: ``(n + 1, 6)`` body twists (:func:`body_twists`).
+        base_spatial_acceleration: ``(6,)`` the base's (:func:`base_spatial_acceleration`).
+        qd, qdd: ``(n,)`` joint rates and accelerations.
     """
     increments = axes * qdd[:, None] + motion_cross(twists[1:], axes) * qd[:, None]
     return propagate_down(
