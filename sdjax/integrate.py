@@ -834,7 +834,12 @@ class ImplicitEuler(Integrator):
 
 class Newmark(Integrator):
     """Implicit Newmark-beta (:func:`newmark_step`; SpaceDyn C++ ``f_dyn_nb``); default the
-    average-acceleration rule."""
+    average-acceleration rule.
+
+    Attributes:
+        beta, gamma: the Newmark parameters, ``0 <= beta <= 1/2`` and ``0 <= gamma <= 1``
+            (``1/4, 1/2``: unconditionally stable, second order, no numerical damping).
+    """
 
     beta: float = eqx.field(default=0.25, static=True)
     gamma: float = eqx.field(default=0.5, static=True)
@@ -861,7 +866,13 @@ class Simpson(Integrator):
 
 class Adaptive(Integrator):
     """Adaptive error-controlled integration over each output step (:func:`adaptive_step`,
-    diffrax: ``pip install 'sdjax[ode]'``)."""
+    diffrax: ``pip install 'sdjax[ode]'``).
+
+    Attributes:
+        rtol, atol: relative and absolute error tolerances of each internal step (positive).
+        solver: the embedded Runge-Kutta pair, one of :data:`ADAPTIVE_SOLVERS`.
+        max_steps: most internal steps per output step.
+    """
 
     rtol: float = eqx.field(default=1e-8, static=True)
     atol: float = eqx.field(default=1e-10, static=True)

@@ -736,7 +736,19 @@ def model_from_urdf(
 ) -> Model:
     """The sdjax model of a URDF file or string (see :func:`import_urdf` and the module
     docstring); ``<mimic>`` joints become mimic joints of the model unless ``mimic="refuse"``
-    (``"constraints"``, which returns couplings beside the model, needs :func:`import_urdf`)."""
+    (``"constraints"``, which returns couplings beside the model, needs :func:`import_urdf`).
+
+    Arguments:
+        source: a URDF file path, or the URDF text itself.
+        base_link, name, end_points, gravity, dtype, inertia_check, base: as
+            :func:`import_urdf` (the name the root link must have, a check; the model's name;
+            links whose frames become end points; ``(3,)`` gravity, m/s^2; the arrays' dtype;
+            the inertia policy; the base mode).
+        mimic: ``"coordinates"`` (default) or ``"refuse"``.
+
+    Returns:
+        The :class:`~sdjax.Model` (:func:`import_urdf` also returns the names and frames).
+    """
     if mimic == "constraints":
         raise ValueError(
             "model_from_urdf: mimic='constraints' returns couplings beside the model; use "
