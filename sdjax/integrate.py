@@ -1044,10 +1044,9 @@ def control_schedule(
             )
         return law, sequence, jnp.asarray(given, dtype)
     # An array argument (traced by the jit): checked when the program runs.
+    dt_array = jnp.asarray(dt, dtype)
     dt_array = eqx.error_if(
-        jnp.asarray(dt, dtype),
-        ~(jnp.isfinite(jnp.asarray(dt, dtype)) & (jnp.asarray(dt, dtype) > 0)),
-        f"{what}: dt: must be positive and finite",
+        dt_array, ~(jnp.isfinite(dt_array) & (dt_array > 0)), f"{what}: dt: must be positive and finite"
     )
     return law, sequence, dt_array
 
