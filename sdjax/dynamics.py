@@ -664,6 +664,10 @@ def generalized_acceleration(model: Model, state: State, controls: Controls) -> 
     """Forward dynamics for a :class:`Controls` (see :func:`forward_dynamics`), in the base
     mode's generalized coordinates.
 
+    Arguments:
+        model, state: the system and its state.
+        controls: the applied loads (:func:`make_controls`).
+
     Returns:
         ``(num_velocities,)`` accelerations: ``[dv0/dt, dw0/dt, qdd]`` for a floating base
         (``[dv0_x/dt, dv0_y/dt, dw0_z/dt, qdd]`` planar, ``qdd`` fixed; the independent joints'

@@ -514,7 +514,13 @@ class Dataset(eqx.Module):
 def add_noise(data: Dataset, level: float, seed: int = 0) -> Dataset:
     """Data with Gaussian noise of standard deviation ``level`` times each channel's standard
     deviation over the record (base position, attitude quaternion (renormalised), twist,
-    joint positions, rates and torques)."""
+    joint positions, rates and torques).
+
+    Arguments:
+        data: the noise-free :class:`Dataset`.
+        level: non-negative relative noise level (``1e-3``: a thousandth of each channel's spread).
+        seed: seed of ``jax.random``.
+    """
     level = check_scalar("add_noise: level", level, sign="non-negative")
     leaves, treedef = jax.tree.flatten((data.states, data.torques))
     keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
@@ -1281,9 +1287,13 @@ class IdentificationResult:
 
 
 def parameter_errors(estimate: InertialParameters, truth: InertialParameters) -> dict[str, np.ndarray]:
-    """Errors per body: ``mass`` relative, ``com`` centroid error (m), ``com_relative`` (to
-    ``|c_true|``, or to 1 m if that is smaller), ``inertia`` relative Frobenius error of the
-    inertia about the body's own centroid."""
+    """Errors per body of an ``estimate`` against the ``truth`` (the same bodies): ``mass``
+    relative, ``com`` centroid error (m), ``com_relative`` (to ``|c_true|``, or to 1 m if that is
+    smaller), ``inertia`` relative Frobenius error of the inertia about the body's own centroid.
+
+    Returns:
+        ``{name: (k,) errors}`` for the ``k`` bodies.
+    """
     m_e, m_t = np.asarray(estimate.mass), np.asarray(truth.mass)
     c_e, c_t = np.asarray(estimate.centroid), np.asarray(truth.centroid)
     i_e, i_t = np.asarray(estimate.centroidal_inertia), np.asarray(truth.centroidal_inertia)

@@ -89,6 +89,10 @@ def state_derivative(model: Model, state: State, controls: Controls) -> State:
 
     ``d r0/dt = v0``, ``d quat/dt = 1/2 [w0, 0] * quat``, base and joint accelerations from
     :func:`sdjax.forward_dynamics` (zero along base components the base mode fixes).
+
+    Arguments:
+        model, state: the system and its state.
+        controls: the applied loads (:class:`sdjax.Controls`, :func:`sdjax.make_controls`).
     """
     return _rate(state, floating_acceleration(model, state, controls))
 

@@ -137,7 +137,18 @@ def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> 
 
 @eqx.filter_jit
 def point_jacobian_derivative(model: Model, state: State, link: int, point: Any = None) -> Array:
-    """Time derivative of :func:`point_jacobian` along the state's velocities; ``(6, nv)``."""
+    """Time derivative of :func:`point_jacobian` along the state's velocities.
+
+    Arguments:
+        model, state: the system and its state (positions and velocities).
+        link: static body index ``0..n`` (0 = base) carrying the point.
+        point: ``(3,)`` position of the point in the body frame from its centroid, m (default:
+            the centroid).
+
+    Returns:
+        ``(6, nv)`` ``dJ/dt`` ``[linear; angular]`` rows over the generalized velocity, as
+        :func:`point_jacobian`'s columns.
+    """
     link = _check_body(model, link, "point_jacobian_derivative")
     motion = _checked_pass(model, state)
     point = check_vector("point_jacobian_derivative: point", point, (3,), motion.frames.centroid.dtype)
