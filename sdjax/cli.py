@@ -650,8 +650,9 @@ def _plot(args: argparse.Namespace) -> int:
     # Every output checked before drawing any: nothing overwritten without --force.
     if os.path.exists(out) and not os.path.isdir(out):
         raise CommandError(f"--out {out}: exists and is not a directory")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        raise CommandError(f"--out {out}: directory {os.path.dirname(os.path.abspath(out))} does not exist")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise CommandError(f"--out {out}: directory {parent} does not exist")
     for name in plotting.TIME_HISTORIES:
         existing = os.path.join(out, f"{name}.png")
         if os.path.exists(existing) and not args.force:

@@ -1575,7 +1575,7 @@ def run_monte_carlo(
         raise ValueError("run_monte_carlo: give at least one metric")
     for name, fn in metrics.items():
         check_name("run_monte_carlo: metric name", name)
-        check_callable(f"run_monte_carlo: metrics[{name!r}]", fn, "(result) -> (B,) values")
+        check_callable(f"run_monte_carlo: metrics[{name!r}]", fn, "(result, model_i, params_i) -> scalar")
     uncertainty.check(model)
     devices = list(jax.devices() if devices is None else devices)
     if not devices:

@@ -165,7 +165,7 @@ BAD_INPUTS = [
     (["plot", "{run}", "--dpi", "4000"], "argument --dpi: expected at most 600, got 4000"),
     (["plot", "{run}", "--out", "{tmp}/no/such/dir"], "does not exist"),
     (["plot", "{run}", "--out", "{tmp}/p", "--animate", "{tmp}/no/such/dir/a.gif"], "no/such/dir does not exist"),
-    (["plot", "{run}", "--out", "{tmp}/p", "--animate", "{tmp}/old.npz.gif"], "exists; pass --force"),
+    (["plot", "{run}", "--out", "{tmp}/p", "--animate", "{old_gif}"], "old.npz.gif: exists; pass --force"),
     (["view", "{tmp}/missing.npz"], "missing.npz: no such file (expected a sdjax run file)"),
     (["view", "{tmp}/x.npz", "--port", "70000"], "argument --port: expected a port number in 0..65535, got '70000'"),
     (

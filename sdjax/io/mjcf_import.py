@@ -41,6 +41,7 @@ State mapping: :func:`state_from_mujoco` turns ``(qpos, qvel)`` into a :class:`~
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -151,7 +152,7 @@ def _count_bodies(label: str, text: str, directory: str, budget: list[int]) -> i
                     grid = [max(int(c), 1) for c in child.get("count", "1").split()]
                 except ValueError:
                     raise ValueError(f"{label}: <{tag} count={child.get('count')!r}> is not integers") from None
-                total += times * int(np.prod(grid, dtype=object))
+                total += times * math.prod(grid)
             elif tag == "include" and child.get("file"):
                 budget[0] -= 1
                 if budget[0] < 0:

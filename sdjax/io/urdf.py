@@ -204,9 +204,11 @@ def _numbers(where: str, text: str | None, size: int, default: Sequence[float] |
         if default is None:
             raise ValueError(f"{where}: missing")
         return np.asarray(default, dtype=np.float64)
+    tokens = text.split()
+    if any("_" in v for v in tokens):  # (Python's float() reads "1_0" as 10; XML numbers have no underscores)
+        raise ValueError(f"{where}: expected {size} number(s), got {text!r}")
     try:
-        # (Python's float() reads "1_0" as 10; XML numbers have no underscores)
-        values = np.array([float(v) if "_" not in v else float("x") for v in text.split()], dtype=np.float64)
+        values = np.array([float(v) for v in tokens], dtype=np.float64)
     except ValueError:
         raise ValueError(f"{where}: expected {size} number(s), got {text!r}") from None
     if values.shape != (size,):
