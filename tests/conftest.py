@@ -66,8 +66,7 @@ def _jemalloc() -> str | None:
         found = sorted(glob.glob(pattern))
         if found:
             return found[0]
-    name = ctypes.util.find_library("jemalloc")  # (a name the dynamic loader resolves)
-    return name
+    return ctypes.util.find_library("jemalloc")  # (a name the dynamic loader resolves)
 
 
 if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(_PRELOADED):  # (a worker: out again)
