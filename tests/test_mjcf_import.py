@@ -76,13 +76,25 @@ def test_floating_mjcf_against_mujoco():
     info = import_mjcf(FLOATING)
     model = info.model
     m = mujoco.MjModel.from_xml_string(FLOATING)
-    d = mujoco.MjData(m)
     assert model.name == "servicer" and model.base == "floating" and model.num_joints == m.nv - 6 == 5
     # Sites and the welded camera body are frames; the scenery (the floor) is dropped.
     assert set(model.end_point_names) >= {"antenna", "lens", "tool", "camera"}
     assert float(model.total_mass) == pytest.approx(float(np.sum(m.body_mass)), rel=1e-14)
+    for d, state in _assert_floating_dynamics_match(info, m, trials=3):
+        kin = sdjax.forward_kinematics(model, state)
+        for site in ("antenna", "lens", "tool"):
+            e = model.end_point_index(site)
+            s = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, site)
+            assert_close(kin.end_point_position[e], d.site_xpos[s], 1e-13, f"site {site} position")
+            assert_close(kin.end_point_rotation[e], d.site_xmat[s].reshape(3, 3), 1e-13, f"site {site} rotation")
+
+
+def _assert_floating_dynamics_match(info, m, trials):
+    """Joint accelerations and kinetic energy of a floating-base import against MuJoCo's at random
+    states and joint forces; yields MuJoCo's data and the sdjax state of each trial."""
+    d = mujoco.MjData(m)
     rng = np.random.default_rng(0)
-    for trial in range(3):
+    for trial in range(trials):
         qpos, qvel = _mujoco_state(m, rng)
         tau = rng.normal(size=m.nv - 6)
         d.qpos[:], d.qvel[:] = qpos, qvel
@@ -90,19 +102,14 @@ def test_floating_mjcf_against_mujoco():
         d.qfrc_applied[[m.jnt_dofadr[j] for j in info.joint_ids]] = tau
         mujoco.mj_forward(m, d)
         state = state_from_mujoco(info, m, qpos, qvel)
-        _, qdd = sdjax.forward_dynamics(model, state, tau)
+        _, qdd = sdjax.forward_dynamics(info.model, state, tau)
         expected = np.array([d.qacc[m.jnt_dofadr[j]] for j in info.joint_ids])
         # Joint accelerations do not depend on the base frame convention; both engines solve
         # with a Cholesky factor of a matrix of condition ~1e4: agreement to ~1e-10 relative.
         assert_close(qdd, expected, 1e-10, f"joint accelerations, trial {trial}")
         energy = 0.5 * qvel @ (_full_inertia(m, d) @ qvel)
-        assert_close(sdjax.kinetic_energy(model, state), energy, 1e-12, "kinetic energy")
-        kin = sdjax.forward_kinematics(model, state)
-        for site in ("antenna", "lens", "tool"):
-            e = model.end_point_index(site)
-            s = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, site)
-            assert_close(kin.end_point_position[e], d.site_xpos[s], 1e-13, f"site {site} position")
-            assert_close(kin.end_point_rotation[e], d.site_xmat[s].reshape(3, 3), 1e-13, f"site {site} rotation")
+        assert_close(sdjax.kinetic_energy(info.model, state), energy, 1e-12, "kinetic energy")
+        yield d, state
 
 
 def _full_inertia(m, d):
@@ -300,6 +307,71 @@ def test_refusals():
         import_mjcf('<!DOCTYPE m [<!ENTITY a "x">]><mujoco/>')
     with pytest.raises(ValueError, match="no such MJCF file"):
         import_mjcf("/nonexistent/robot.xml")
+
+
+ATTACHED_ARM = """
+<mujoco model="arm">
+  <worldbody>
+    <body name="mount" pos="0 0 0.1">
+      <geom type="cylinder" size="0.05 0.02" mass="0.5"/>
+      <body name="upper" pos="0 0 0.04" euler="0.2 0 0.1">
+        <joint name="shoulder" axis="0 1 0" damping="0.1"/>
+        <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="1.5"/>
+        <body name="lower" pos="0.3 0 0">
+          <joint name="elbow" axis="0 0.6 0.8"/>
+          <geom type="capsule" fromto="0 0 0 0.25 0 0.05" size="0.02" mass="0.8"/>
+          <site name="tip" pos="0.25 0 0.05"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def _attaching(count: int, model: str = "arm") -> str:
+    """A free bus carrying ``count`` copies of :data:`ATTACHED_ARM` (``<replicate>`` of an ``<attach>``)."""
+    return f"""
+<mujoco model="bus_with_arms">
+  <option gravity="0 0 0"><flag contact="disable"/></option>
+  <asset><model name="arm" file="arm.xml"/></asset>
+  <worldbody>
+    <body name="bus"><freejoint/><geom type="box" size="0.4 0.3 0.2" mass="120"/>
+      <replicate count="{count}" euler="0 0 120"><frame pos="0.4 0 0">
+        <attach model="{model}" body="mount" prefix="arm_"/>
+      </frame></replicate>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_attached_models_against_mujoco_and_counted_before_compiling(tmp_path):
+    """MuJoCo's ``<attach>`` (a model inserted from another file) imports like the same bodies
+    written in place, and counts toward :data:`MAX_BODIES` before MuJoCo builds anything: a
+    replicated attachment of a 3-body file was not counted at all (1 body declared)."""
+    (tmp_path / "arm.xml").write_text(ATTACHED_ARM)
+    three_arms = tmp_path / "bus.xml"
+    three_arms.write_text(_attaching(3))
+    info = import_mjcf(three_arms)
+    m = mujoco.MjModel.from_xml_path(str(three_arms))
+    assert info.model.num_joints == m.nv - 6 == 6 and m.nbody == 1 + 1 + 3 * 3 and m.nsite == 3
+    for d, state in _assert_floating_dynamics_match(info, m, trials=2):
+        kin = sdjax.forward_kinematics(info.model, state)
+        for s in range(m.nsite):  # (the tip of each copy, named with MuJoCo's prefix and suffix)
+            e = info.model.end_point_index(m.site(s).name)
+            assert_close(kin.end_point_position[e], d.site_xpos[s], 1e-13, f"site {m.site(s).name} position")
+    # 10,000 copies of 3 bodies from a 600-byte file: refused before MuJoCo compiles it.
+    bomb = tmp_path / "bomb.xml"
+    bomb.write_text(_attaching(10_000))
+    with pytest.raises(ValueError, match=rf"{bomb}: declares more than 20000 bodies"):
+        import_mjcf(bomb)
+    unknown = tmp_path / "unknown.xml"
+    unknown.write_text(_attaching(1, model="gripper"))
+    with pytest.raises(ValueError, match=r"unknown.xml: <attach model='gripper'>: no <asset><model> of that name"):
+        import_mjcf(unknown)
+    (tmp_path / "arm.xml").unlink()
+    with pytest.raises(ValueError, match=r"bus.xml: <attach model='arm'>: its file 'arm.xml' is not found"):
+        import_mjcf(three_arms)
 
 
 def test_load_model_reads_mjcf(tmp_path):

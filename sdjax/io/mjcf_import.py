@@ -123,28 +123,72 @@ def _axis_rotation(axis: np.ndarray, angle: float) -> np.ndarray:
 #: replicates asked for 30,000 bodies and more than 12 GB). The model's own link limit,
 #: :data:`sdjax.io.urdf.MAX_LINKS`, applies after compilation.
 MAX_BODIES = 2 * MAX_LINKS
-#: Most ``<include>`` files followed while counting (each read within :data:`MAX_FILE_BYTES`).
+#: Most files followed while counting, ``<include>`` files and the models of ``<attach>``
+#: together (each read within :data:`MAX_FILE_BYTES`).
 MAX_INCLUDES = 100
 
 
-def _count_bodies(label: str, text: str, directory: str, budget: list[int]) -> int:
-    """The bodies an MJCF text declares (``<body>`` elements and the grid of a ``<composite>`` or
-    ``<flexcomp>``, times the ``count`` of every enclosing ``<replicate>``; ``<include>`` files
-    counted where they stand), refused once beyond :data:`MAX_BODIES`. Reads the XML with the
-    URDF reader's safeguards (:func:`sdjax.io.urdf.parse_xml`)."""
+@dataclasses.dataclass
+class _BodyCount:
+    """What counting one MJCF file shares across its ``<include>`` and ``<attach>`` files."""
+
+    directory: str  # (MuJoCo resolves both kinds of file relative to the main file's directory)
+    files_left: int = MAX_INCLUDES
+    model_bodies: dict[str, int] = dataclasses.field(default_factory=dict)  # attached file -> bodies
+
+    def read(self, label: str, file: str) -> tuple[str, str]:
+        """The path and text of a file the MJCF ``label`` names, charged to :data:`MAX_INCLUDES`."""
+        self.files_left -= 1
+        if self.files_left < 0:
+            raise ValueError(f"{label}: more than {MAX_INCLUDES} <include> and <attach> files")
+        path = os.path.join(self.directory, file)
+        return path, read_text_file(path, "MJCF", MAX_FILE_BYTES)
+
+
+def _count_bodies(label: str, text: str, count: _BodyCount) -> int:
+    """The bodies an MJCF model declares: ``<body>`` elements, the grid of a ``<composite>`` or
+    ``<flexcomp>`` and every body of the model an ``<attach>`` inserts, times the ``count`` of
+    every enclosing ``<replicate>``, ``<include>`` files counted where they stand; refused once
+    beyond :data:`MAX_BODIES`. Reads the XML with the URDF reader's safeguards
+    (:func:`sdjax.io.urdf.parse_xml`).
+
+    An ``<attach>`` is counted after the walk, when the model's ``<asset><model>`` names (its own
+    and its includes') are all known, as the bodies of the whole attached file (a bound on its
+    ``body=`` subtree; the attached file has names of its own). One whose model or file cannot be
+    found is refused, since MuJoCo would build it before any count could be made."""
+    models: dict[str, str] = {}  # <asset><model> name -> file
+    attached: list[tuple[str, int]] = []  # (model name, times)
+    total = _count_elements(label, text, 1, count, models, attached)
+    for name, times in attached:
+        file = models.get(name)
+        if file is None or not os.path.isfile(os.path.join(count.directory, file)):
+            where = "no <asset><model> of that name" if file is None else f"its file {file!r} is not found"
+            raise ValueError(f"{label}: <attach model={name!r}>: {where}")
+        if file not in count.model_bodies:
+            count.model_bodies[file] = _count_bodies(*count.read(label, file), count)
+        total += times * count.model_bodies[file]
+        _refuse_beyond_the_cap(label, total)
+    return total
+
+
+def _count_elements(
+    label: str, text: str, times: int, count: _BodyCount, models: dict[str, str], attached: list[tuple[str, int]]
+) -> int:
+    """:func:`_count_bodies`' walk over one text (the model's file or one of its includes), each
+    body counted ``times`` over; model names and attachments are collected for the model."""
     root = parse_xml(text, label, "MJCF")
     total = 0
-    stack: list[tuple[ET.Element, int]] = [(root, 1)]
+    stack: list[tuple[ET.Element, int]] = [(root, times)]
     while stack:  # (a loop, not recursion: nesting depth is the file's to choose)
         element, times = stack.pop()
         for child in element:
             tag, inner = child.tag, times
             if tag == "replicate":
                 try:
-                    count = int(child.get("count", "1"))
+                    replicas = int(child.get("count", "1"))
                 except ValueError:
                     raise ValueError(f"{label}: <replicate count={child.get('count')!r}> is not an integer") from None
-                inner = times * max(count, 0)
+                inner = times * max(replicas, 0)
             elif tag == "body":
                 total += times
             elif tag in ("composite", "flexcomp"):  # (bodies generated from a grid of `count`)
@@ -153,21 +197,24 @@ def _count_bodies(label: str, text: str, directory: str, budget: list[int]) -> i
                 except ValueError:
                     raise ValueError(f"{label}: <{tag} count={child.get('count')!r}> is not integers") from None
                 total += times * math.prod(grid)
+            elif tag == "model" and element.tag == "asset" and child.get("name") and child.get("file"):
+                models.setdefault(child.get("name", ""), child.get("file", ""))
+            elif tag == "attach":
+                attached.append((child.get("model", ""), times))
             elif tag == "include" and child.get("file"):
-                budget[0] -= 1
-                if budget[0] < 0:
-                    raise ValueError(f"{label}: more than {MAX_INCLUDES} <include> files")
-                path = os.path.join(directory, child.get("file", ""))
-                if os.path.isfile(path):  # (a missing one is MuJoCo's error to report)
-                    total += times * _count_bodies(
-                        path, read_text_file(path, "MJCF", MAX_FILE_BYTES), directory, budget
-                    )
-            if total > MAX_BODIES:
-                raise ValueError(
-                    f"{label}: declares more than {MAX_BODIES} bodies (limit {MAX_BODIES}; the model's {MAX_LINKS} links)"
-                )
+                if os.path.isfile(os.path.join(count.directory, child.get("file", ""))):  # (else MuJoCo's error)
+                    path, included = count.read(label, child.get("file", ""))
+                    total += _count_elements(path, included, times, count, models, attached)
+            _refuse_beyond_the_cap(label, total)
             stack.append((child, inner))
     return total
+
+
+def _refuse_beyond_the_cap(label: str, bodies: int) -> None:
+    if bodies > MAX_BODIES:
+        raise ValueError(
+            f"{label}: declares more than {MAX_BODIES} bodies (limit {MAX_BODIES}; the model's {MAX_LINKS} links)"
+        )
 
 
 def _compile(source: str | os.PathLike, mujoco: Any) -> tuple[Any, str]:
@@ -176,10 +223,10 @@ def _compile(source: str | os.PathLike, mujoco: Any) -> tuple[Any, str]:
     label = "MJCF string" if from_string else text
     # Counted before MuJoCo builds anything (its compile of an oversized file allocates first).
     if from_string:
-        _count_bodies(label, text, os.getcwd(), [MAX_INCLUDES])
+        _count_bodies(label, text, _BodyCount(os.getcwd()))
     else:
         contents = read_text_file(text, "MJCF", MAX_FILE_BYTES)  # (a missing file: "no such MJCF file")
-        _count_bodies(label, contents, os.path.dirname(os.path.abspath(text)), [MAX_INCLUDES])
+        _count_bodies(label, contents, _BodyCount(os.path.dirname(os.path.abspath(text))))
     try:
         return (mujoco.MjModel.from_xml_string(text) if from_string else mujoco.MjModel.from_xml_path(text)), label
     except ValueError as err:
