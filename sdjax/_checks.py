@@ -163,6 +163,18 @@ def check_fraction(name: str, value: Any) -> float:
     return float(value)
 
 
+def check_float_dtype(name: str, dtype: Any) -> np.dtype:
+    """``dtype`` as a NumPy dtype, a floating one (a model or state of integers would truncate
+    every mass and length): ``TypeError`` for what is no dtype, ``ValueError`` for another kind."""
+    try:
+        found = jnp.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name}: expected a floating dtype (e.g. jnp.float32), got {dtype!r}") from None
+    if not jnp.issubdtype(found, jnp.floating):
+        raise ValueError(f"{name}: expected a floating dtype (e.g. jnp.float32), got {found.name}")
+    return found
+
+
 def _listed(choices: Collection[Any]) -> list[Any]:
     """The choices in a stable order for messages (sorted when they are sets)."""
     return sorted(choices) if isinstance(choices, (set, frozenset)) else list(choices)
@@ -294,7 +306,14 @@ def check_vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> A
     in any arithmetic: these are the hot-path inputs of the dynamics)."""
     if value is None:
         return jnp.zeros(shape, dtype)
-    arr = jnp.asarray(value).astype(dtype)
+    try:
+        arr = jnp.asarray(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected numbers, got {type(value).__name__} {value!r}") from None
+    real = jnp.issubdtype(arr.dtype, jnp.integer) or jnp.issubdtype(arr.dtype, jnp.floating) or arr.dtype == bool
+    if not real:  # (a cast would drop an imaginary part; booleans are masks' values)
+        raise TypeError(f"{name}: expected real numbers, got dtype {arr.dtype}")
+    arr = arr.astype(dtype)
     if arr.shape != shape:
         raise ValueError(f"{name}: expected shape {shape}, got {arr.shape} (batch inputs with jax.vmap)")
     return arr
@@ -307,6 +326,7 @@ __all__ = [
     "check_callable",
     "check_choice",
     "check_count",
+    "check_float_dtype",
     "check_fraction",
     "check_index",
     "check_name",

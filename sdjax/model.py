@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from sdjax._checks import check_choice, check_index, is_traced
+from sdjax._checks import check_choice, check_float_dtype, check_index, is_traced
 from sdjax.algebra import matmul
 from sdjax.tree import TreeIndex, tree_index
 
@@ -255,6 +255,8 @@ class Model(eqx.Module):
         if dtype is None:
             floats = [_dtype_of(v) for v in given.values() if v is not None and _is_float_array(v)]
             dtype = jnp.result_type(*floats) if floats else jnp.result_type(float)
+        else:
+            dtype = check_float_dtype("Model: dtype", dtype)
         defaults = dict(
             joint_rpy=(n, 3),
             centroid_to_end_point=(ne, 3),
@@ -410,6 +412,7 @@ class Model(eqx.Module):
         """The same model with every array cast to ``dtype`` (e.g. ``jnp.float32``); a concrete
         value that ``dtype`` cannot hold (a non-zero one that becomes 0, a finite one that
         becomes inf) is refused by field."""
+        dtype = check_float_dtype("Model.astype: dtype", dtype)
         cast = _cast_leaves(self, jnp.dtype(dtype))
         if jnp.dtype(dtype) != jnp.dtype(self.dtype) and not is_traced(self):
             for field in dataclasses.fields(self):

@@ -186,6 +186,10 @@ _DH_ROW = "R 0.1 0 0 0.1 0.1 1 0.01 0.01 0.01 0 0 0\n"
             _DH_HEAD + _DH_TABLE + "R 0.1 0 0 0.1 0.1 -1 0.01 0.01 0.01 0 0 0\n",
             r"link_mass\[0\] \(link 1\) must be positive",
         ),
+        (  # (Python's float() reads "1_0" as 10)
+            _DH_HEAD + _DH_TABLE + "R 0.1 0 0 0.1 0.1 1_0 0.01 0.01 0.01 0 0 0\n",
+            "line 6: the row values after the type must be numbers",
+        ),
     ],
 )
 def test_dh_file_malformed(text, message, tmp_path):
@@ -319,6 +323,22 @@ def test_spacedyn_lp_mat_errors(tmp_path):
     scipy.io.savemat(tmp_path / "short.mat", {"LP": {k: v for k, v in lp.items() if k != "cc"}})
     with pytest.raises(ValueError, match=r"short.mat: SpaceDyn LP: missing field\(s\) \['cc'\]"):
         load_model(tmp_path / "short.mat")
+    # What NumPy would keep as an object or read as something else: a struct or a sparse matrix
+    # where numbers go (SciPy's objects: a RecursionError before), complex numbers (the imaginary
+    # part dropped), a char array for BB (a raw TypeError), text for a number ('1' read as 1.0).
+    import scipy.sparse
+
+    for field, value, message in (
+        ("m", {"a": np.ones(3)}, r"SpaceDyn LP\.m: a MATLAB struct; expected numbers or chars"),
+        ("c0", scipy.sparse.csc_matrix(lp["c0"]), r"SpaceDyn LP\.c0: a MATLAB sparse matrix; expected numbers"),
+        ("c0", lp["c0"] + 5j, r"SpaceDyn LP\.c0: complex numbers; expected real numbers"),
+        ("BB", "abc", r"SpaceDyn BB: expected integers, got text 'abc'"),
+        ("m0", "1", r"SpaceDyn m0 must be real numbers \(expected real numbers, got text\)"),
+    ):
+        odd = {**{k: v for k, v in lp.items() if k != "num_q"}, field: value}  # (num_q is checked against BB first)
+        scipy.io.savemat(tmp_path / "odd.mat", {"LP": odd})
+        with pytest.raises(ValueError, match=r"odd\.mat: " + message):
+            load_model(tmp_path / "odd.mat")
     (tmp_path / "junk.mat").write_bytes(b"not a mat file at all" * 10)
     with pytest.raises(ValueError, match="junk.mat: not a readable MATLAB .mat file"):
         load_model(tmp_path / "junk.mat")

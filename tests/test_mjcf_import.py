@@ -303,6 +303,27 @@ def test_refusals():
     )
     with pytest.raises(ValueError, match="MJCF string: declares more than 20000 bodies"):
         import_mjcf(replicated)
+    # What MuJoCo allocates for what sdjax does not use, capped from the attributes: a 291-byte
+    # file asking for a 20000 x 20000 height field took 3.2 GB before MuJoCo gave up.
+    with pytest.raises(ValueError, match=r"MJCF string: height fields of more than 16777216 samples in all"):
+        import_mjcf(
+            FLOATING.replace(
+                "<worldbody>", '<asset><hfield name="h" nrow="20000" ncol="20000" size="1 1 1 1"/></asset><worldbody>'
+            )
+        )
+    with pytest.raises(ValueError, match=r"MJCF string: textures of more than 67108864 pixels in all"):
+        import_mjcf(
+            FLOATING.replace(
+                "<worldbody>",
+                '<asset><texture name="t" type="skybox" builtin="checker" width="4000" height="4000"/></asset><worldbody>',
+            )
+        )
+    # MuJoCo reads mass="nan" as "not given" (the geom's mass then comes from its density).
+    with pytest.raises(ValueError, match=r"MJCF string: <geom mass='nan'> is not a number"):
+        import_mjcf(FLOATING.replace('mass="1.2"', 'mass="nan"'))
+    # URDF text: MuJoCo converts it by its own rules (a root link's mass dropped); sdjax's reader is elsewhere.
+    with pytest.raises(ValueError, match=r"MJCF string: a URDF file \(root element <robot>\), not MJCF"):
+        import_mjcf('<robot name="r"><link name="a"/></robot>')
     with pytest.raises(ValueError, match="DOCTYPE/ENTITY declarations are not accepted"):
         import_mjcf('<!DOCTYPE m [<!ENTITY a "x">]><mujoco/>')
     with pytest.raises(ValueError, match="no such MJCF file"):

@@ -437,6 +437,32 @@ def test_json_refuses_non_finite_and_garbage(tmp_path):
         sdjax.load_json_model(path)
 
 
+def test_json_refuses_duplicate_keys_text_numbers_unbounded_integers_and_names_the_file(tmp_path):
+    """What Python's decoder and NumPy read as something else: a key given twice (the last one
+    silently won: a 5 kg base where the file also says 100), a number written as text (``"5"``
+    read as 5.0), an integer beyond float64's range (an ``OverflowError`` inside NumPy); a
+    ``TypeError`` of the model's checks names the file as a ``ValueError`` does."""
+    path = tmp_path / "m.json"
+    text = json.dumps(sdjax.model_to_dict(spacedyn_sample()))
+    path.write_text(text.replace('"mode": "floating"', '"mode": "floating", "mass": 5.0', 1))
+    with pytest.raises(ValueError, match=r"m\.json: JSON with key 'mass' given twice in one object"):
+        sdjax.load_json_model(path)
+    path.write_text(text.replace('"mass": 10.0', '"mass": "10"', 1))
+    with pytest.raises(ValueError, match=r"m\.json: model\.links\[0\]\.mass: expected numbers .*got text"):
+        sdjax.load_json_model(path)
+    path.write_text(text.replace('"mass": 10.0', '"mass": 1' + "0" * 400, 1))
+    with pytest.raises(ValueError, match=r"m\.json: JSON with an integer of 401 digits, beyond float64's range"):
+        sdjax.load_json_model(path)
+    path.write_text(text.replace('"mode": "floating"', '"mode": ["floating"]', 1))
+    with pytest.raises(TypeError, match=r"m\.json: Model\.base: expected one of"):
+        sdjax.load_json_model(path)
+    path.write_text(text)
+    with pytest.raises(
+        ValueError, match=r"m\.json: Model: dtype: expected a floating dtype \(e\.g\. jnp\.float32\), got int32"
+    ):
+        sdjax.load_model(path, dtype=np.int32)
+
+
 def test_json_read_past_a_byte_order_mark(tmp_path):
     """A model file that starts with a UTF-8 byte-order mark (as some editors write) reads as the
     same model."""
@@ -501,6 +527,156 @@ def test_reference_pose_builder_reproduces_the_pose():
     assert_close(kin.end_point_rotation, end_rot, rtol, "end-point frames")
     world_inertia = kin.rotation[1:] @ model.link_inertia @ np.swapaxes(kin.rotation[1:], 1, 2)
     assert_close(world_inertia, inertias, rtol, "inertias")
+
+
+def _two_link_reference_pose(**overrides):
+    """A two-link chain (z, then y axis) in its reference pose; ``overrides`` replace arguments."""
+    kwargs = dict(
+        parent=[0, 1],
+        joint_type="RR",
+        joint_axis=[[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]],
+        joint_position=[[0.0, 0.0, 1.0], [0.0, 0.0, 2.0]],
+        link_centroid=[[0.0, 0.0, 1.5], [0.0, 0.0, 2.5]],
+        link_mass=[1.0, 1.0],
+        link_inertia=np.tile(np.diag([0.1, 0.1, 0.05]), (2, 1, 1)),
+        base_mass=10.0,
+        base_inertia=np.eye(3),
+    )
+    kwargs.update(overrides)
+    return sdjax.model_from_reference_pose(**kwargs)
+
+
+def test_reference_pose_end_point_on_the_base():
+    """An end point on body 0 is measured from the base centroid in the base frame (it was
+    measured from the last link's centroid, ``centroids[0 - 1]``, and steered that link's x axis);
+    forward kinematics at q = 0 gives its position and frame back."""
+    rotation = np.asarray(sdjax.rpy_to_matrix(jnp.array([0.3, -0.2, 0.5])))
+    model = _two_link_reference_pose(
+        end_point_link=[0, 2],
+        end_point_position=[[1.0, 0.0, 0.0], [0.0, 0.0, 3.0]],
+        end_point_rotation=[rotation, np.eye(3)],
+    )
+    assert_close(model.centroid_to_end_point[0], [1.0, 0.0, 0.0], 1e-15, "base end point offset")
+    kin = sdjax.forward_kinematics(model, sdjax.make_state(model))
+    assert_close(kin.end_point_position, [[1.0, 0.0, 0.0], [0.0, 0.0, 3.0]], 1e-14, "end points")
+    assert_close(kin.end_point_rotation[0], rotation, 1e-14, "base end-point frame")
+    assert_close(kin.joint_axis, [[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]], 1e-15, "axes")
+
+
+def test_reference_pose_refuses_misshapen_arrays():
+    """Every array argument has its exact shape: a transposed or flattened one was reshaped into
+    a wrong model, a wrong size gave NumPy's reshape error, a wrong mass shape Model's message."""
+    joints = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 2.0]])
+    cases = [
+        ("joint_position", joints.T, "(2, 3)", "(3, 2)"),
+        ("joint_axis", [0.0, 0.0, 1.0, 0.0, 1.0, 0.0], "(2, 3)", "(6,)"),
+        ("joint_axis", [0.0, 0.0, 1.0, 0.0], "(2, 3)", "(4,)"),
+        ("link_centroid", [[0.0, 0.0, 1.5]], "(2, 3)", "(1, 3)"),
+        ("link_mass", [1.0], "(2,)", "(1,)"),
+        ("link_inertia", np.tile(np.eye(3), (2, 1, 1)).reshape(2, 9), "(2, 3, 3)", "(2, 9)"),
+        ("base_mass", [10.0], "()", "(1,)"),
+        ("base_inertia", np.eye(3).ravel(), "(3, 3)", "(9,)"),
+        ("joint_stiffness", [1.0], "(2,)", "(1,)"),
+        ("gravity", [0.0, 0.0, -9.8, 0.0], "(3,)", "(4,)"),
+    ]
+    for name, value, expected, got in cases:
+        message = f"model_from_reference_pose: {name}: expected shape {re.escape(expected)}.*got shape {re.escape(got)}"
+        with pytest.raises(ValueError, match=message):
+            _two_link_reference_pose(**{name: value})
+    for name, value, expected, got in [
+        ("end_point_position", [1.0, 0.0, 0.0], "(1, 3)", "(3,)"),
+        ("end_point_rotation", np.eye(3), "(1, 3, 3)", "(3, 3)"),
+    ]:
+        message = f"model_from_reference_pose: {name}: expected shape {re.escape(expected)}.*got shape {re.escape(got)}"
+        with pytest.raises(ValueError, match=message):
+            _two_link_reference_pose(end_point_link=[2], **{name: value})
+    with pytest.raises(TypeError, match="model_from_reference_pose: base_inertia: expected real numbers, got text"):
+        _two_link_reference_pose(base_inertia="abc")
+    with pytest.raises(TypeError, match="model_from_reference_pose: link_mass: expected real numbers"):
+        _two_link_reference_pose(link_mass=[1.0 + 1.0j, 1.0])
+
+
+def test_reference_pose_refuses_non_finite_and_huge_values():
+    """A non-finite or huge entry is refused by argument and row (an infinite axis hit an
+    'unreachable' assertion, a 1e200 axis overflowed its norm into a message about an inertia);
+    a tiny axis is normalised without underflow."""
+    for name, value, row in [
+        ("joint_axis", [[0.0, 0.0, np.inf], [0.0, 1.0, 0.0]], 0),
+        ("joint_axis", [[0.0, 0.0, 1.0], [0.0, 1e200, 0.0]], 1),
+        ("joint_position", [[0.0, 0.0, 1.0], [0.0, np.nan, 2.0]], 1),
+        ("link_centroid", [[0.0, 0.0, -np.inf], [0.0, 0.0, 2.5]], 0),
+        ("link_mass", [1.0, np.nan], 1),
+        ("link_inertia", np.stack([np.eye(3), np.full((3, 3), np.nan)]), 1),
+    ]:
+        with pytest.raises(
+            ValueError, match=rf"model_from_reference_pose: {name}\[{row}\]: must be finite and at most 1e\+100"
+        ):
+            _two_link_reference_pose(**{name: value})
+    with pytest.raises(ValueError, match=r"model_from_reference_pose: base_mass: must be finite"):
+        _two_link_reference_pose(base_mass=np.inf)
+    with pytest.raises(ValueError, match=r"model_from_reference_pose: end_point_position\[0\]: must be finite"):
+        _two_link_reference_pose(end_point_link=[2], end_point_position=[[0.0, np.nan, 3.0]])
+    with pytest.raises(ValueError, match=r"model_from_reference_pose: joint_axis\[1\]: must be a non-zero vector"):
+        _two_link_reference_pose(joint_axis=[[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    model = _two_link_reference_pose(joint_axis=[[0.0, 0.0, 1e-170], [0.0, 3e-200, 0.0]])
+    kin = sdjax.forward_kinematics(model, sdjax.make_state(model))
+    assert_close(kin.joint_axis, [[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]], 1e-15, "tiny axes, normalised")
+
+
+def test_reference_pose_refuses_improper_end_point_rotations():
+    """An end-point frame must be a proper rotation (5 E, a matrix of ones and a reflection were
+    loaded as some roll-pitch-yaw); the message names the argument and the end point."""
+    for rotation, defect in [
+        (5.0 * np.eye(3), "R\\^T R differs from the identity"),
+        (np.ones((3, 3)), "R\\^T R differs from the identity"),
+        (np.diag([1.0, 1.0, -1.0]), "a reflection"),
+    ]:
+        with pytest.raises(
+            ValueError,
+            match=rf"model_from_reference_pose: end_point_rotation\[1\]: expected a proper rotation matrix.*{defect}",
+        ):
+            _two_link_reference_pose(
+                end_point_link=[1, 2],
+                end_point_position=[[0.0, 0.0, 1.5], [0.0, 0.0, 3.0]],
+                end_point_rotation=[np.eye(3), rotation],
+            )
+    # a float32 rotation is judged at float32's round-off
+    model = _two_link_reference_pose(
+        end_point_link=[2],
+        end_point_position=[[0.0, 0.0, 3.0]],
+        end_point_rotation=np.asarray(sdjax.rpy_to_matrix(jnp.array([0.1, 0.2, 0.3])), np.float32)[None],
+    )
+    assert model.num_end_points == 1
+
+
+def test_reference_pose_refuses_bad_parents_and_end_point_bodies():
+    """Parents and end-point bodies are integer indices in range (parent 0.9 was truncated to 0;
+    end-point body 3 of a two-link model raised a bare IndexError)."""
+    with pytest.raises(
+        TypeError,
+        match=r"model_from_reference_pose: parent\[1\]: expected a static integer index 0\.\.1, got float 0\.9",
+    ):
+        _two_link_reference_pose(parent=[0, 0.9])
+    with pytest.raises(TypeError, match=r"model_from_reference_pose: parent: expected a sequence of integers, got int"):
+        _two_link_reference_pose(parent=5)
+    with pytest.raises(
+        ValueError, match=r"model_from_reference_pose: parent\[1\]: index 2 out of range; expected 0\.\.1"
+    ):
+        _two_link_reference_pose(parent=[0, 2])
+    with pytest.raises(
+        ValueError, match=r"model_from_reference_pose: parent\[0\]: index -1 out of range; expected 0\.\.0"
+    ):
+        _two_link_reference_pose(parent=[-1, 1])
+    with pytest.raises(
+        ValueError,
+        match=r"model_from_reference_pose: end_point_link\[0\]: index 3 out of range; expected 0\.\.2 \(0 = base, 1\.\.2 = links\)",
+    ):
+        _two_link_reference_pose(end_point_link=[3], end_point_position=[[1.0, 0.0, 0.0]])
+    with pytest.raises(TypeError, match=r"model_from_reference_pose: end_point_link\[0\]: expected a static integer"):
+        _two_link_reference_pose(end_point_link=[1.0], end_point_position=[[1.0, 0.0, 0.0]])
+    # integer parents of any kind still build (NumPy integers, a range)
+    model = _two_link_reference_pose(parent=np.arange(2))
+    assert model.parent == (0, 1)
 
 
 def test_make_state_attitude_inputs(sample_model):

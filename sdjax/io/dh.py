@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.inputs import names_the_file, numeric_array, read_text_file
+from sdjax.io.inputs import names_the_file, numeric_array, read_text_file, text_number
 from sdjax.model import JOINT_TYPES, Model
 from sdjax.rotation import matrix_to_rpy_numpy
 
@@ -329,7 +329,7 @@ def model_from_dh_file(path: str | os.PathLike, dtype: Any = None) -> Model:
 
     def numbers(number: int, what: str, tokens: list[str]) -> list[float]:
         try:
-            return [float(t) for t in tokens]
+            return [text_number(t) for t in tokens]
         except ValueError:
             raise ValueError(f"{where(number)}: {what} must be numbers, got {' '.join(tokens)!r}") from None
 

@@ -45,13 +45,14 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from sdjax.io.inputs import names_the_file, read_text_file
+from sdjax.io.inputs import names_the_file, parse_json, read_text_file, real_numbers
 from sdjax.io.spacedyn_arrays import model_from_lp
 from sdjax.model import Model
 
@@ -165,9 +166,9 @@ def _number_array(where: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
     if _has_bool(value):  # (NumPy reads true as 1.0)
         raise ValueError(f"{where}: expected numbers of shape {shape}, got {value!r}")
     try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: expected numbers of shape {shape}, got {value!r}") from None
+        arr = real_numbers(value)
+    except ValueError as err:
+        raise ValueError(f"{where}: expected numbers of shape {shape}, got {reprlib.repr(value)} ({err})") from None
     if arr.shape != shape:
         raise ValueError(f"{where}: expected shape {shape}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -287,10 +288,6 @@ def model_from_dict(data: Mapping[str, Any], dtype: Any = None) -> Model:
     )
 
 
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"JSON model: non-finite number {name} is not allowed")
-
-
 def save_json_model(model: Model, path: str | os.PathLike) -> None:
     """Write ``model`` to ``path`` as an ``sdjax-model`` JSON file."""
     with open(path, "w", encoding="utf-8") as f:
@@ -310,11 +307,9 @@ def load_json_model(path: str | os.PathLike, dtype: Any = None) -> Model:
     """
     text = read_text_file(path, "JSON model", MAX_FILE_BYTES)
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{os.fspath(path)}: not valid JSON ({err})") from None
-    except RecursionError:
-        raise ValueError(f"{os.fspath(path)}: JSON nested too deeply to read") from None
+        data = parse_json(text, constants=False)
+    except ValueError as err:
+        raise ValueError(f"{os.fspath(path)}: {err}") from None
     if isinstance(data, Mapping) and "format" not in data and "BB" in data:
         name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
         return model_from_lp(data, name=name, dtype=dtype)

@@ -123,6 +123,18 @@ def _axis_rotation(axis: np.ndarray, angle: float) -> np.ndarray:
 #: replicates asked for 30,000 bodies and more than 12 GB). The model's own link limit,
 #: :data:`sdjax.io.urdf.MAX_LINKS`, applies after compilation.
 MAX_BODIES = 2 * MAX_LINKS
+#: Most height-field samples (``nrow * ncol`` over every ``<hfield>``) and texture pixels
+#: (``width * height`` over every ``<texture>``, six faces for a cube or skybox) an MJCF file may
+#: ask MuJoCo to allocate: sdjax's model uses neither, and MuJoCo allocates them before anything
+#: can be checked (a 291-byte file asking for a 20000 x 20000 height field took 3.2 GB).
+MAX_HFIELD_SAMPLES = 2**24
+MAX_TEXTURE_PIXELS = 2**26
+#: Attributes whose ``nan`` MuJoCo reads as "not given" (a geom's ``mass="nan"`` silently becomes
+#: a mass from its density) or passes on: refused, as every reader refuses non-finite numbers.
+_NUMERIC_ATTRIBUTES = frozenset(
+    "mass density diaginertia fullinertia pos quat euler axisangle xyaxes zaxis size fromto axis ref springref "
+    "stiffness damping armature frictionloss gravity polycoef".split()
+)
 #: Most files followed while counting, ``<include>`` files and the models of ``<attach>``
 #: together (each read within :data:`MAX_FILE_BYTES`).
 MAX_INCLUDES = 100
@@ -135,6 +147,8 @@ class _BodyCount:
     directory: str  # (MuJoCo resolves both kinds of file relative to the main file's directory)
     files_left: int = MAX_INCLUDES
     model_bodies: dict[str, int] = dataclasses.field(default_factory=dict)  # attached file -> bodies
+    hfield_samples: int = 0
+    texture_pixels: int = 0
 
     def read(self, label: str, file: str) -> tuple[str, str]:
         """The path and text of a file the MJCF ``label`` names, charged to :data:`MAX_INCLUDES`."""
@@ -177,12 +191,21 @@ def _count_elements(
     """:func:`_count_bodies`' walk over one text (the model's file or one of its includes), each
     body counted ``times`` over; model names and attachments are collected for the model."""
     root = parse_xml(text, label, "MJCF")
+    if root.tag == "robot":  # (MuJoCo would convert it by its own rules: a root link's mass dropped)
+        raise ValueError(
+            f"{label}: a URDF file (root element <robot>), not MJCF; read it with sdjax.io.urdf (load_model: a .urdf name)"
+        )
+    if root.tag != "mujoco":
+        raise ValueError(f"{label}: root element <{root.tag}>; an MJCF file's is <mujoco>")
     total = 0
     stack: list[tuple[ET.Element, int]] = [(root, times)]
     while stack:  # (a loop, not recursion: nesting depth is the file's to choose)
         element, times = stack.pop()
         for child in element:
             tag, inner = child.tag, times
+            _check_numeric_attributes(label, child)
+            if tag in ("hfield", "texture"):
+                _count_samples(label, child, count)
             if tag == "replicate":
                 try:
                     replicas = int(child.get("count", "1"))
@@ -208,6 +231,31 @@ def _count_elements(
             _refuse_beyond_the_cap(label, total)
             stack.append((child, inner))
     return total
+
+
+def _check_numeric_attributes(label: str, element: ET.Element) -> None:
+    """Refuse a ``nan`` in the attributes of :data:`_NUMERIC_ATTRIBUTES` (MuJoCo's "not given")."""
+    for key, value in element.attrib.items():
+        if key in _NUMERIC_ATTRIBUTES and any(token.lower().lstrip("+-") == "nan" for token in value.split()):
+            raise ValueError(f"{label}: <{element.tag} {key}={value!r}> is not a number")
+
+
+def _count_samples(label: str, element: ET.Element, count: _BodyCount) -> None:
+    """Add an ``<hfield>``'s samples or a ``<texture>``'s pixels (as its attributes declare them)
+    to ``count``, refused beyond :data:`MAX_HFIELD_SAMPLES` or :data:`MAX_TEXTURE_PIXELS`."""
+    keys = ("nrow", "ncol") if element.tag == "hfield" else ("width", "height")
+    try:
+        sizes = [max(int(element.get(key, "0")), 0) for key in keys]
+    except ValueError:
+        raise ValueError(f"{label}: <{element.tag}> {'/'.join(keys)} are not integers") from None
+    if element.tag == "hfield":
+        count.hfield_samples += math.prod(sizes)
+        if count.hfield_samples > MAX_HFIELD_SAMPLES:
+            raise ValueError(f"{label}: height fields of more than {MAX_HFIELD_SAMPLES} samples in all")
+    else:
+        count.texture_pixels += math.prod(sizes) * (6 if element.get("type") in ("cube", "skybox") else 1)
+        if count.texture_pixels > MAX_TEXTURE_PIXELS:
+            raise ValueError(f"{label}: textures of more than {MAX_TEXTURE_PIXELS} pixels in all")
 
 
 def _refuse_beyond_the_cap(label: str, bodies: int) -> None:

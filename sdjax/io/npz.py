@@ -10,7 +10,7 @@ the caller expects and :data:`MAX_ENTRY_BYTES`, and only then reads the data. Ev
 
 from __future__ import annotations
 
-import json
+
 import math
 import os
 import zipfile
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.inputs import naming_the_file
+from sdjax.io.inputs import naming_the_file, parse_json
 
 __all__ = ["MAX_ENTRY_BYTES", "MAX_TEXT_CHARS", "NpzArchive"]
 
@@ -59,10 +59,11 @@ class NpzArchive:
         return self
 
     def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
-        """Close the archive; a ``ValueError`` raised while reading it (by the caller's checks
-        too, e.g. of a model stored inside) gets the file's name in front when it lacks it."""
+        """Close the archive; a ``ValueError`` or ``TypeError`` raised while reading it (by the
+        caller's checks too, e.g. of a model stored inside) gets the file's name in front when it
+        lacks it."""
         self._zip.close()
-        if isinstance(error, ValueError) and (named := naming_the_file(self.name, error)) is not error:
+        if isinstance(error, (ValueError, TypeError)) and (named := naming_the_file(self.name, error)) is not error:
             raise named from None
 
     def __contains__(self, entry: str) -> bool:
@@ -134,8 +135,6 @@ class NpzArchive:
             )
         text = str(self.array(entry, (), kinds="U"))
         try:
-            return json.loads(text)
+            return parse_json(text)
         except ValueError as err:
-            raise ValueError(f"{self.name}: entry {entry!r} is not valid JSON ({err})") from None
-        except RecursionError:
-            raise ValueError(f"{self.name}: entry {entry!r} is JSON nested too deeply to read") from None
+            raise ValueError(f"{self.name}: entry {entry!r} is {err}") from None

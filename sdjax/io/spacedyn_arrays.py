@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.inputs import numeric_array
+from sdjax.io.inputs import numeric_array, real_numbers
 from sdjax.model import Model, check_spacedyn_base, check_spacedyn_end_points, warn_unphysical_inertia
 
 __all__ = ["model_from_lp", "model_from_spacedyn_arrays", "model_to_spacedyn_arrays"]
@@ -90,18 +90,23 @@ def model_from_spacedyn_arrays(
     Raises:
         ValueError: naming the array, the (1-based) entry and the rule broken.
     """
-    bb = np.asarray(BB).reshape(-1)
-    n = bb.size
+    if isinstance(BB, str):  # (a MATLAB char array, read as text)
+        raise ValueError(f"SpaceDyn BB: expected integers, got text {BB!r}")
+    try:
+        parents = real_numbers(BB).reshape(-1)
+    except ValueError as err:
+        raise ValueError(f"SpaceDyn BB: expected integers ({err})") from None
+    n = parents.size
     if n > MAX_LINKS:
         raise ValueError(f"SpaceDyn BB: {n} links exceeds the limit of {MAX_LINKS}")
-    if not np.all(np.equal(np.mod(bb, 1), 0)):
-        raise ValueError(f"SpaceDyn BB: entries must be integers, got {bb.tolist()}")
-    bb = bb.astype(np.int64)
-    for i, b in enumerate(bb):
+    for i, b in enumerate(parents):  # (before any cast to integers: 1e300 has no int64)
+        if not (np.isfinite(b) and b == np.floor(b)):
+            raise ValueError(f"SpaceDyn BB({i + 1}) = {b:g}: entries must be integers")
         if not 0 <= b <= i:
             raise ValueError(
-                f"SpaceDyn BB({i + 1}) = {b}: the parent of link {i + 1} must be 0 (base) or a lower-numbered link"
+                f"SpaceDyn BB({i + 1}) = {b:g}: the parent of link {i + 1} must be 0 (base) or a lower-numbered link"
             )
+    bb = parents.astype(np.int64)
     joint_type = list(J_type) if isinstance(J_type, str) else [str(t) for t in np.asarray(J_type).reshape(-1)]
     if len(joint_type) != n:
         raise ValueError(f"SpaceDyn J_type: expected {n} joint types, got {len(joint_type)}")

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from sdjax.io.inputs import names_the_file, read_text_file
+from sdjax.io.inputs import names_the_file, read_text_file, text_number
 from sdjax.model import Model, check_spacedyn_base, check_spacedyn_end_points, warn_unphysical_inertia
 
 __all__ = ["model_from_def", "model_to_def", "save_def"]
@@ -99,11 +99,9 @@ class _Entry:
         values = []
         for token in self.tokens:
             try:
-                if "_" in token:  # (Python's float() reads "1_0" as 10; no file format does)
-                    raise ValueError(token)
-                value = float(token)
-            except ValueError:
-                raise ValueError(f"{self.where()}: {token!r} is not a number") from None
+                value = text_number(token)
+            except ValueError as err:
+                raise ValueError(f"{self.where()}: {err}") from None
             if not np.isfinite(value):
                 raise ValueError(f"{self.where()}: {token!r} is not a finite number")
             values.append(value)

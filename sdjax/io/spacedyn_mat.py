@@ -55,20 +55,44 @@ def _struct_fields(value: Any) -> dict[str, Any]:
 
 def _plain(field: str, value: Any) -> Any:
     """A field as :func:`model_from_lp` takes it: numbers as arrays, chars as a string, a cell
-    array of chars as a list of strings."""
+    array of chars as a list of strings. Anything else (a struct, a sparse matrix, a cell of
+    numbers, complex numbers) is refused by field: NumPy would keep a struct as an object,
+    and drop an imaginary part silently."""
     if isinstance(value, str):
         return value
-    array = np.asarray(value)
-    if array.dtype.kind == "U":
-        return "".join(str(item) for item in array.ravel())
-    if array.dtype == object:
-        items = [_plain(field, item) for item in array.ravel()]
-        if all(isinstance(item, str) for item in items):
-            return items
-        raise ValueError(
-            f"SpaceDyn LP.{field}: a cell array of {[type(item).__name__ for item in items][:3]}; expected numbers or chars"
-        )
-    return array
+    if _is_struct(value) or not isinstance(value, np.ndarray):  # (SciPy's structs, sparse matrices)
+        raise ValueError(f"SpaceDyn LP.{field}: a MATLAB {_matlab_kind(value)}; expected numbers or chars")
+    if value.dtype.kind == "U":
+        return "".join(str(item) for item in value.ravel())
+    if value.dtype == object:  # (a cell array: of chars for J_type)
+        texts = [_cell_text(item) for item in value.ravel()]
+        if all(text is not None for text in texts):
+            return texts
+        kinds = sorted({_matlab_kind(item) for item, text in zip(value.ravel(), texts) if text is None})
+        raise ValueError(f"SpaceDyn LP.{field}: a cell array holding {', '.join(kinds)}; expected numbers or chars")
+    if value.dtype.kind == "c":
+        raise ValueError(f"SpaceDyn LP.{field}: complex numbers; expected real numbers")
+    return value
+
+
+def _cell_text(item: Any) -> str | None:
+    """The chars a cell holds as a string; None when it holds something else."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, np.ndarray) and item.dtype.kind == "U":
+        return "".join(str(c) for c in item.ravel())
+    return None
+
+
+def _matlab_kind(value: Any) -> str:
+    """What a value SciPy read is, in MATLAB's words (for messages)."""
+    if _is_struct(value):
+        return "struct"
+    if hasattr(value, "tocoo"):
+        return "sparse matrix"
+    if isinstance(value, np.ndarray):
+        return "char array" if value.dtype.kind == "U" else f"{value.dtype} array"
+    return type(value).__name__
 
 
 # ---- MAT-file level 5 structure check (before SciPy parses the file) ------------------------

@@ -97,7 +97,7 @@ import numpy as np
 
 from sdjax._checks import check_choice
 from sdjax.editing import combine_bodies, rotate_inertia, transform_body
-from sdjax.io.inputs import names_the_file, read_text_file
+from sdjax.io.inputs import names_the_file, read_text_file, text_number
 from sdjax.io.dh import euler123_to_matrix
 from sdjax.io.visuals import VisualShape, urdf_link_visuals, urdf_materials
 from sdjax.model import MAX_MAGNITUDE, Model
@@ -204,11 +204,8 @@ def _numbers(where: str, text: str | None, size: int, default: Sequence[float] |
         if default is None:
             raise ValueError(f"{where}: missing")
         return np.asarray(default, dtype=np.float64)
-    tokens = text.split()
-    if any("_" in v for v in tokens):  # (Python's float() reads "1_0" as 10; XML numbers have no underscores)
-        raise ValueError(f"{where}: expected {size} number(s), got {text!r}")
     try:
-        values = np.array([float(v) for v in tokens], dtype=np.float64)
+        values = np.array([text_number(v) for v in text.split()], dtype=np.float64)
     except ValueError:
         raise ValueError(f"{where}: expected {size} number(s), got {text!r}") from None
     if values.shape != (size,):
