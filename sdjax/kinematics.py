@@ -133,7 +133,7 @@ def relative_frames(model: Model, base_rotation: Array, q: Array) -> Frames:
     )
     prismatic = jnp.asarray(~model.is_revolute)
     # Vector from joint i to centroid i in the link frame (prismatic: with the slide q_i e_z).
-    displacement = -model.centroid_to_joint.at[:, 2].add(jnp.where(prismatic, -q, 0.0))
+    displacement = -model.centroid_to_joint.astype(dtype).at[:, 2].add(jnp.where(prismatic, -q, 0.0))
     to_joint = matvec3(rotation[parent], model.parent_centroid_to_joint)
     to_centroid = matvec3(rotation[1:], displacement)
     zero = jnp.zeros(3, dtype)
