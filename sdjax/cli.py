@@ -42,7 +42,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from sdjax.cli_jobs import JOBS, unwritable
+from sdjax.cli_jobs import JOBS, duration_steps, output_name_problem, unwritable
 
 __all__ = ["MAX_STEPS", "SIMULATE_DT", "TREE_DRAWN_DEPTH", "build_parser", "main"]
 
@@ -89,22 +89,12 @@ MAX_STEPS = 10_000_000
 
 
 def _num_steps(duration: float, dt: float) -> int:
-    """``duration / dt`` steps, refused above :data:`MAX_STEPS`, below one, or when ``dt`` does not
-    divide ``duration`` (to 1e-9 of a step: the run would end at another time than asked)."""
-    if not dt <= duration:
-        raise UsageError(f"need dt <= duration, got dt={dt}, duration={duration}")
-    ratio = duration / dt
-    if not ratio <= MAX_STEPS:
-        raise UsageError(
-            f"duration / dt = {ratio:.3g} steps exceeds the limit of {MAX_STEPS} steps; use a larger --dt or a shorter --duration"
-        )
-    steps = int(round(ratio))
-    if abs(ratio - steps) > 1e-9 * max(ratio, 1.0):
-        raise UsageError(
-            f"--duration {duration:g} is not a whole number of --dt {dt:g} steps ({ratio:.4g}); "
-            f"the run would end at {steps * dt:g} s"
-        )
-    return steps
+    """``duration / dt`` steps (``cli_jobs.duration_steps``: a whole number of them, 1 to
+    :data:`MAX_STEPS`), refused as a usage error naming ``--duration`` and ``--dt``."""
+    try:
+        return duration_steps(duration, dt, MAX_STEPS, "--duration", "--dt")
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -517,6 +507,9 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError("--kp and --kd are torque gains of --controller pd (computed torque uses --bandwidth)")
     # The output is checked before the run: the file name numpy will write (".npz" appended
     # when missing), an existing file only with --force, a writable directory.
+    _check_output_name(args.out, "--out", file=True)  # (as given: "" and "sub/" are no file names)
+    if os.path.isdir(args.out):
+        raise CommandError(f"--out {args.out}: is a directory; name a file in it")
     out = args.out if args.out.endswith(".npz") else args.out + ".npz"
     _check_output_file(out, args.force, "--out")
     model = _load_model(args.model, args.float32, _reader_options(args))
@@ -618,9 +611,19 @@ def _simulate(args: argparse.Namespace) -> int:
 # plot
 
 
+def _check_output_name(path: str, option: str, *, file: bool) -> None:
+    """Refuse (before any work) an output path that names no output whatever is on disk
+    (``cli_jobs.output_name_problem``: an empty path; for a ``file``, one ending in a separator)."""
+    problem = output_name_problem(path, file=file)
+    if problem:
+        raise UsageError(f"{option} {path!r}: {problem}")
+
+
 def _check_output_file(path: str, force: bool, option: str) -> None:
-    """Refuse (before any work) an output file that cannot be written: its directory missing or
-    not writable, the path a directory, or an existing file without ``--force``."""
+    """Refuse (before any work) an output file that cannot be written: an empty path or one
+    ending in a separator, its directory missing or not writable, the path a directory, or an
+    existing file without ``--force``."""
+    _check_output_name(path, option, file=True)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise CommandError(f"{option} {path}: directory {directory} does not exist")
@@ -647,6 +650,7 @@ def _plot(args: argparse.Namespace) -> int:
 
     run = load_run(args.run)
     out = args.out if args.out is not None else os.path.splitext(args.run)[0] + "_plots"
+    _check_output_name(out, "--out", file=False)
     # Every output checked before drawing any: nothing overwritten without --force.
     if os.path.exists(out) and not os.path.isdir(out):
         raise CommandError(f"--out {out}: exists and is not a directory")
@@ -911,6 +915,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _job(args: argparse.Namespace) -> int:
+    if args.out is not None:  # (the config's outputs.directory is checked with the config)
+        _check_output_name(args.out, "--out", file=False)
     _setup_jax(args.float32)
     return JOBS[args.command][0](args, lambda spec: _load_model(spec, args.float32), MAX_STEPS)
 

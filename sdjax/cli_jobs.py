@@ -206,17 +206,54 @@ def _digits(value: int) -> int:
     return int(abs(value).bit_length() * math.log10(2)) + 1
 
 
+def duration_steps(
+    duration: float, dt: float, max_steps: int, duration_name: str = "duration", dt_name: str = "dt"
+) -> int:
+    """``duration / dt`` as a whole number of integration steps, 1 to ``max_steps``: the one rule of
+    every command that turns a duration into a step count (``demo``, ``simulate``, ``identify``).
+    ``ValueError`` (its message names the two settings as ``duration_name`` and ``dt_name``) for a
+    duration or step that is not positive and finite, a step longer than the duration, more than
+    ``max_steps`` steps (an infinite ratio too), or a duration that is not a whole number of steps
+    to 1e-9 of a step (the run would end at another time than asked, and report the asked one)."""
+    for name, value in ((duration_name, duration), (dt_name, dt)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    if not dt <= duration:
+        raise ValueError(f"need {dt_name} <= {duration_name}, got {dt_name} {dt:g}, {duration_name} {duration:g}")
+    ratio = duration / dt
+    if not ratio <= max_steps:  # (inf too: 1e300 / 1e-10)
+        raise ValueError(
+            f"{duration_name} / {dt_name} = {ratio:.3g} steps exceeds the limit of {max_steps} steps; "
+            f"use a larger {dt_name} or a shorter {duration_name}"
+        )
+    steps = int(round(ratio))
+    if abs(ratio - steps) > 1e-9 * max(ratio, 1.0):
+        raise ValueError(
+            f"{duration_name} {duration:g} is not a whole number of {dt_name} {dt:g} steps ({ratio:.4g}); "
+            f"the run would end at {steps * dt:g} s"
+        )
+    return steps
+
+
 def _apply_override(path: str, data: dict, item: str) -> None:
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
         raise ConfigError(f"--set {item}: expected KEY=VALUE (e.g. problem.steps=10)")
+    if "\n" in key or "\r" in key:
+        raise ConfigError(f"--set {key!r}: the key holds a line break; give one KEY=VALUE per --set")
     try:
-        value = tomllib.loads(f"v = {text}")["v"]
+        parsed = tomllib.loads(f"v = {text}")
     except tomllib.TOMLDecodeError:
         raise ConfigError(f"--set {item}: {text!r} is not a TOML value (strings need quotes)") from None
     except RecursionError:
         raise ConfigError(f"--set {key}: the value is nested too deeply to read") from None
+    if set(parsed) != {"v"}:  # (a line break, then more TOML: it would set other keys, or be dropped)
+        extra = ", ".join(k for k in parsed if k != "v")
+        raise ConfigError(
+            f"--set {key}: the value goes on past a line break to set {extra}; give one KEY=VALUE per --set"
+        )
+    value = parsed["v"]
     node = data
     parts = key.split(".")
     for part in parts[:-1]:
@@ -280,6 +317,11 @@ def _outputs(
         if parquet and not available:
             raise out.fail("parquet", 'needs pyarrow (pip install "sdjax[data]"; or outputs.parquet = false)')
     out.done()
+    problem = output_name_problem(directory, file=False)  # (--out: refused by the command line first)
+    if problem and args.out is not None:
+        raise ConfigError(f"--out {directory!r}: {problem}")
+    if problem:
+        raise out.fail("directory", problem)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise ConfigError(f"{directory}: exists and is not a directory")
     parent = os.path.dirname(os.path.abspath(directory))
@@ -302,6 +344,20 @@ def _outputs(
     if reason:
         raise ConfigError(f"{directory}: cannot write the outputs there ({reason})")
     return directory, plots, parquet
+
+
+def output_name_problem(path: str, *, file: bool) -> str:
+    """What is wrong with the text ``path`` as the name of an output, whatever is on disk, or
+    ``""``: the check every command makes of its output paths before any work (``file``: the
+    path of one file, else of the directory the outputs go in; what is on disk is checked next,
+    by the caller). An empty path names nothing (the write would fail only after the run, or a
+    file become the hidden ``.npz``); a file's path cannot end in a path separator (``sub/``
+    would become ``sub/.npz``)."""
+    if not path:
+        return f"an empty path; name {'a file' if file else 'a directory'}"
+    if file and path.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        return "ends in a path separator (names a directory); name a file in it"
+    return ""
 
 
 def unwritable(directory: str) -> str:
@@ -368,7 +424,9 @@ def plan_job(args: argparse.Namespace, load_model: Callable[[str], Any], max_ste
     model = _model(config, load_model)
     n, dtype = model.num_joints, model.dtype
     problem_t = config.table("problem")
-    end_point = problem_t.integer("end_point", 0, minimum=0, maximum=max(model.num_end_points - 1, 0))
+    if not model.num_end_points:
+        raise problem_t.fail("end_point", f"the model {model.name} has no end points (a plan moves one to the target)")
+    end_point = problem_t.integer("end_point", 0, minimum=0, maximum=model.num_end_points - 1)
     q0 = problem_t.vector("initial_q", np.zeros(n), size=n)
     duration = problem_t.number("duration", sign="positive")
     steps = problem_t.integer("steps", maximum=max_steps)
@@ -646,9 +704,12 @@ def identify_job(args: argparse.Namespace, load_model: Callable[[str], Any], max
     ex = config.table("excitation")
     duration = ex.number("duration", sign="positive") if not measured else 0.0
     dt = ex.number("dt", 0.005, sign="positive")
-    steps = int(round(duration / dt))
-    if not measured and not 1 <= steps <= max_steps:
-        raise ex.fail("duration", f"duration / dt = {duration / dt:.3g} steps; expected 1 to {max_steps}")
+    steps = 0
+    if not measured:
+        try:
+            steps = duration_steps(duration, dt, max_steps, f"{ex.prefix}duration", f"{ex.prefix}dt")
+        except ValueError as err:
+            raise ConfigError(f"{config.path}: {err}") from None
     every = ex.integer("sample_every", 4, maximum=max(steps, 1))
     q0 = ex.vector("initial_q", np.zeros(n), size=n)
     kind = ex.string("kind", "sinusoidal", choices=("sinusoidal", "optimal"))

@@ -118,7 +118,7 @@ BAD_INPUTS = [
     (["simulate", "spacedyn_sample", "--dt", "abc"], "argument --dt: expected a number, got 'abc'"),
     (["simulate", "spacedyn_sample", "--dt", "-0.1"], "expected a positive number"),
     (["simulate", "spacedyn_sample", "--duration", "nan"], "expected a finite number"),
-    (["simulate", "spacedyn_sample", "--duration", "0.1", "--dt", "0.5"], "need dt <= duration"),
+    (["simulate", "spacedyn_sample", "--duration", "0.1", "--dt", "0.5"], "need --dt <= --duration"),
     (
         ["simulate", "spacedyn_sample", "--duration", "1", "--dt", "0.4"],
         "--duration 1 is not a whole number of --dt 0.4 steps (2.5); the run would end at 0.8 s",
@@ -234,6 +234,28 @@ def test_plot_checks_every_output_before_drawing(tmp_path, sample_run_file, caps
         assert "--out /proc/sdjax-plots: cannot write there" in capsys.readouterr().err
     assert main(["plot", sample_run_file, "--out", str(plots), "--dpi", "20", "--force"]) == 0
     assert (plots / "energy.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "argv, status, message",
+    [
+        (["simulate", "spacedyn_sample", "--out", ""], 2, "--out '': an empty path; name a file"),
+        (["simulate", "spacedyn_sample", "--out", "sub/"], 2, "--out 'sub/': ends in a path separator (names a directory)"),
+        (["simulate", "spacedyn_sample", "--out", "sub"], 1, "--out sub: is a directory; name a file in it"),
+        (["plot", "{run}", "--out", ""], 2, "--out '': an empty path; name a directory"),
+    ],
+)  # fmt: skip
+def test_output_paths_naming_no_file_are_refused_before_running(
+    argv, status, message, tmp_path, sample_run_file, capsys, monkeypatch
+):
+    """An empty output path, or a file's path ending in a separator or naming a directory, is
+    refused before the run (it wrote the hidden ./.npz, sub/.npz, or failed after the work)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    assert main([arg.format(run=sample_run_file) for arg in argv]) == status
+    err = capsys.readouterr().err
+    assert err.startswith("sdjax: error: ") and err.count("\n") == 1 and message in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]  # nothing written
 
 
 def test_info_tree_of_a_very_deep_chain():

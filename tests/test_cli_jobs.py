@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -381,6 +382,7 @@ REFUSALS = [
         "planner.method: 'minimum_time' needs torque limits ([limits] torque)",
     ),
     (PLAN + "relative_tolerance = 0.1\n", "planner.relative_tolerance: applies to method = 'minimum_time' only"),
+    (PLAN.replace("steps = 10", "steps = 10\nend_point = 2"), "problem.end_point: expected at most 1, got 2"),
 ]
 
 
@@ -461,3 +463,99 @@ def test_set_override_and_usage_errors(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert main(["plan", path, "--out", str(tmp_path / "file")]) == 1
     assert "exists and is not a directory" in capsys.readouterr().err
+
+
+IDENTIFY = """model = "spacedyn_sample"
+[unknowns]
+payload_link = 6
+[payload]
+mass = 3.0
+centroid = [0.1, 0.0, 0.0]
+inertia = [[0.1, 0, 0], [0, 0.1, 0], [0, 0, 0.1]]
+[excitation]
+duration = 1.0
+dt = 0.25
+[outputs]
+plots = false
+"""
+
+
+@pytest.mark.parametrize(
+    "duration, dt, message",
+    [
+        ("1e300", "1e-10", "job.toml: excitation.duration / excitation.dt = inf steps exceeds the limit of 10000000 steps"),
+        ("1.0", "1e-8", "excitation.duration / excitation.dt = 1e+08 steps exceeds the limit of 10000000 steps"),
+        ("1.0", "0.3", "job.toml: excitation.duration 1 is not a whole number of excitation.dt 0.3 steps (3.333); "
+                       "the run would end at 0.9 s"),
+        ("1.0", "2.0", "job.toml: need excitation.dt <= excitation.duration, got excitation.dt 2, excitation.duration 1"),
+    ],
+)  # fmt: skip
+def test_identify_refuses_a_duration_of_no_whole_number_of_steps_before_running(
+    tmp_path, capsys, duration, dt, message
+):
+    """[excitation] duration / dt is the step count of the simulated record: refused (before any
+    compilation) unless a whole number of steps within the limit, by the rule of
+    ``simulate --duration --dt`` (``cli_jobs.duration_steps``). It overflowed (1e300 / 1e-10: an
+    unexpected OverflowError) and ran 3 steps (0.9 s) reporting a 1 s record."""
+    argv = ["identify", _config(tmp_path, IDENTIFY), "--out", str(tmp_path / "out"), "--no-progress",
+            "--set", f"excitation.duration={duration}", "--set", f"excitation.dt={dt}"]  # fmt: skip
+    start = time.perf_counter()
+    assert main(argv) == 1
+    assert time.perf_counter() - start < 5.0  # (refused while reading the config: no JAX program compiled)
+    err = capsys.readouterr().err
+    assert err.startswith("sdjax: error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_plan_refuses_a_model_without_end_points(tmp_path, capsys, sample_model):
+    """A plan moves an end point: a model with none is refused before planning (it ended with
+    an unexpected IndexError of the end-point kinematics)."""
+    import sdjax
+
+    sdjax.save_model(sample_model, tmp_path / "sample.json")
+    data = json.loads((tmp_path / "sample.json").read_text())
+    data["end_points"] = []
+    (tmp_path / "noend.json").write_text(json.dumps(data))
+    text = PLAN.replace('"spacedyn_sample"', '"noend.json"').replace("duration = 2.0", "duration = 1.0")
+    assert main(["plan", _config(tmp_path, text), "--out", str(tmp_path / "out"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "job.toml: problem.end_point: the model spacedyn_sample has no end points" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_jobs_refuse_an_empty_output_directory(tmp_path, capsys, monkeypatch):
+    """``--out ""`` (a usage error, status 2) or ``[outputs] directory = ""`` (a config refusal,
+    status 1) names no directory: refused before the run (which failed after the work with
+    "[Errno 2] No such file or directory: ''")."""
+    monkeypatch.chdir(tmp_path)
+    path = _config(tmp_path, PLAN)
+    for job in ("plan", "identify", "montecarlo"):
+        assert main([job, path, "--out", "", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err == "sdjax: error: --out '': an empty path; name a directory\n", err
+    assert main(["plan", _config(tmp_path, PLAN + '[outputs]\ndirectory = ""\n'), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sdjax: error: ") and err.count("\n") == 1, err
+    assert err.endswith("job.toml: outputs.directory: an empty path; name a directory\n"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.toml"]  # nothing written
+
+
+def test_set_refuses_a_value_that_goes_on_past_a_line_break(tmp_path, capsys):
+    """One --set sets one key: text after a line break in its value (more TOML) was dropped
+    silently; a value spread over lines (an array) is still one value."""
+    from sdjax.cli_jobs import read_config
+
+    path = _config(tmp_path, PLAN)
+    assert main(["plan", path, "--set", "problem.steps=10\nstpes = 3", "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "sdjax: error: --set problem.steps: the value goes on past a line break to set stpes; "
+        "give one KEY=VALUE per --set\n"
+    ), err
+    assert main(["plan", path, "--set", "problem.steps=10\n[planner]\nmethod = 'optimize'"]) == 1
+    assert "the value goes on past a line break to set planner;" in capsys.readouterr().err
+    assert main(["plan", path, "--set", "problem\n.steps=10"]) == 1
+    assert "--set 'problem\\n.steps': the key holds a line break" in capsys.readouterr().err
+    config = read_config(path, ["problem.target_offset=[0.2,\n 0.0, 0.0]  # a comment\n"])
+    assert config.data["problem"]["target_offset"] == [0.2, 0.0, 0.0]
