@@ -228,6 +228,8 @@ def float_array(
     check_choice("float_array: sign", sign, (None, *SIGNS))
     check_choice("float_array: scalar", scalar, SCALARS)
     scalar_ok = scalar != "refuse"
+    if isinstance(value, (str, bytes)):  # (jnp.asarray reads some strings as dtype names: "d")
+        raise TypeError(f"{name}: expected numbers, got {type(value).__name__} {value!r}")
     try:
         arr = jnp.asarray(value)
     except (TypeError, ValueError):
@@ -307,6 +309,8 @@ def check_vector(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> A
     if value is None:
         return jnp.zeros(shape, dtype)
     try:
+        if isinstance(value, (str, bytes)):  # (jnp.asarray reads some strings as dtype names: "d")
+            raise TypeError
         arr = jnp.asarray(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: expected numbers, got {type(value).__name__} {value!r}") from None

@@ -39,7 +39,7 @@ from jax import Array
 
 from sdjax.algebra import cross3, matmul
 from sdjax.dynamics import bias_forces, floating_inertia_matrix, inertia_matrix, passive_joint_torques
-from sdjax.jacobians import end_point_jacobians, point_jacobian
+from sdjax.jacobians import _check_body, _point_jacobian, end_point_jacobians
 from sdjax.model import Model, check_no_mimic, floating_coordinates, joint_coordinates
 from sdjax._checks import check_vector
 from sdjax.state import State, check_state
@@ -256,7 +256,6 @@ def momentum_offset(model: Model, state: State, h: Array, jacobian: Array, momen
     )
 
 
-@eqx.filter_jit
 def generalized_jacobian(model: Model, state: State, link: int, point: Any = None) -> Array:
     """Generalized Jacobian of a point fixed on a link (seed 003 eq 110).
 
@@ -270,11 +269,17 @@ def generalized_jacobian(model: Model, state: State, link: int, point: Any = Non
         ``(6, n)`` matrix ``J*`` mapping ``qd`` to the point's ``[linear; angular]`` velocity
         (inertial frame) when the momentum is zero; see :func:`generalized_velocity_offset`.
     """
-    check_state(model, state)
-    return generalized_columns(model, inertia_matrix(model, state), point_jacobian(model, state, link, point))
+    # The index is checked and made a Python int before jit (a NumPy integer would be traced).
+    return _generalized_jacobian(model, state, _check_body(model, link, "generalized_jacobian"), point)
 
 
 @eqx.filter_jit
+def _generalized_jacobian(model: Model, state: State, link: int, point: Any) -> Array:
+    check_state(model, state)
+    columns = _point_jacobian(model, state, link, point, "generalized_jacobian")
+    return generalized_columns(model, inertia_matrix(model, state), columns)
+
+
 def generalized_velocity_offset(
     model: Model, state: State, link: int, point: Any = None, momentum: Any = None
 ) -> Array:
@@ -287,9 +292,16 @@ def generalized_velocity_offset(
     Returns:
         ``(6,)`` ``[linear (m/s); angular (rad/s)]`` velocity, inertial frame.
     """
+    link = _check_body(model, link, "generalized_velocity_offset")
+    return _generalized_velocity_offset(model, state, link, point, momentum)
+
+
+@eqx.filter_jit
+def _generalized_velocity_offset(model: Model, state: State, link: int, point: Any, momentum: Any) -> Array:
     check_state(model, state)
     h = inertia_matrix(model, state)
-    return momentum_offset(model, state, h, point_jacobian(model, state, link, point), momentum)
+    columns = _point_jacobian(model, state, link, point, "generalized_velocity_offset")
+    return momentum_offset(model, state, h, columns, momentum)
 
 
 @eqx.filter_jit

@@ -272,6 +272,27 @@ class Unknowns:
     links: tuple[int, ...] = ()
     payload_link: int | None = None
 
+    def __post_init__(self) -> None:
+        # A list of links is taken as the tuple it stands for (the field must stay hashable: it
+        # is static under jit); every entry and the payload link must be integers.
+        links = self.links
+        if isinstance(links, (list, np.ndarray)):
+            links = tuple(np.asarray(links).tolist()) if isinstance(links, np.ndarray) else tuple(links)
+        if not isinstance(links, tuple):
+            raise TypeError(f"Unknowns: links: expected a tuple of link indices, got {type(links).__name__} {links!r}")
+        for i, k in enumerate(links):
+            if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+                raise TypeError(f"Unknowns: links[{i}]: expected an integer link index, got {type(k).__name__} {k!r}")
+        object.__setattr__(self, "links", tuple(int(k) for k in links))
+        payload = self.payload_link
+        if payload is not None:
+            if isinstance(payload, (bool, np.bool_)) or not isinstance(payload, (int, np.integer)):
+                raise TypeError(
+                    f"Unknowns: payload_link: expected an integer link index or None, got {type(payload).__name__} "
+                    f"{payload!r}"
+                )
+            object.__setattr__(self, "payload_link", int(payload))
+
     def labels(self, model: Model) -> tuple[str, ...]:
         """One label per estimated body (links first, then the payload)."""
         out = tuple(model.link_names[k - 1] for k in self.links)
@@ -501,7 +522,15 @@ class Dataset(eqx.Module):
             )
 
     def subsample(self, every: int) -> Dataset:
-        """Every ``every``-th sample (torques averaged over the merged intervals)."""
+        """Every ``every``-th sample (torques averaged over the merged intervals); ``every`` an
+        integer >= 1 that leaves at least the 2 samples a :class:`Dataset` needs."""
+        every = check_count("Dataset.subsample: every", every, 1)
+        kept = -(-self.num_samples // every)  # samples 0, every, 2 every, ...
+        if kept < 2:
+            raise ValueError(
+                f"Dataset.subsample: every={every} keeps {kept} of the {self.num_samples} samples; a Dataset needs "
+                f"at least 2 (every <= {self.num_samples - 1})"
+            )
         states = jax.tree.map(lambda x: x[::every], self.states)
         num = jnp.shape(states.q)[0]
         torques = None
@@ -616,6 +645,7 @@ def tracking_record(
 def _check_problem(model: Model, data: Dataset, unknowns: Unknowns, residual: str) -> None:
     check_no_mimic(model, "identification")
     check_type("identification: data", data, Dataset, "a Dataset")
+    check_type("identification: unknowns", unknowns, Unknowns, "a sdjax.Unknowns")
     unknowns.check(model)
     n = model.num_joints
     if data.states.q.shape[1] != n:
@@ -640,6 +670,43 @@ def _check_problem(model: Model, data: Dataset, unknowns: Unknowns, residual: st
                 f"base translates in, {[BASE_TWIST_NAMES[k] for k in translations]}), but model.gravity is "
                 f"{np.asarray(model.gravity).tolist()}"
             )
+
+
+def _checked_weights(owner: str, model: Model, kwargs: dict) -> dict:
+    """The residual options ``kwargs`` with the weights checked and made arrays: ``(6,)``
+    ``momentum_weights`` and ``(6 + n,)`` ``dynamics_weights``, finite and non-negative (values
+    checked when concrete)."""
+    out = dict(kwargs)
+    sizes = {"momentum_weights": (6, "one per row of [P; L_O]"), "dynamics_weights": (6 + model.num_joints, "")}
+    for key, (size, hint) in sizes.items():
+        if isinstance(out.get(key), (str, bytes)):  # (jnp.asarray reads "a", "d" as dtype names)
+            raise TypeError(f"{owner}: {key}: expected numbers, got {type(out[key]).__name__} {out[key]!r}")
+        if out.get(key) is not None:
+            hint = hint or f"one per row of [F0; N0; tau], n={model.num_joints} joints"
+            out[key] = float_array(f"{owner}: {key}", out[key], shape=(size,), sign="non-negative", hint=hint)
+    return out
+
+
+def _check_parameters(owner: str, unknowns: Unknowns, params: Any, what: str = "params") -> None:
+    """``params`` an :class:`InertialParameters` of one body per estimated body."""
+    check_type(f"{owner}: {what}", params, InertialParameters, "sdjax.InertialParameters")
+    k = unknowns.num_bodies
+    if jnp.shape(params.mass) != (k,):
+        raise ValueError(
+            f"{owner}: {what}: expected {k} bodies (one per body the Unknowns estimate), got masses of shape "
+            f"{jnp.shape(params.mass)}"
+        )
+
+
+def _check_optimizer(owner: str, optimizer: Any) -> None:
+    """``optimizer`` ``None`` or an ``optax`` gradient transformation (``init``, ``update``)."""
+    if optimizer is not None and not (
+        callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))
+    ):
+        raise TypeError(
+            f"{owner}: optimizer: expected None (Levenberg-Marquardt) or an optax gradient transformation with "
+            f"init and update (e.g. optax.adam(1e-2)), got {type(optimizer).__name__} {optimizer!r}"
+        )
 
 
 def _midpoints(data: Dataset) -> tuple[State, Array]:
@@ -681,6 +748,11 @@ def residuals(
         ``(R,)`` residuals, each block divided by the square root of its number of samples.
     """
     _check_problem(model, data, unknowns, residual)
+    _check_parameters("residuals", unknowns, params)
+    weights = _checked_weights(
+        "residuals", model, dict(momentum_weights=momentum_weights, dynamics_weights=dynamics_weights)
+    )
+    momentum_weights, dynamics_weights = weights["momentum_weights"], weights["dynamics_weights"]
     est = _model_with_any_estimates(model, unknowns, params)
     dtype = data.states.q.dtype
     total = jax.lax.stop_gradient(model.total_mass).astype(dtype)
@@ -763,10 +835,19 @@ def regressor(
     """``(R, 10 k)`` Jacobian of :func:`residuals` with respect to the stacked parameter vectors
     (exact regressor: the residuals are linear in the parameters), at ``params`` (default the
     nominal model's). ``kwargs``: residual options of :func:`residuals`."""
+    return _checked_regressor("regressor", model, data, unknowns, params, kwargs)
+
+
+def _checked_regressor(
+    owner: str, model: Model, data: Dataset, unknowns: Unknowns, params: InertialParameters | None, kwargs: dict
+) -> Array:
+    """:func:`regressor`, its arguments checked (before any tracing) in messages naming ``owner``."""
     _check_problem(model, data, unknowns, kwargs.get("residual", "momentum"))
+    kwargs = _checked_weights(owner, model, kwargs)
     if params is None:
         params = _nominal(model, unknowns)
-    kwargs = {key: (jnp.asarray(v) if key.endswith("_weights") and v is not None else v) for key, v in kwargs.items()}
+    else:
+        _check_parameters(owner, unknowns, params)
     return _regressor(model, data, unknowns, params.vector().ravel(), kwargs)
 
 
@@ -790,12 +871,13 @@ def identifiability(
 
     Arguments:
         model, data, unknowns, params: as :func:`regressor`.
-        tolerance: relative singular-value threshold of the numerical rank (default 1e-8: well
-            above float64 round-off of the equilibrated regressor, well below the smallest
-            singular value of any excited combination in the examples).
+        tolerance: relative singular-value threshold of the numerical rank, strictly between 0
+            and 1 (default 1e-8: well above float64 round-off of the equilibrated regressor, well
+            below the smallest singular value of any excited combination in the examples).
         **kwargs: residual options (``residual=``, weights) passed to :func:`residuals`.
     """
-    y = np.asarray(regressor(model, data, unknowns, params, **kwargs), np.float64)
+    tolerance = check_fraction("identifiability: tolerance", tolerance)
+    y = np.asarray(_checked_regressor("identifiability", model, data, unknowns, params, kwargs), np.float64)
     return _identifiability(y, unknowns.parameter_names(model), tolerance)
 
 
@@ -1137,7 +1219,8 @@ def estimate_covariance(
             number of samples): a scalar, an ``(R,)`` vector, or for a single-block residual
             one value per channel (``(c,)``, the block's columns, repeated over the samples).
             ``None``: estimated from the residual.
-        tolerance: relative singular-value threshold of the rank (:func:`identifiability`).
+        tolerance: relative singular-value threshold of the rank (:func:`identifiability`),
+            strictly between 0 and 1.
         confidence: level of the intervals (default 0.95: ``+- 1.96 std``).
         method: ``"white"`` (default) or ``"sandwich"`` (above).
         **kwargs: residual options (``residual=``, weights) of :func:`residuals`.
@@ -1145,8 +1228,10 @@ def estimate_covariance(
     Returns:
         :class:`ParameterCovariance`.
     """
-    y = np.asarray(regressor(model, data, unknowns, params, **kwargs), np.float64)
-    kwargs = {key: (jnp.asarray(v) if key.endswith("_weights") and v is not None else v) for key, v in kwargs.items()}
+    tolerance = check_fraction("estimate_covariance: tolerance", tolerance)
+    check_type("estimate_covariance: params", params, InertialParameters, "sdjax.InertialParameters")
+    y = np.asarray(_checked_regressor("estimate_covariance", model, data, unknowns, params, kwargs), np.float64)
+    kwargs = _checked_weights("estimate_covariance", model, kwargs)
     r = np.asarray(residuals(model, data, unknowns, params, **kwargs), np.float64)
     groups = _sample_groups(model, data, kwargs.get("residual", "momentum"), r.size)
     return _covariance(
@@ -1343,7 +1428,8 @@ def identify(
         regularization: weight ``rho`` of ``rho/2 |theta - theta_0|^2`` added to the loss (pulls
             unobservable directions towards the initial guess; 0 = none).
         truth: true parameters (same bodies) to report errors against.
-        tolerance: relative singular-value threshold of the identifiability report.
+        tolerance: relative singular-value threshold of the identifiability report (and the
+            covariance's rank), strictly between 0 and 1.
         momentum_weights, dynamics_weights: see :func:`residuals`.
         noise_std: known standard deviation of the residual noise (:func:`estimate_covariance`)
             for ``result.covariance``; ``None`` (default) estimates it from the residual. The
@@ -1360,14 +1446,18 @@ def identify(
     max_iterations = renamed_keyword("identify", "num_steps", num_steps, "max_iterations", max_iterations, 50)
     num_steps = check_count("identify: max_iterations", max_iterations, 0)
     float_array("identify: regularization", regularization, shape=(), sign="non-negative")
+    tolerance = check_fraction("identify: tolerance", tolerance)
+    _check_optimizer("identify", optimizer)
     k = unknowns.num_bodies
     # The residuals are affine in the parameter vectors pi (momentum and inverse dynamics are linear
     # in each body's mass, first moment and inertia about a fixed point): r(pi) = r(pi_0) +
     # Y (pi - pi_0) exactly, with the regressor Y evaluated once (one forward-mode pass over the
     # data); every iteration below then costs O(R p) instead of a pass over the dynamics.
-    kwargs = dict(residual=residual, momentum_weights=momentum_weights, dynamics_weights=dynamics_weights)
+    kwargs = _checked_weights(
+        "identify", model, dict(residual=residual, momentum_weights=momentum_weights, dynamics_weights=dynamics_weights)
+    )
     nominal = _nominal(model, unknowns)
-    y = regressor(model, data, unknowns, nominal, **kwargs)
+    y = _checked_regressor("identify", model, data, unknowns, nominal, kwargs)
     offset = residuals(model, data, unknowns, nominal, **kwargs)
     if initial is None:
         initial = _least_squares_start(np.asarray(y, np.float64), np.asarray(offset, np.float64), nominal)

@@ -113,7 +113,6 @@ def _checked_pass(model: Model, state: State) -> KinematicPass:
     return kinematic_pass(model, state)
 
 
-@eqx.filter_jit
 def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> Array:
     """Jacobian of a point fixed on a body.
 
@@ -128,14 +127,19 @@ def point_jacobian(model: Model, state: State, link: int, point: Any = None) -> 
         ``(6, nv)`` Jacobian ``[linear; angular]`` w.r.t. the generalized velocity
         (``[v0, w0, qd]`` for a floating base, ``nv = 6 + n``; see the module docstring).
     """
-    link = _check_body(model, link, "point_jacobian")
+    # The index is checked and made a Python int before jit (a NumPy integer would be traced).
+    return _point_jacobian(model, state, _check_body(model, link, "point_jacobian"), point, "point_jacobian")
+
+
+@eqx.filter_jit
+def _point_jacobian(model: Model, state: State, link: int, point: Any, owner: str) -> Array:
+    """:func:`point_jacobian` of a checked static ``link``; messages name ``owner``."""
     motion = _checked_pass(model, state)
-    point = check_vector("point_jacobian: point", point, (3,), motion.frames.centroid.dtype)
+    point = check_vector(f"{owner}: point", point, (3,), motion.frames.centroid.dtype)
     x = _point_on_body(model, motion.frames, link, point)
     return free_coordinates(model, jacobians_at_points(model, motion.axes, np.array([link]), x[None])[0], -1)
 
 
-@eqx.filter_jit
 def point_jacobian_derivative(model: Model, state: State, link: int, point: Any = None) -> Array:
     """Time derivative of :func:`point_jacobian` along the state's velocities.
 
@@ -149,7 +153,12 @@ def point_jacobian_derivative(model: Model, state: State, link: int, point: Any 
         ``(6, nv)`` ``dJ/dt`` ``[linear; angular]`` rows over the generalized velocity, as
         :func:`point_jacobian`'s columns.
     """
-    link = _check_body(model, link, "point_jacobian_derivative")
+    return _point_jacobian_derivative(model, state, _check_body(model, link, "point_jacobian_derivative"), point)
+
+
+@eqx.filter_jit
+def _point_jacobian_derivative(model: Model, state: State, link: int, point: Any) -> Array:
+    """:func:`point_jacobian_derivative` of a checked static ``link``."""
     motion = _checked_pass(model, state)
     point = check_vector("point_jacobian_derivative: point", point, (3,), motion.frames.centroid.dtype)
     x = _point_on_body(model, motion.frames, link, point)

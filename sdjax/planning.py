@@ -75,6 +75,7 @@ from sdjax._checks import (
     check_count,
     check_index,
     check_pair,
+    check_type,
     float_array,
     is_traced,
     renamed_keyword,
@@ -140,7 +141,18 @@ def bspline_basis(s: Any, num_points: int, degree: int) -> tuple[Array, Array, A
 
     Returns:
         ``(N, dN/ds, d2N/ds2)``, each ``(K,)``; ``sum(N) == 1``.
+
+    Raises:
+        TypeError: ``num_points`` or ``degree`` not an integer.
+        ValueError: ``degree < 1`` or ``num_points < degree + 1`` (the basis would not sum to 1).
     """
+    degree = check_count("bspline_basis: degree", degree, 1)
+    num_points = check_count("bspline_basis: num_points", num_points, 1)
+    if num_points < degree + 1:
+        raise ValueError(
+            f"bspline_basis: num_points: a degree-{degree} basis needs at least degree + 1 = {degree + 1} control "
+            f"points, got {num_points}"
+        )
     s = jnp.clip(jnp.asarray(s), 0.0, 1.0)
     dtype = s.dtype
     knots = _knots(num_points, degree)
@@ -438,7 +450,9 @@ class PlanningProblem(eqx.Module):
             scalar="broadcast",
             sign="non-negative",
         )
-        self.project_limits = bool(project_limits)
+        self.project_limits = bool(
+            check_type("PlanningProblem: project_limits", project_limits, (bool, np.bool_), "a bool")
+        )
         self.position_weight = float_array(
             "PlanningProblem: position_weight", position_weight, shape=(), dtype=dtype, sign="non-negative"
         )
@@ -465,7 +479,7 @@ class PlanningProblem(eqx.Module):
         self.kd = float_array("PlanningProblem: kd", kd, shape=(n,), dtype=dtype, scalar="broadcast")
         if not is_traced(kp, kd) and (np.any(np.asarray(self.kp) <= 0) or np.any(np.asarray(self.kd) <= 0)):
             raise ValueError("PlanningProblem: kp and kd must be positive")
-        self.checkpoint = bool(checkpoint)
+        self.checkpoint = bool(check_type("PlanningProblem: checkpoint", checkpoint, (bool, np.bool_), "a bool"))
 
     def with_duration(self, duration: Any) -> PlanningProblem:
         """The same problem over another ``duration`` (s; on the host, not traced): the gains
@@ -500,19 +514,38 @@ class PlanningProblem(eqx.Module):
         return SplineTrajectory(self.initial_state.q, coefficients, self.duration, self.degree)
 
 
-def _check_coefficients(problem: PlanningProblem, coefficients: Any, *, batched: bool) -> Array:
-    arr = jnp.asarray(coefficients)
+def _numbers(name: str, value: Any) -> Any:
+    """``value`` unless it is a string: ``jnp.asarray`` reads some strings as dtype names
+    (``"a"``, ``"d"``) instead of refusing them, so :func:`float_array` is not given one."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name}: expected numbers, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_coefficients(problem: PlanningProblem, coefficients: Any, *, batched: bool, name: str = "") -> Array:
+    """Spline coefficients ``(m, n)`` (``batched``: ``(num_starts, m, n)``) in the problem's
+    dtype: numbers (``TypeError``), of that shape, finite when concrete (``ValueError``);
+    messages start with ``name``."""
+    name = name or ("initial_coefficients" if batched else "coefficients")
+    arr = float_array(name, _numbers(name, coefficients), dtype=problem.initial_state.q.dtype)
     expected = problem.coefficient_shape
     if batched:
         if arr.ndim != 3 or arr.shape[1:] != expected:
-            raise ValueError(
-                f"initial_coefficients: expected shape (num_starts, {expected[0]}, {expected[1]}), got {arr.shape}"
-            )
+            raise ValueError(f"{name}: expected shape (num_starts, {expected[0]}, {expected[1]}), got {arr.shape}")
         if arr.shape[0] == 0:
-            raise ValueError("initial_coefficients: empty batch (num_starts = 0); give at least one start")
+            raise ValueError(f"{name}: empty batch (num_starts = 0); give at least one start")
     elif arr.shape != expected:
-        raise ValueError(f"coefficients: expected shape {expected}, got {arr.shape}")
-    return arr.astype(problem.initial_state.q.dtype)
+        raise ValueError(f"{name}: expected shape {expected}, got {arr.shape}")
+    return arr
+
+
+def _check_goal(owner: str, problem: PlanningProblem, goal: Any) -> Array:
+    """``(n,)`` joint-space goal: numbers (``TypeError``), finite when concrete (``ValueError``)."""
+    n = problem.model.num_joints
+    goal = float_array(f"{owner}: goal", _numbers(f"{owner}: goal", goal))
+    if goal.shape != (n,):
+        raise ValueError(f"{owner}: goal expected shape ({n},), got {goal.shape}")
+    return goal
 
 
 # ------------------------------------------------------------------------------------------
@@ -901,7 +934,7 @@ def simulate_plan(problem: PlanningProblem, plan: Any, *, continuous: bool = Tru
 
     Arguments:
         problem: the :class:`PlanningProblem`.
-        plan: ``(m, n)`` spline coefficients, a :class:`SplineTrajectory`, or any joint
+        plan: ``(m, n)`` spline coefficients (finite), a :class:`SplineTrajectory`, or any joint
             reference ``t -> (q_d, qd_d, qdd_d)`` (e.g. :class:`sdjax.QuinticJointReference`).
         continuous: evaluate the computed-torque law at every RK4 stage (default:
             continuous-time tracking, fourth order in the step, as every planner of this module
@@ -912,13 +945,19 @@ def simulate_plan(problem: PlanningProblem, plan: Any, *, continuous: bool = Tru
     Returns:
         :class:`PlanEvaluation`.
     """
-    reference = plan if callable(plan) else problem.trajectory(plan)
+    check_type("simulate_plan: problem", problem, PlanningProblem, "a PlanningProblem")
+    if callable(plan):
+        reference = plan
+    else:
+        coefficients = _check_coefficients(problem, plan, batched=False, name="simulate_plan: plan")
+        reference = SplineTrajectory(problem.initial_state.q, coefficients, problem.duration, problem.degree)
     return _evaluate(problem, reference, bool(continuous))
 
 
 def plan_loss(problem: PlanningProblem, coefficients: Any) -> Array:
     """``()`` loss of ``(m, n)`` spline coefficients (see the module docstring);
     differentiable with ``jax.grad`` (reverse mode through the RK4 rollout)."""
+    coefficients = _check_coefficients(problem, coefficients, batched=False, name="plan_loss: coefficients")
     return simulate_plan(problem, coefficients).loss
 
 
@@ -931,20 +970,23 @@ def initial_coefficients(
 ) -> Array:
     """Multi-start guesses: the straight joint-space path from ``q0`` to ``goal`` (control
     points evenly spaced on the segment) plus, for starts ``1..num_starts-1``, Gaussian
-    perturbations of the interior points (standard deviation ``spread`` rad), clipped into
-    the joint limits.
+    perturbations of the interior points (standard deviation ``spread`` rad: a finite
+    non-negative scalar; ``seed`` an integer, the key of :func:`jax.random.PRNGKey`), clipped
+    into the joint limits. ``goal``: ``(n,)`` finite joint positions.
 
     Returns:
         ``(num_starts, m, n)`` coefficients.
     """
     dtype = problem.initial_state.q.dtype
     n, m = problem.model.num_joints, problem.num_coefficients
-    goal = jnp.asarray(goal)
-    if goal.shape != (n,):
-        raise ValueError(f"initial_coefficients: goal expected shape ({n},), got {goal.shape}")
+    goal = _check_goal("initial_coefficients", problem, goal)
     num_starts = check_count("initial_coefficients: num_starts", num_starts, 1)
-    if not float(np.asarray(spread)) >= 0:
-        raise ValueError(f"initial_coefficients: spread must be non-negative, got {spread!r}")
+    spread = float_array(
+        "initial_coefficients: spread", _numbers("initial_coefficients: spread", spread), shape=(), sign="non-negative"
+    )
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"initial_coefficients: seed: expected an integer, got {type(seed).__name__} {seed!r}")
+    seed = int(seed)
     q0 = problem.initial_state.q
     fractions = jnp.asarray(np.arange(1, m + 1) / m, dtype)
     line = q0 + fractions[:, None] * (goal.astype(dtype) - q0)
@@ -1185,14 +1227,11 @@ def straight_line_plan(
     Returns:
         :class:`StraightLinePlan`.
     """
-    n = problem.model.num_joints
     refine_iterations = check_count("straight_line_plan: refine_iterations", refine_iterations, 0)
     _check_positive_settings("straight_line_plan", tolerance=tolerance, damping=damping, max_step=max_step)
     if goal is None:
         goal = _inverse_kinematics_goal(problem, ik_base, ik_iterations)
-    goal = jnp.asarray(goal)
-    if goal.shape != (n,):
-        raise ValueError(f"straight_line_plan: goal expected shape ({n},), got {goal.shape}")
+    goal = _check_goal("straight_line_plan", problem, goal)
     line = _line_coefficients(problem, goal.astype(problem.initial_state.q.dtype))
     coefficients, evaluation, history, _ = _gauss_newton(
         problem,

@@ -623,3 +623,121 @@ def test_least_squares_start_is_a_body_in_the_parameters_precision(dtype):
     tol = 1e-5 if dtype == jnp.float32 else 1e-12
     np.testing.assert_allclose(eig[2:], [217.0, 31138.0], rtol=tol)
     assert eig[0] > 0
+
+
+# ------------------------------------------------------------------------------------------
+# Argument checks (tolerance, unknowns, optimizer, weights, bodies, subsample).
+
+
+@pytest.fixture(scope="module")
+def short_data(arm):
+    """0.2 s of the PD manoeuvre of the loaded arm, 21 samples: enough for the argument checks."""
+    loaded = ident.attach_payload(arm, PAYLOAD_LINK, true_payload())
+    return simulate(loaded, free_flying_arm_initial_q(), 0.2, 0.01)
+
+
+@pytest.mark.parametrize("tolerance", [np.nan, 2.0, np.inf, -1.0, 0.0, 1.0])
+def test_identification_tolerance_out_of_range_is_refused(arm, short_data, tolerance):
+    unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
+    with pytest.raises(ValueError, match=r"identifiability: tolerance: must lie strictly between 0 and 1"):
+        ident.identifiability(arm, short_data, unknowns, tolerance=tolerance)
+    with pytest.raises(ValueError, match=r"estimate_covariance: tolerance: must lie strictly between 0 and 1"):
+        ident.estimate_covariance(arm, short_data, unknowns, true_payload(), tolerance=tolerance)
+    with pytest.raises(ValueError, match=r"identify: tolerance: must lie strictly between 0 and 1"):
+        ident.identify(arm, short_data, unknowns, tolerance=tolerance, max_iterations=1)
+
+
+def test_identification_tolerance_type_is_refused(arm, short_data):
+    unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
+    with pytest.raises(TypeError, match=r"identifiability: tolerance: expected a number"):
+        ident.identifiability(arm, short_data, unknowns, tolerance="a")
+    with pytest.raises(TypeError, match=r"estimate_covariance: tolerance: expected a number"):
+        ident.estimate_covariance(arm, short_data, unknowns, true_payload(), tolerance="a")
+    with pytest.raises(TypeError, match=r"identify: tolerance: expected a number"):
+        ident.identify(arm, short_data, unknowns, tolerance="a")
+    # A valid tolerance still gives the full rank of the payload (10 parameters).
+    assert ident.identifiability(arm, short_data, unknowns, tolerance=1e-8).rank == 10
+
+
+def test_unknowns_links_are_checked_and_a_list_is_taken_as_a_tuple(arm, short_data):
+    assert ident.Unknowns(links=[2]) == ident.Unknowns(links=(2,))
+    assert ident.Unknowns(links=[np.int64(2)], payload_link=np.int64(7)) == ident.Unknowns(links=(2,), payload_link=7)
+    report = ident.identifiability(arm, short_data, ident.Unknowns(links=[2]))
+    assert report.num_parameters == 10
+    with pytest.raises(TypeError, match=r"Unknowns: links: expected a tuple of link indices, got int 2"):
+        ident.Unknowns(links=2)
+    with pytest.raises(TypeError, match=r"Unknowns: links\[1\]: expected an integer link index, got float 2.0"):
+        ident.Unknowns(links=(1, 2.0))
+    with pytest.raises(TypeError, match=r"Unknowns: links\[0\]: expected an integer link index, got bool"):
+        ident.Unknowns(links=(True,))
+    with pytest.raises(TypeError, match=r"Unknowns: payload_link: expected an integer link index or None, got str"):
+        ident.Unknowns(payload_link="7")
+
+
+def test_identify_refuses_wrong_unknowns_and_optimizer(arm, short_data):
+    with pytest.raises(TypeError, match=r"identification: unknowns: expected a sdjax.Unknowns, got int"):
+        ident.identify(arm, short_data, 3)
+    with pytest.raises(TypeError, match=r"identify: optimizer: expected None .* got str 'adam'"):
+        ident.identify(arm, short_data, ident.Unknowns(payload_link=PAYLOAD_LINK), optimizer="adam")
+    # An optax optimiser is still taken.
+    result = ident.identify(
+        arm, short_data, ident.Unknowns(payload_link=PAYLOAD_LINK), optimizer=optax.adam(1e-3), max_iterations=2
+    )
+    assert result.loss_history.shape == (3,)
+
+
+@pytest.mark.parametrize(
+    "weights, error, message",
+    [
+        (np.ones(3), ValueError, r"expected shape \(6,\) \(one per row of \[P; L_O\]\), got shape \(3,\)"),
+        (np.ones(1), ValueError, r"expected shape \(6,\).*got shape \(1,\)"),
+        (np.ones((21, 1)), ValueError, r"expected shape \(6,\).*got shape \(21, 1\)"),
+        (np.full(6, np.nan), ValueError, r"must be non-negative and finite"),
+        (np.array([1.0, 1, 1, 1, 1, -1]), ValueError, r"must be non-negative and finite"),
+        ("abc", TypeError, r"expected numbers, got str"),
+        ("a", TypeError, r"expected numbers, got str"),
+    ],
+)
+def test_momentum_weights_are_checked(arm, short_data, weights, error, message):
+    unknowns = ident.Unknowns(payload_link=PAYLOAD_LINK)
+    with pytest.raises(error, match=r"identify: momentum_weights: " + message):
+        ident.identify(arm, short_data, unknowns, momentum_weights=weights)
+    with pytest.raises(error, match=r"identifiability: momentum_weights: " + message):
+        ident.identifiability(arm, short_data, unknowns, momentum_weights=weights)
+    with pytest.raises(error, match=r"estimate_covariance: momentum_weights: " + message):
+        ident.estimate_covariance(arm, short_data, unknowns, true_payload(), momentum_weights=weights)
+    with pytest.raises(error, match=r"residuals: momentum_weights: " + message):
+        ident.residuals(arm, short_data, unknowns, true_payload(), momentum_weights=weights)
+
+
+def test_dynamics_weights_are_checked(arm, short_data):
+    with pytest.raises(ValueError, match=r"identify: dynamics_weights: expected shape \(13,\)"):
+        ident.identify(arm, short_data, ident.Unknowns(links=(2,)), residual="dynamics", dynamics_weights=np.ones(6))
+
+
+def test_estimate_covariance_refuses_the_wrong_number_of_bodies(arm, short_data):
+    two = ident.link_parameters(arm, (2, 3))
+    with pytest.raises(
+        ValueError, match=r"estimate_covariance: params: expected 1 bodies .* got masses of shape \(2,\)"
+    ):
+        ident.estimate_covariance(arm, short_data, ident.Unknowns(payload_link=PAYLOAD_LINK), two)
+    with pytest.raises(TypeError, match=r"estimate_covariance: params: expected sdjax.InertialParameters, got ndarray"):
+        ident.estimate_covariance(arm, short_data, ident.Unknowns(payload_link=PAYLOAD_LINK), np.ones(10))
+    with pytest.raises(ValueError, match=r"regressor: params: expected 1 bodies"):
+        ident.regressor(arm, short_data, ident.Unknowns(links=(2,)), two)
+
+
+def test_subsample_checks_every(short_data):
+    assert short_data.num_samples == 21
+    assert short_data.subsample(1).num_samples == 21
+    assert short_data.subsample(20).num_samples == 2  # samples 0 and 20
+    with pytest.raises(ValueError, match=r"Dataset.subsample: every: must be an integer >= 1, got 0"):
+        short_data.subsample(0)
+    with pytest.raises(ValueError, match=r"Dataset.subsample: every: must be an integer >= 1, got -1"):
+        short_data.subsample(-1)
+    with pytest.raises(ValueError, match=r"Dataset.subsample: every=21 keeps 1 of the 21 samples; .* at least 2"):
+        short_data.subsample(21)
+    with pytest.raises(ValueError, match=r"every=100 keeps 1 of the 21 samples"):
+        short_data.subsample(100)
+    with pytest.raises(TypeError, match=r"Dataset.subsample: every: expected an integer, got float 1.5"):
+        short_data.subsample(1.5)

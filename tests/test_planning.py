@@ -50,6 +50,73 @@ def test_bspline_basis_partition_and_derivatives(degree):
         assert_close(n2, d2, 1e-10, f"d2N/ds2 at s={s}")
 
 
+@pytest.mark.parametrize(
+    "num_points, degree, error, message",
+    [
+        (2, 3, ValueError, r"bspline_basis: num_points: a degree-3 basis needs at least degree \+ 1 = 4"),
+        (3, 3, ValueError, r"bspline_basis: num_points: a degree-3 basis needs at least degree \+ 1 = 4"),
+        (0, 3, ValueError, r"bspline_basis: num_points: must be an integer >= 1, got 0"),
+        (4, 0, ValueError, r"bspline_basis: degree: must be an integer >= 1, got 0"),
+        (4, -1, ValueError, r"bspline_basis: degree: must be an integer >= 1, got -1"),
+        (4.0, 3, TypeError, r"bspline_basis: num_points: expected an integer, got float"),
+        (4, 3.0, TypeError, r"bspline_basis: degree: expected an integer, got float"),
+    ],
+)
+def test_bspline_basis_refuses_sizes_without_a_partition_of_unity(num_points, degree, error, message):
+    with pytest.raises(error, match=message):
+        sdjax.bspline_basis(0.5, num_points, degree)
+
+
+def test_bspline_basis_smallest_sizes_sum_to_one():
+    for degree in (1, 2, 3):
+        for s in (0.0, 0.3, 0.5, 1.0):
+            n0, _, _ = sdjax.bspline_basis(s, np.int64(degree + 1), degree)
+            assert_close(jnp.sum(n0), 1.0, 1e-14, f"degree {degree} at s={s}")
+
+
+def test_planning_inputs_are_checked(arm7_model):
+    problem = make_problem(arm7_model)
+    goal = problem.initial_state.q + 0.1
+    with pytest.raises(ValueError, match=r"initial_coefficients: goal: must be finite"):
+        sdjax.initial_coefficients(problem, np.full(7, np.nan))
+    with pytest.raises(TypeError, match=r"initial_coefficients: goal: expected"):
+        sdjax.initial_coefficients(problem, "abc")
+    with pytest.raises(ValueError, match=r"initial_coefficients: spread: must be non-negative and finite"):
+        sdjax.initial_coefficients(problem, goal, 3, spread=np.inf)
+    with pytest.raises(ValueError, match=r"initial_coefficients: spread: must be non-negative and finite"):
+        sdjax.initial_coefficients(problem, goal, 3, spread=np.nan)
+    with pytest.raises(ValueError, match=r"initial_coefficients: spread: must be non-negative"):
+        sdjax.initial_coefficients(problem, goal, 3, spread=-0.1)
+    with pytest.raises(ValueError, match=r"initial_coefficients: spread: expected a scalar, got shape \(7,\)"):
+        sdjax.initial_coefficients(problem, goal, 3, spread=np.ones(7))
+    with pytest.raises(TypeError, match=r"initial_coefficients: spread: expected"):
+        sdjax.initial_coefficients(problem, goal, 3, spread="a")
+    with pytest.raises(TypeError, match=r"initial_coefficients: seed: expected an integer, got float 1.5"):
+        sdjax.initial_coefficients(problem, goal, 3, seed=1.5)
+    guesses = sdjax.initial_coefficients(problem, goal, 3, spread=0.2, seed=np.int64(4))
+    assert guesses.shape == (3, 3, 7) and bool(jnp.all(jnp.isfinite(guesses)))
+    assert_close(guesses, sdjax.initial_coefficients(problem, goal, 3, spread=0.2, seed=4), 0.0)
+    with pytest.raises(ValueError, match=r"straight_line_plan: goal: must be finite"):
+        sdjax.straight_line_plan(problem, np.full(7, np.nan))
+    with pytest.raises(ValueError, match=r"simulate_plan: plan: must be finite"):
+        sdjax.simulate_plan(problem, np.full((3, 7), np.nan))
+    with pytest.raises(ValueError, match=r"simulate_plan: plan: expected shape \(3, 7\), got \(2, 7\)"):
+        sdjax.simulate_plan(problem, np.zeros((2, 7)))
+    with pytest.raises(TypeError, match=r"simulate_plan: plan: expected numbers, got str 'x'"):
+        sdjax.simulate_plan(problem, "x")
+    with pytest.raises(ValueError, match=r"plan_loss: coefficients: must be finite"):
+        sdjax.plan_loss(problem, np.full((3, 7), np.inf))
+    with pytest.raises(ValueError, match=r"initial_coefficients: must be finite"):
+        sdjax.optimize_plan(problem, np.full((1, 3, 7), np.nan))
+    state = problem.initial_state
+    for flag in ("project_limits", "checkpoint"):
+        with pytest.raises(TypeError, match=rf"PlanningProblem: {flag}: expected a bool, got str"):
+            sdjax.PlanningProblem(arm7_model, state, jnp.zeros(3), duration=1.0, num_steps=10, **{flag: "no"})
+    assert not sdjax.PlanningProblem(
+        arm7_model, state, jnp.zeros(3), duration=1.0, num_steps=10, project_limits=np.False_
+    ).project_limits
+
+
 @pytest.mark.parametrize("degree", [3, 5])
 def test_spline_trajectory_rest_to_rest(degree):
     rng = np.random.default_rng(0)

@@ -18,7 +18,14 @@ import numpy as np
 from jax import Array, lax
 
 from sdjax.algebra import matmul
-from sdjax.control.task_space import CONTROL_BASES, TASKS, _task_kinematics, _task_point, task_error
+from sdjax.control.task_space import (
+    CONTROL_BASES,
+    TASKS,
+    _static_task_point,
+    _task_kinematics,
+    _task_point,
+    task_error,
+)
 from sdjax.dynamics import inertia_matrix
 from sdjax.gjm import base_twist_from_free, solve_base_block
 from sdjax.kinematics import body_masses, center_of_mass, relative_frames
@@ -111,7 +118,7 @@ def inverse_kinematics(
     target_position: Any = None,
     target_rotation: Any = None,
     *,
-    end_point: int = 0,
+    end_point: int | None = None,
     link: int | None = None,
     point: Any = None,
     base: str = "fixed",
@@ -152,7 +159,7 @@ def inverse_kinematics(
         target_position: ``(3,)`` target position of the task point, inertial, m.
         target_rotation: ``(3, 3)`` target rotation of the task frame (to inertial). At
             least one target is required; with both the task is the full pose.
-        end_point, link, point: the task point (see the module docstring).
+        end_point, link, point: the task point (see the module docstring; default end point 0).
         base: ``"fixed"`` or ``"floating"``.
         joint_limits: optional ``(lower (n,), upper (n,))``, rad or m (``lower <= upper``).
         position_tolerance: m (default ``sqrt(eps)`` of the dtype: 1.5e-8 in float64,
@@ -196,7 +203,9 @@ def inverse_kinematics(
     _check_tolerance("position_tolerance", position_tolerance)
     _check_tolerance("orientation_tolerance", orientation_tolerance)
     _check_tolerance("max_step", max_step)
-    _task_point(model, end_point, link, point, dtype, "inverse_kinematics")  # validate before tracing the loop
+    # Validate before tracing the loop; the indices become Python ints (static under jit).
+    end_point, link = _static_task_point(model, end_point, link, "inverse_kinematics")
+    _task_point(model, end_point, link, point, dtype, "inverse_kinematics")
     spec = (end_point, link, None if point is None else check_vector("inverse_kinematics: point", point, (3,), dtype))
     lower: Array | None
     upper: Array | None

@@ -18,7 +18,14 @@ from jax import Array
 from sdjax.algebra import matmul
 from sdjax.control.computed_torque_laws import RateServo
 from sdjax.control.references import _quintic
-from sdjax.control.task_space import TASKS, _check_base_momentum, _task_kinematics, _task_point, task_error
+from sdjax.control.task_space import (
+    TASKS,
+    _check_base_momentum,
+    _static_task_point,
+    _task_kinematics,
+    _task_point,
+    task_error,
+)
 from sdjax.gjm import Manipulability, manipulability
 from sdjax.model import Model, check_no_mimic
 from sdjax.solvers import DEFAULT_MAX_DAMPING, DEFAULT_SINGULAR_THRESHOLD, check_damping, solve_damped_least_squares
@@ -48,7 +55,7 @@ def resolved_motion_rates(
     state: State,
     task_velocity: Any,
     *,
-    end_point: int = 0,
+    end_point: int | None = None,
     link: int | None = None,
     point: Any = None,
     task: str = "pose",
@@ -80,6 +87,7 @@ def resolved_motion_rates(
     check_state(model, state)
     rows = TASKS[check_choice("resolved_motion_rates: task", task, TASKS)]
     _check_base_momentum("resolved_motion_rates", base, momentum)
+    end_point, link = _static_task_point(model, end_point, link, "resolved_motion_rates")
     _task_point(model, end_point, link, point, state.q.dtype, "resolved_motion_rates")
     m = rows.stop - rows.start
     velocity = check_vector("resolved_motion_rates: task_velocity", task_velocity, (m,), state.q.dtype)
@@ -216,7 +224,7 @@ class ResolvedRateLaw(eqx.Module):
         *,
         position_gain: Any,
         rate_gain: Any,
-        end_point: int = 0,
+        end_point: int | None = None,
         link: int | None = None,
         point: Any = None,
         task: str = "position",
@@ -233,6 +241,7 @@ class ResolvedRateLaw(eqx.Module):
         self.base = base
         dtype = estimated_model.dtype
         m = TASKS[task].stop - TASKS[task].start
+        end_point, link = _static_task_point(estimated_model, end_point, link, "ResolvedRateLaw")
         _task_point(estimated_model, end_point, link, point, dtype, "ResolvedRateLaw")  # validates the task point
         self.estimated_model = estimated_model
         self.path = path

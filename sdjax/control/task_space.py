@@ -4,7 +4,8 @@
 Task points. A task point is an end point (``end_point=k``, index into
 ``model.end_point_link``; its frame is the end-point frame) or any point fixed on a link
 (``link=i``, ``point`` = position relative to the link centroid in the link frame; its
-frame is the link frame). Task velocities are ``[linear (m/s); angular (rad/s)]`` of that
+frame is the link frame); give one of ``end_point`` and ``link`` (neither: end point 0). Both
+are static indices: Python or NumPy integers. Task velocities are ``[linear (m/s); angular (rad/s)]`` of that
 point and frame, inertial frame; ``task`` selects ``"pose"`` (6 rows), ``"position"``
 (rows 0:3) or ``"orientation"`` (rows 3:6) (:data:`TASKS`).
 
@@ -41,25 +42,44 @@ CONTROL_BASES = ("floating", "fixed")
 TASKS = {"pose": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
 
 
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _static_task_point(
+    model: Model, end_point: Any, link: Any, owner: str, *, strict: bool = True
+) -> tuple[int, int | None]:
+    """``(end_point, link)`` of a task point, checked and made Python ints (before any jit: a
+    NumPy integer would be traced there); ``link`` ``None`` for an end point, ``end_point`` 0
+    for a point on a link. ``end_point`` ``None``: not given (end point 0 unless ``link``).
+    Giving both is refused; with ``strict=False`` an ``end_point`` of 0 (a caller's default)
+    passes with a link. Messages start with ``owner`` (the public function)."""
+    if link is not None and end_point is not None and (strict or not (_is_integer(end_point) and end_point == 0)):
+        raise ValueError(f"{owner}: give end_point or link, not both (got end_point={end_point!r}, link={link!r})")
+    if link is not None:
+        return 0, check_index(f"{owner}: link", link, 1, model.num_joints, f"the links of model {model.name!r}")
+    end_point = 0 if end_point is None else end_point
+    ne = model.num_end_points
+    if not _is_integer(end_point):
+        raise TypeError(f"{owner}: end_point: expected a static integer index, got {type(end_point).__name__}")
+    if not 0 <= int(end_point) < ne:
+        raise ValueError(
+            f"{owner}: end_point: unknown end point {int(end_point)}; model {model.name!r} has {ne} end point(s) "
+            f"(indices 0..{ne - 1}, on links {model.end_point_link}); or pass link=... and point=..."
+        )
+    return int(end_point), None
+
+
 def _task_point(
     model: Model, end_point: Any, link: Any, point: Any, dtype: Any, owner: str = "task point"
 ) -> tuple[int, Array, Array]:
     """``(link, point in the link frame from its centroid (3,), frame offset rotation (3, 3))``;
     messages start with ``owner`` (the public function)."""
+    k, link = _static_task_point(model, end_point, link, owner, strict=False)
     if link is not None:
-        link = check_index(f"{owner}: link", link, 1, model.num_joints, f"the links of model {model.name!r}")
         return link, check_vector(f"{owner}: point", point, (3,), dtype), jnp.eye(3, dtype=dtype)
     if point is not None:
         raise ValueError(f"{owner}: point: give a point together with link=...; end points carry their own offset")
-    ne = model.num_end_points
-    if isinstance(end_point, (bool, np.bool_)) or not isinstance(end_point, (int, np.integer)):
-        raise TypeError(f"{owner}: end_point: expected a static integer index, got {type(end_point).__name__}")
-    if not 0 <= int(end_point) < ne:
-        raise ValueError(
-            f"{owner}: end_point: unknown end point {end_point!r}; model {model.name!r} has {ne} end point(s) "
-            f"(indices 0..{ne - 1}, on links {model.end_point_link}); or pass link=... and point=..."
-        )
-    k = int(end_point)
     return (
         model.end_point_link[k],
         model.centroid_to_end_point[k].astype(dtype),
@@ -111,12 +131,11 @@ def task_error(
     return jnp.concatenate(parts)
 
 
-@eqx.filter_jit
 def task_jacobian(
     model: Model,
     state: State,
     *,
-    end_point: int = 0,
+    end_point: int | None = None,
     link: int | None = None,
     point: Any = None,
     task: str = "pose",
@@ -131,7 +150,7 @@ def task_jacobian(
 
     Arguments:
         model, state: the system and its state (positions).
-        end_point, link, point: the task point (see the module docstring).
+        end_point, link, point: the task point (see the module docstring; default end point 0).
         task: ``"pose"``, ``"position"`` or ``"orientation"``.
         base: ``"floating"`` or ``"fixed"``.
         momentum: ``(6,)`` conserved ``[P; L_O]`` (default zero); floating base only.
@@ -140,6 +159,14 @@ def task_jacobian(
         ``jacobian (m, n)`` and ``offset (m,)``, rows ``[linear (m/s); angular (rad/s)]``
         selected by ``task``, inertial frame.
     """
+    end_point, link = _static_task_point(model, end_point, link, "task_jacobian")
+    return _task_jacobian(model, state, end_point, link, point, task, base, momentum)
+
+
+@eqx.filter_jit
+def _task_jacobian(
+    model: Model, state: State, end_point: int, link: int | None, point: Any, task: str, base: str, momentum: Any
+) -> tuple[Array, Array]:
     check_no_mimic(model, "task_jacobian")
     check_state(model, state)
     rows = TASKS[check_choice("task_jacobian: task", task, TASKS)]
@@ -148,12 +175,17 @@ def task_jacobian(
     return kin.jacobian[rows], kin.offset[rows]
 
 
-@eqx.filter_jit
 def task_pose(
-    model: Model, state: State, *, end_point: int = 0, link: int | None = None, point: Any = None
+    model: Model, state: State, *, end_point: int | None = None, link: int | None = None, point: Any = None
 ) -> tuple[Array, Array]:
     """Position ``(3,)`` (inertial, m) and frame rotation ``(3, 3)`` (task frame to inertial)
-    of a task point (see the module docstring)."""
+    of a task point (see the module docstring; default end point 0)."""
+    end_point, link = _static_task_point(model, end_point, link, "task_pose")
+    return _task_pose(model, state, end_point, link, point)
+
+
+@eqx.filter_jit
+def _task_pose(model: Model, state: State, end_point: int, link: int | None, point: Any) -> tuple[Array, Array]:
     check_state(model, state)
     dtype = state.q.dtype
     link_index, offset, offset_rotation = _task_point(model, end_point, link, point, dtype, "task_pose")

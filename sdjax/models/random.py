@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from sdjax.model import Model
+from sdjax._checks import check_count, check_scalar, check_type
 
 __all__ = ["random_model"]
 
@@ -51,9 +52,24 @@ def random_model(
         gravity: add a random gravity vector (else zero).
         passive: add random joint stiffness and damping (else zero).
         dtype: floating dtype of the arrays.
+
+    Raises:
+        TypeError: ``seed`` or ``num_links`` not an integer, a probability not a number,
+            ``gravity`` or ``passive`` not a bool.
+        ValueError: ``seed`` or ``num_links`` negative, a probability outside ``[0, 1]``.
     """
+    seed = check_count("random_model: seed", seed, 0)
+    n = check_count("random_model: num_links", num_links, 0)
+    for name, value in (
+        ("chain_probability", chain_probability),
+        ("prismatic_probability", prismatic_probability),
+        ("end_point_probability", end_point_probability),
+    ):
+        if not 0.0 <= check_scalar(f"random_model: {name}", value) <= 1.0:
+            raise ValueError(f"random_model: {name}: must be a probability in [0, 1], got {value!r}")
+    check_type("random_model: gravity", gravity, (bool, np.bool_), "a bool")
+    check_type("random_model: passive", passive, (bool, np.bool_), "a bool")
     rng = np.random.default_rng(seed)
-    n = int(num_links)
     parent = []
     for i in range(1, n + 1):
         parent.append(i - 1 if (i == 1 or rng.uniform() < chain_probability) else int(rng.integers(0, i)))
