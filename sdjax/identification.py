@@ -71,7 +71,7 @@ from sdjax.dynamics import inverse_dynamics
 from sdjax.editing import PARAMETER_NAMES
 from sdjax.control import JointPD
 from sdjax.gjm import generalized_inertia_matrix, system_momentum
-from sdjax.integrate import Trajectory, rollout
+from sdjax.integrate import MAX_ROLLOUT_STEPS, Trajectory, rollout
 from sdjax.io.npz import NpzArchive
 from sdjax.model import Model, check_no_mimic, free_coordinates, on_independent_joints
 from sdjax.rotation import quat_normalize
@@ -625,6 +625,10 @@ def tracking_record(
     """
     duration = check_scalar("tracking_record: duration", duration, sign="positive")
     dt = check_scalar("tracking_record: dt", dt, sign="positive")
+    if not duration / dt <= MAX_ROLLOUT_STEPS:  # (before round(): 1e300 / 1e-10 is inf)
+        raise ValueError(
+            f"tracking_record: duration / dt = {duration / dt:.3g} steps exceeds the longest rollout ({MAX_ROLLOUT_STEPS})"
+        )
     if round(duration / dt) < 1:
         raise ValueError(f"tracking_record: duration {duration} s is shorter than one step of {dt} s")
     float_array("tracking_record: bandwidth", bandwidth, shape=(), sign="positive")

@@ -564,6 +564,8 @@ def test_sinusoidal_excitation_is_a_free_floating_manoeuvre(arm):
         ident.sinusoidal_excitation(arm, q0, float("nan"))
     with pytest.raises(ValueError, match="tracking_record: dt: must be positive, got 0.0"):
         ident.sinusoidal_excitation(arm, q0, 0.5, 0.0)
+    with pytest.raises(ValueError, match=r"tracking_record: duration / dt = inf steps exceeds the longest rollout"):
+        ident.sinusoidal_excitation(arm, q0, 1e300, 1e-10)  # (an OverflowError in round() before)
 
 
 def test_dataset_file_round_trip_and_refusals(payload_data, tmp_path):
