@@ -48,6 +48,7 @@ JAX's cross-process collectives use gloo (``jax_cpu_collectives_implementation``
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import math
@@ -68,7 +69,16 @@ from jax.sharding import PartitionSpec as P
 
 from sdjax.algebra import matmul
 from sdjax import batch_kernel
-from sdjax._checks import check_callable, check_choice, check_count, check_fraction, check_name, check_type, float_array
+from sdjax._checks import (
+    check_callable,
+    check_choice,
+    check_count,
+    check_fraction,
+    check_name,
+    check_scalar,
+    check_type,
+    float_array,
+)
 from sdjax._derivatives import batched_route
 from sdjax.constraints import ConstrainedTrajectory, constrained_rollout
 from sdjax.control import ComputedTorque, JointPD
@@ -105,6 +115,26 @@ def _param(owner: str, name: str, value: Any) -> np.ndarray:
     return arr
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _shape_tuple(owner: str, shape: Any) -> tuple[int, ...]:
+    """``shape`` (an integer, a tuple or list of integers, or an integer array; not a ``bool``,
+    a float or a string, which ``int()`` would quietly turn into a size) as a tuple of
+    non-negative ints."""
+    if isinstance(shape, np.ndarray) and shape.dtype.kind in "iu" and shape.ndim <= 1:
+        shape = shape.tolist()  # (an integer array, as np.shape(x) of an array gives)
+    entries = shape if isinstance(shape, (tuple, list)) else (shape,)
+    if not all(_is_int(s) for s in entries):
+        raise TypeError(
+            f"{owner}: shape: expected an integer or a tuple of integers, got {type(shape).__name__} {shape!r}"
+        )
+    if any(s < 0 for s in entries):
+        raise ValueError(f"{owner}: shape: sizes must be non-negative, got {tuple(int(s) for s in entries)}")
+    return tuple(int(s) for s in entries)
+
+
 def _shape(owner: str, params: dict[str, np.ndarray], shape: Any) -> tuple[int, ...]:
     try:
         common = np.broadcast_shapes(*(p.shape for p in params.values()))
@@ -113,9 +143,7 @@ def _shape(owner: str, params: dict[str, np.ndarray], shape: Any) -> tuple[int, 
         raise ValueError(f"{owner}: parameter shapes do not broadcast together ({shapes})") from None
     if shape is None:
         return tuple(common)
-    shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"{owner}: shape must be non-negative, got {shape}")
+    shape = _shape_tuple(owner, shape)
     try:
         if np.broadcast_shapes(common, shape) != shape:
             raise ValueError
@@ -237,8 +265,49 @@ class LogNormal(Distribution):
         return True  # exp(.) > 0; the infimum 0 is never reached
 
 
+def _truncated_standard_normal(key: Array, low: Array, high: Array, shape: tuple[int, ...], dtype: Any) -> Array:
+    """Draws of ``N(0, 1)`` conditioned on ``low <= z <= high`` (``dtype`` arrays broadcast to
+    ``shape``; infinite bounds allowed), exact in the far tails too.
+
+    By inversion in log space: ``log Phi(z) = log Phi(b) + log1p((1 - u) expm1(log Phi(a) -
+    log Phi(b)))`` for ``u`` uniform in ``(0, 1)``, on the interval mirrored to the side of
+    ``z <= 0`` when most of it lies above 0 (``log Phi`` is accurate there, ``Phi`` itself
+    rounds to 1 or underflows: ``jax.random.truncated_normal``, inverting ``erf``, returns
+    the upper bound for every draw of an interval 9 standard deviations out in float64, 5 in
+    float32). The inverse starts from ``ndtri`` (or, where ``Phi`` underflows, from
+    ``z^2 = t - log t``, ``t = -2 log Phi - log 2 pi``) and takes Newton steps on
+    ``log Phi(z)``, concave, so they converge from either side. Accurate to round-off of
+    ``dtype`` (``log_ndtr``'s series: ~1e-11 relative in float64 beyond 20 standard
+    deviations); an interval beyond ~1e19 (float32) or ~1e154 (float64) standard deviations,
+    where ``log Phi`` overflows, gives its bound nearest the mean, within the draws' spread
+    (about ``1 / |z|``) of the exact answer."""
+    low, high = jnp.broadcast_to(low, shape), jnp.broadcast_to(high, shape)
+    mirror = low > -high  # (a comparison, not a sum: no inf - inf for (-inf, inf))
+    a, b = jnp.where(mirror, -high, low), jnp.where(mirror, -low, high)
+    log_a, log_b = jax.scipy.special.log_ndtr(a), jax.scipy.special.log_ndtr(b)
+    tiny = jnp.finfo(dtype).tiny
+    u = jax.random.uniform(key, shape, dtype, minval=tiny, maxval=1.0)  # (0, 1): no draw at an infinite bound
+    target = log_b + jnp.log1p((1.0 - u) * jnp.expm1(log_a - log_b))  # log Phi(z), in [log_a, log_b]
+    half_log_2pi = jnp.asarray(0.5 * math.log(2.0 * math.pi), dtype)
+    p = jnp.exp(target)
+    t = jnp.maximum(-2.0 * target - 2.0 * half_log_2pi, 1.0)
+    lower = jnp.where(p > tiny, jax.scipy.special.ndtri(jnp.where(p > tiny, p, 0.5)), -jnp.sqrt(t - jnp.log(t)))
+    # above the median from 1 - p = -expm1(log p), not from p (which rounds to 1)
+    z = jnp.where(target < -math.log(2.0), lower, -jax.scipy.special.ndtri(-jnp.expm1(target)))
+    for _ in range(4):  # Newton on log Phi(z) = target where z < 0 (2 suffice from these starts)
+        log_cdf = jax.scipy.special.log_ndtr(z)
+        log_pdf = -0.5 * z * z - half_log_2pi
+        z = jnp.where(z < 0, z - (log_cdf - target) * jnp.exp(log_cdf - log_pdf), z)
+    z = jnp.where(log_b == -jnp.inf, b, jnp.clip(z, a, b))  # log Phi overflowed: the bound nearest the mean
+    return jnp.where(mirror, -z, z)
+
+
 class TruncatedNormal(Distribution):
-    """Gaussian ``mean + std * N(0, 1)`` conditioned on ``low <= x <= high``; ``std > 0``."""
+    """Gaussian ``mean + std * N(0, 1)`` conditioned on ``low <= x <= high``; ``std > 0``.
+
+    Sampled exactly in the far tails as well (an interval many standard deviations from the
+    mean: the conditional mean and spread stay right, :func:`_truncated_standard_normal`).
+    """
 
     mean: np.ndarray
     std: np.ndarray
@@ -263,9 +332,11 @@ class TruncatedNormal(Distribution):
 
     def sample(self, key, dtype):
         mean, std = jnp.asarray(self.mean, dtype), jnp.asarray(self.std, dtype)
-        lo = (jnp.asarray(self.low, dtype) - mean) / std
-        hi = (jnp.asarray(self.high, dtype) - mean) / std
-        return mean + std * jax.random.truncated_normal(key, lo, hi, self.shape, dtype)
+        low, high = jnp.asarray(self.low, dtype), jnp.asarray(self.high, dtype)
+        z = _truncated_standard_normal(key, (low - mean) / std, (high - mean) / std, self.shape, dtype)
+        x = mean + std * z  # NaN only where std rounds to 0 in dtype (0 * inf): the limit is the
+        x = jnp.where(jnp.isnan(x), jnp.clip(mean, low, high), x)  # point of the interval nearest the mean
+        return jnp.clip(x, low, high)  # (the rounding of mean + std z stays inside)
 
     def support(self):
         return float(np.min(self.low)), float(np.max(self.high))
@@ -693,13 +764,14 @@ class ControlScenario(eqx.Module):
         constraints: Sequence[Any] = (),
         active: Any = None,
     ):
+        check_type("ControlScenario: model", model, Model, "a sdjax.Model")
         n = model.num_joints
         dtype = model.dtype
         check_choice("ControlScenario: controller", controller, ("pd", "computed_torque"), "controller")
         num_steps = check_count("ControlScenario: num_steps", num_steps, 1)
         dt = float_array("ControlScenario: dt", dt, shape=(), dtype=dtype, sign="positive")
         self.nominal_model = model
-        self.initial_state = make_state(model) if initial_state is None else initial_state
+        self.initial_state = make_state(model) if initial_state is None else _scenario_state(model, initial_state)
         self.q_goal = float_array("ControlScenario: q_goal", q_goal, shape=(n,), dtype=dtype)
         self.kp = float_array("ControlScenario: kp", kp, shape=(n,), dtype=dtype, scalar="keep", sign="non-negative")
         self.kd = float_array("ControlScenario: kd", kd, shape=(n,), dtype=dtype, scalar="keep", sign="non-negative")
@@ -775,6 +847,25 @@ class ControlScenario(eqx.Module):
         check_state(model, state)
         state = with_base_motion_checked(model, state, "ControlScenario: initial state")
         return _scenario_rollout(self.controller, self.num_steps)(model, self.nominal_model, state, self.dt, law_inputs)
+
+
+def _scenario_state(model: Model, state: Any) -> State:
+    """``state``, checked to be a :class:`~sdjax.State` of ``model`` (one state, its joint
+    vectors of the model's ``n``): refused here rather than inside :func:`run_monte_carlo`."""
+    check_type("ControlScenario: initial_state", state, State, "a sdjax.State (e.g. sdjax.make_state(model))")
+    n = model.num_joints
+    expected = {
+        "base_position": (3,), "base_quaternion": (4,), "base_linear_velocity": (3,),
+        "base_angular_velocity": (3,), "q": (n,), "qd": (n,),
+    }  # fmt: skip
+    for field, shape in expected.items():
+        found = tuple(jnp.shape(getattr(state, field)))
+        if found != shape:
+            raise ValueError(
+                f"ControlScenario: initial_state: State.{field} has shape {found}; expected {shape} for model "
+                f"{model.name!r} with n={n} joints (one state, not a batch: sample q0, qd0, ... instead)"
+            )
+    return state
 
 
 class _LawInputs(NamedTuple):
@@ -1063,12 +1154,17 @@ class MonteCarloResults:
         """Estimated probability that ``metric`` lies below ``below`` and/or above ``above``
         (a mission question: "how likely does the capture miss by more than 1 cm?"), with the
         Wilson score interval: ``(estimate, low, high)``. Non-finite samples count as outside
-        (a diverged run does not meet a requirement).
+        (a diverged run does not meet a requirement). A bound is a real number or ``+-inf``
+        (``below=inf``: the share of runs that did not diverge), never NaN (``ValueError``).
         """
         if metric not in self.metrics:
             raise ValueError(f"probability: unknown metric {metric!r}; available: {list(self.metrics)}")
         if below is None and above is None:
             raise ValueError("probability: give below= and/or above=")
+        if below is not None:
+            below = _bound("MonteCarloResults.probability: below", below)
+        if above is not None:
+            above = _bound("MonteCarloResults.probability: above", above)
         alpha = 1.0 - check_fraction("MonteCarloResults.probability: confidence", confidence)
         values = self.metrics[metric]
         inside = np.isfinite(values)
@@ -1081,15 +1177,19 @@ class MonteCarloResults:
     def requirements_met(self, bounds: dict[str, float], *, confidence: float = 0.95) -> tuple[float, float, float]:
         """Estimated probability that every requirement holds at once, ``metric < bound`` for
         each ``{metric: bound}`` in ``bounds`` (a sample meets the set only if it meets each;
-        non-finite samples meet none), with the Wilson score interval: ``(estimate, low, high)``."""
+        non-finite samples meet none), with the Wilson score interval: ``(estimate, low, high)``.
+        A bound may be ``inf`` (the requirement that the run did not diverge), never NaN."""
         if not bounds:
             raise ValueError("requirements_met: give at least one {metric: bound}")
         unknown = [name for name in bounds if name not in self.metrics]
         if unknown:
             raise ValueError(f"requirements_met: unknown metric(s) {unknown}; available: {list(self.metrics)}")
+        limits = {
+            name: _bound(f"MonteCarloResults.requirements_met: bounds[{name!r}]", b) for name, b in bounds.items()
+        }
         alpha = 1.0 - check_fraction("MonteCarloResults.requirements_met: confidence", confidence)
         inside = np.ones(self.num_samples, bool)
-        for name, bound in bounds.items():
+        for name, bound in limits.items():
             values = self.metrics[name].reshape(self.num_samples)
             inside &= np.isfinite(values) & (values < bound)
         return _wilson(int(np.sum(inside)), self.num_samples, alpha)
@@ -1144,7 +1244,14 @@ class MonteCarloResults:
         return "\n".join(lines)
 
     def save(self, path: Any) -> None:
-        """Write the results as ``.npz`` (layout in the class docstring)."""
+        """Write the results as ``.npz`` (layout in the class docstring).
+
+        Raises:
+            ValueError: no metrics (a results file holds at least one: :meth:`load` reads the
+                number of samples from them).
+        """
+        if not self.metrics:
+            raise ValueError("MonteCarloResults.save: no metrics; a results file holds at least one")
         meta = {
             "format": FILE_FORMAT,
             "seed": self.seed,
@@ -1187,8 +1294,22 @@ class MonteCarloResults:
             for key in ("metric_names", "draw_names"):
                 if not all(isinstance(k, str) for k in meta[key]):
                     raise ValueError(f"{name}: 'meta' {key} must be a list of names")
+                repeated = sorted(k for k, count in collections.Counter(meta[key]).items() if count > 1)
+                if repeated:
+                    raise ValueError(f"{name}: 'meta' {key} lists {repeated} more than once")
+            if not meta["metric_names"]:
+                # (a study has at least one metric, whose length then pins num_samples: without
+                # one, nothing in the file backs the count that to_pandas would allocate)
+                raise ValueError(f"{name}: 'meta' metric_names is empty; a results file holds at least one metric")
+            # every metric's length is num_samples (checked from its header), every draw's leading axis too
             metrics = {k: data.array(f"metric/{k}", (samples,), kinds="biuf") for k in meta["metric_names"]}
             draws = {k: data.array(f"draw/{k}", kinds="biuf", leading=samples) for k in meta["draw_names"]}
+            listed = (
+                {"meta"} | {f"metric/{k}" for k in meta["metric_names"]} | {f"draw/{k}" for k in meta["draw_names"]}
+            )
+            unlisted = sorted(set(data.entries) - listed)
+            if unlisted:
+                raise ValueError(f"{name}: entries {unlisted} are not listed in 'meta' (metric_names, draw_names)")
         return cls(metrics, draws, meta["seed"], samples, meta["info"])
 
     # --- Tables (pandas, Parquet) ---------------------------------------------------------
@@ -1293,7 +1414,7 @@ class MonteCarloResults:
                 ``sdjax.montecarlo`` metadata, another format, a missing or malformed column).
             ImportError: pyarrow is not installed (``pip install "sdjax[data]"``).
         """
-        from sdjax.io.inputs import naming_file
+        from sdjax.io.inputs import naming_file, parse_json
 
         pa, pq = _pyarrow("from_parquet")
         name = os.fspath(path)
@@ -1309,11 +1430,9 @@ class MonteCarloResults:
             if stored is None:
                 raise ValueError(f"no {PARQUET_METADATA_KEY!r} schema metadata; not a {what}")
             try:
-                meta = json.loads(stored)
-            except ValueError:
-                raise ValueError(f"schema metadata {PARQUET_METADATA_KEY!r} is not valid JSON") from None
-            except RecursionError:
-                raise ValueError(f"schema metadata {PARQUET_METADATA_KEY!r} is nested too deeply to read") from None
+                meta = parse_json(stored.decode("utf-8"))  # (UnicodeDecodeError is a ValueError)
+            except ValueError as err:
+                raise ValueError(f"schema metadata {PARQUET_METADATA_KEY!r} is {err}") from None
             if not isinstance(meta, dict) or meta.get("format") != PARQUET_FORMAT:
                 found = meta.get("format") if isinstance(meta, dict) else meta
                 raise ValueError(f"format {found!r}, expected {PARQUET_FORMAT!r}; not a {what}")
@@ -1332,6 +1451,12 @@ class MonteCarloResults:
                 raise ValueError(f"{table.num_rows} rows, metadata num_samples {samples}; not a complete {what}")
             if len(meta["metric_dtypes"]) != len(meta["metric_names"]):
                 raise ValueError("metadata metric_dtypes and metric_names differ in length")
+            if not all(isinstance(k, str) for k in meta["metric_names"]):
+                raise ValueError(f"metadata metric_names must be a list of names, got {meta['metric_names']!r}")
+            metric_counts: collections.Counter[str] = collections.Counter(meta["metric_names"])
+            repeated = sorted(k for k, count in metric_counts.items() if count > 1)
+            if repeated:
+                raise ValueError(f"metadata metric_names lists {repeated} more than once")
 
             def column(key: str, dtype: Any) -> np.ndarray:
                 if key not in table.column_names:
@@ -1353,6 +1478,21 @@ class MonteCarloResults:
                     raise ValueError(f"metadata {owner} has dtype {dtype!r}, expected a number type")
                 return kind
 
+            specs: dict[str, tuple[list[int], np.dtype, list[str]]] = {}  # draw: shape, dtype, its columns
+            for key, spec in meta["draws"].items():
+                shape = spec.get("shape") if isinstance(spec, dict) else None
+                if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+                    raise ValueError(f"metadata draw {key!r} has no valid shape: {spec!r}")
+                names = [f"{key}[{','.join(map(str, index))}]" if shape else key for index in np.ndindex(*shape)]
+                specs[key] = (shape, number_type(f"draw {key!r}", spec.get("dtype")), names)
+            # Every column is one the metadata accounts for, once (pyarrow allows repeated names).
+            listed = collections.Counter(
+                ["sample", *meta["metric_names"], *(c for *_, cs in specs.values() for c in cs)]
+            )
+            found = collections.Counter(table.column_names)
+            unlisted = sorted(k for k in found if found[k] > listed[k])
+            if unlisted:
+                raise ValueError(f"columns {unlisted} are not listed in the metadata (or repeated); not a {what}")
             if not np.array_equal(column("sample", np.dtype(np.int64)), np.arange(samples)):
                 raise ValueError(f"column 'sample' is not 0, 1, ..., {samples - 1}; not a {what}")
             metrics = {
@@ -1360,15 +1500,8 @@ class MonteCarloResults:
                 for k, d in zip(meta["metric_names"], meta["metric_dtypes"])
             }
             draws = {}
-            for key, spec in meta["draws"].items():
-                shape = spec.get("shape") if isinstance(spec, dict) else None
-                if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
-                    raise ValueError(f"metadata draw {key!r} has no valid shape: {spec!r}")
-                dtype = number_type(f"draw {key!r}", spec.get("dtype"))
-                parts = [
-                    column(f"{key}[{','.join(map(str, index))}]" if shape else key, dtype)
-                    for index in np.ndindex(*shape)
-                ]
+            for key, (shape, dtype, names) in specs.items():
+                parts = [column(c, dtype) for c in names]
                 flat = np.stack(parts, axis=1) if parts else np.zeros((samples, 0), dtype)
                 draws[key] = flat.reshape((samples, *shape))
         return cls(metrics, draws, meta["seed"], samples, meta["info"])
@@ -1440,6 +1573,23 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
     ends = np.cumsum(counts)  # rank of the last member of each group of equal values
     return (ends - (counts - 1) / 2.0)[inverse.reshape(-1)]
+
+
+def _bound(name: str, value: Any) -> float:
+    """A requirement's bound as a ``float``: a real number, ``inf`` and ``-inf`` included
+    (``below=inf`` asks for the finite samples, the runs that did not diverge: a legitimate
+    question, and ``-inf`` its empty counterpart), never NaN (every comparison with NaN is
+    false, so no sample would meet it and the estimate would be a silent 0)."""
+    if _is_nan(value):
+        raise ValueError(f"{name}: must be a number (inf allowed), got nan: no sample compares with NaN")
+    return check_scalar(name, value, finite=False)
+
+
+def _is_nan(value: Any) -> bool:
+    try:
+        return bool(np.ndim(value) == 0 and np.isnan(value))
+    except TypeError:
+        return False
 
 
 def _wilson(hits: int, count: int, alpha: float) -> tuple[float, float, float]:
@@ -1560,7 +1710,8 @@ def run_monte_carlo(
             device of every process when ``jax.distributed`` is initialised).
         progress: show a tqdm progress bar over chunks.
         keep_draws: return every sampled draw (``(B, ...)`` arrays; True), none (False) or
-            only those named (e.g. leave out a large per-step noise ``"param/tau_noise"``).
+            only those named in a list (e.g. leave out a large per-step noise
+            ``"param/tau_noise"``); a name the study does not draw is refused.
 
     Returns:
         :class:`MonteCarloResults`.
@@ -1586,12 +1737,27 @@ def run_monte_carlo(
     chunk = -(-chunk // num_devices) * num_devices
     num_chunks = -(-num_samples // chunk)
 
-    if isinstance(keep_draws, bool):
-        keep = lambda name: keep_draws  # noqa: E731
-    else:
-        wanted = set(keep_draws)
-        keep = wanted.__contains__
     root = jax.random.key(seed)
+    if isinstance(keep_draws, (bool, np.bool_)):
+        keep = lambda name: bool(keep_draws)  # noqa: E731
+    else:
+        if isinstance(keep_draws, (str, bytes)) or not isinstance(keep_draws, (Sequence, set, frozenset)):
+            raise TypeError(
+                "run_monte_carlo: keep_draws: expected True, False or a list of draw names "
+                f"(e.g. ['param/kp']), got {type(keep_draws).__name__} {keep_draws!r}"
+            )
+        for entry in keep_draws:
+            if not isinstance(entry, str):
+                raise TypeError(
+                    f"run_monte_carlo: keep_draws: expected draw names, got {type(entry).__name__} {entry!r}"
+                )
+        _, _, drawn = jax.eval_shape(lambda key: uncertainty.sample(model, key, 0), root)
+        unknown = sorted(set(keep_draws) - set(drawn))
+        if unknown:
+            raise ValueError(
+                f"run_monte_carlo: keep_draws: unknown draw name(s) {unknown}; the study draws {sorted(drawn)}"
+            )
+        keep = set(keep_draws).__contains__
 
     def one(index):
         model_i, params_i, draws_i = uncertainty.sample(model, root, index)

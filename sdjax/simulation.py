@@ -50,6 +50,7 @@ without the model file.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -64,7 +65,7 @@ import numpy as np
 
 from sdjax._checks import check_count
 from sdjax.dynamics import Controls, make_controls
-from sdjax.integrate import Trajectory, rollout
+from sdjax.integrate import MAX_ROLLOUT_STEPS, Trajectory, rollout
 from sdjax.kinematics import center_of_mass
 from sdjax.model import Model
 from sdjax.momentum import angular_momentum, kinetic_energy, linear_momentum, potential_energy
@@ -95,6 +96,10 @@ def _steps_from(dt: Any, num_steps: Any, duration: Any) -> int:
         duration = float(duration)
         if not (math.isfinite(duration) and duration >= 0):
             raise ValueError(f"simulate: duration must be non-negative and finite, got {duration!r}")
+        if not duration / dt_value <= MAX_ROLLOUT_STEPS:  # (before round(): 1e300 / 1e-10 is inf)
+            raise ValueError(
+                f"simulate: duration / dt = {duration / dt_value:.3g} steps exceeds the longest rollout ({MAX_ROLLOUT_STEPS})"
+            )
         return int(round(duration / dt_value))
     return check_count("simulate: num_steps", num_steps, 0)
 
@@ -325,7 +330,8 @@ class SimulationRun:
 
         Raises:
             ValueError: the file is missing, not an ``.npz`` run file, of another format
-                version, or inconsistent (array shapes that do not match the model).
+                version, or inconsistent (array shapes that do not match the model, an entry
+                that ``meta`` does not list).
         """
         from sdjax.io.json_model import model_from_dict
         from sdjax.io.npz import NpzArchive
@@ -376,9 +382,15 @@ class SimulationRun:
             names = meta.get("quantity_names", [])
             if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
                 raise ValueError(f"{name}: 'meta' quantity_names must be a list of names")
+            repeated = sorted(k for k, count in collections.Counter(names).items() if count > 1)
+            if repeated:
+                raise ValueError(f"{name}: 'meta' quantity_names lists {repeated} more than once")
             absent = [k for k in names if f"quantity/{k}" not in data]
             if absent:
                 raise ValueError(f"{name}: 'meta' lists quantities {absent} that the file does not hold")
+            unlisted = sorted(set(data.entries) - {"meta", *needed} - {f"quantity/{k}" for k in names})
+            if unlisted:
+                raise ValueError(f"{name}: entries {unlisted} are not listed in 'meta' quantity_names (or unknown)")
             quantities = {k: data.array(f"quantity/{k}", kinds="f", leading=steps + 1) for k in names}
             info = meta.get("info", {})
             if not isinstance(info, dict):

@@ -96,6 +96,7 @@ def test_progress_callback_and_bar(pd_run, capsys):
         (dict(), "exactly one of num_steps and duration"),
         (dict(num_steps=-1), "num_steps: must be an integer >= 0"),
         (dict(duration=float("nan")), "duration must be non-negative and finite"),
+        (dict(duration=1e300, dt=1e-10), r"duration / dt = inf steps exceeds the longest rollout"),
         (dict(num_steps=10, dt=0.0), "dt must be positive and finite"),
         (dict(num_steps=10, dt="fast"), "dt: expected a number, got str"),
         (dict(num_steps=10, chunk_steps=0), "chunk_steps: must be an integer >= 1"),
@@ -257,3 +258,28 @@ def test_run_file_errors(pd_run, tmp_path):
     np.savez(other, **empty)
     with pytest.raises(ValueError, match="'time' holds no samples"):
         load_run(other)
+
+
+def test_run_file_refuses_entries_meta_does_not_list(pd_run, tmp_path):
+    """Every entry of a run file is one ``meta`` accounts for: an extra ``quantity/<name>`` (or
+    an unknown entry) is refused, not silently dropped; a quantity listed twice is refused."""
+    model, _, traj = pd_run
+    good = tmp_path / "good.npz"
+    SimulationRun(model, traj).save(good)
+    with np.load(good, allow_pickle=False) as data:
+        entries = dict(data)
+    meta = json.loads(str(entries["meta"]))
+    other = tmp_path / "other.npz"
+    for change, message in [
+        ({"quantity/extra": entries["time"]}, r"other\.npz: entries \['quantity/extra'\] are not listed in 'meta'"),
+        ({"notes": np.zeros(3)}, r"other\.npz: entries \['notes'\] are not listed in 'meta'"),
+        ({"meta": np.array(json.dumps({**meta, "quantity_names": meta["quantity_names"][1:]}))},
+         rf"entries \['quantity/{meta['quantity_names'][0]}'\] are not listed in 'meta'"),
+        ({"meta": np.array(json.dumps({**meta, "quantity_names": meta["quantity_names"] * 2}))},
+         r"'meta' quantity_names lists \[.*'kinetic_energy'.*\] more than once"),
+    ]:  # fmt: skip
+        np.savez(other, **{**entries, **change})
+        with pytest.raises(ValueError, match=message):
+            load_run(other)
+    np.savez(other, **entries)  # the same entries, rewritten: still a run file
+    assert list(load_run(other).quantities) == meta["quantity_names"]
