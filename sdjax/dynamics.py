@@ -65,7 +65,7 @@ from sdjax.model import (
 )
 from sdjax.algebra import cross3, dot, matmul, matvec3, small_cho_solve, small_cholesky_factor, small_cholesky_solve
 from sdjax.rotation import skew
-from sdjax._checks import check_vector
+from sdjax._checks import check_index, check_vector, is_traced
 from sdjax.state import BASE_TWIST_NAMES, State, check_state, with_mimic_relations_checked
 from sdjax.tree import accumulate_up
 
@@ -112,15 +112,41 @@ def make_controls(
     Returns:
         :class:`Controls` (batch them with ``jax.vmap``).
     """
+    return _checked_controls(model, (tau, base_force, base_torque, end_point_force, end_point_torque), dtype, "")
+
+
+def _checked_controls(model: Model, values: Sequence[Any], dtype: Any, prefix: str) -> Controls:
+    """:class:`Controls` of ``values`` (its five fields in order; ``None``: zero), each of
+    ``dtype`` (default: the model's) and checked for its shape; messages start ``prefix``."""
     dtype = model.dtype if dtype is None else dtype
     n, ne = model.num_joints, model.num_end_points
+    shapes = ((n,), (3,), (3,), (ne, 3), (ne, 3))
     return Controls(
-        tau=check_vector("tau", tau, (n,), dtype),
-        base_force=check_vector("base_force", base_force, (3,), dtype),
-        base_torque=check_vector("base_torque", base_torque, (3,), dtype),
-        end_point_force=check_vector("end_point_force", end_point_force, (ne, 3), dtype),
-        end_point_torque=check_vector("end_point_torque", end_point_torque, (ne, 3), dtype),
+        *(check_vector(f"{prefix}{field}", value, shape, dtype) for field, value, shape in zip(_FIELDS, values, shapes))
     )
+
+
+_FIELDS = ("tau", "base_force", "base_torque", "end_point_force", "end_point_torque")
+
+
+def check_controls(model: Model, controls: Any, dtype: Any, what: str, *, optional: bool = False) -> Controls:
+    """``controls`` checked for ``model`` (a :class:`Controls` whose fields have the shapes
+    :func:`make_controls` requires: ``(n,)``, ``(3,)``, ``(3,)``, ``(ne, 3)``, ``(ne, 3)``),
+    cast to ``dtype``; with ``optional``, ``None`` gives zero loads. The one check of a
+    :class:`Controls` built directly, which every dynamics function and integrator step taking
+    one passes through (shapes only: values are the hot-path inputs, as in :func:`check_vector`).
+
+    Raises:
+        TypeError: ``controls`` is no :class:`Controls` (naming ``what``).
+        ValueError: a field of the wrong shape (e.g. the controls of another model).
+    """
+    if controls is None and optional:
+        return make_controls(model, dtype=dtype)
+    if not isinstance(controls, Controls):  # (an array is traced inside the jit: named an array)
+        given = "an array" if isinstance(controls, (jax.Array, np.ndarray)) else type(controls).__name__
+        raise TypeError(f"{what}: controls: expected a sdjax.Controls (sdjax.make_controls), got {given}")
+    values = (getattr(controls, field) for field in _FIELDS)
+    return _checked_controls(model, tuple(values), dtype, f"{what}: controls.")
 
 
 def point_loads(
@@ -146,12 +172,21 @@ def point_loads(
         :class:`Controls` with ``tau``, ``base_force`` and ``base_torque`` set (end-point loads
         zero); add it to other controls with ``jax.tree.map(jnp.add, a, b)``.
     """
-    check_state(model, state)
-    indices = np.asarray(bodies, dtype=np.int64).reshape(-1)
-    if not np.all((indices >= 0) & (indices <= model.num_joints)):
-        raise ValueError(
-            f"point_loads: bodies must be static indices 0..{model.num_joints} (0 = base), got {indices.tolist()}"
-        )
+    check_state(model, state, "point_loads")
+    try:  # (object entries: a float or a string stays what it is, and is refused below)
+        given = np.asarray(bodies, dtype=object).reshape(-1)
+    except Exception:  # a traced array (the indices select the program's structure)
+        shown = "a traced value" if is_traced(bodies) else type(bodies).__name__
+        raise TypeError(
+            f"point_loads: bodies: expected static integer indices 0..{model.num_joints}, got {shown}"
+        ) from None
+    indices = np.asarray(
+        [
+            check_index(f"point_loads: bodies[{k}]", body, 0, model.num_joints, "0 = base, 1..n = links")
+            for k, body in enumerate(given)
+        ],
+        dtype=np.int64,
+    )
     m, dtype = len(indices), state.q.dtype
     points = check_vector("points", points, (m, 3), dtype)
     forces = check_vector("forces", forces, (m, 3), dtype)
@@ -177,6 +212,8 @@ def generalized_loads(model: Model, state: State, controls: Controls) -> Array:
     right-hand side; end-point forces add to ``F0``, their moments about ``r0`` to ``N0``).
     Linear in ``controls``; what an implicit integrator differentiates to treat
     state-dependent loads implicitly."""
+    check_state(model, state, "generalized_loads")
+    controls = check_controls(model, controls, state.q.dtype, "generalized_loads")
     motion = kinematic_pass(model, state)
     subtree = accumulate_up(
         model.tree, _end_point_wrenches(model, motion.frames, controls.end_point_force, controls.end_point_torque)
@@ -340,7 +377,7 @@ def _checked_motion(what, model, state, base_acceleration, qdd, end_point_force,
 def _checked_motion_inputs(what, model, state, base_acceleration, qdd, end_point_force, end_point_torque):
     """``(base_acceleration, qdd, end_point_force, end_point_torque)`` checked (shapes, dtype,
     the base mode's fixed components, mimic relations) and defaulted to zero."""
-    check_state(model, state)
+    check_state(model, state, what)
     dtype = state.q.dtype
     n, ne = model.num_joints, model.num_end_points
     base_acceleration = check_vector("base_acceleration", base_acceleration, (6,), dtype)
@@ -450,7 +487,7 @@ def floating_inverse_dynamics(
         ``(base_acceleration (6,), tau (n,))``: inertial frame; the actuator torques/forces
         (passive torques excluded, as :func:`inverse_dynamics`).
     """
-    check_state(model, state)
+    check_state(model, state, "floating_inverse_dynamics")
     dtype = state.q.dtype
     applied = jnp.concatenate(
         [check_vector("base_force", base_force, (3,), dtype), check_vector("base_torque", base_torque, (3,), dtype)]
@@ -475,7 +512,7 @@ def bias_forces(model: Model, state: State) -> Array:
     ``Force0``; Pinocchio's ``nle``), in the base mode's coordinates.
 
     Passive joint torques are not included (they are applied forces)."""
-    check_state(model, state)
+    check_state(model, state, "bias_forces")
     return _free_bias_forces(model, state)
 
 
@@ -574,7 +611,7 @@ def inertia_matrix(model: Model, state: State) -> Array:
         ``H_b = H[:6, :6]``, ``H_bm = H[:6, 6:]``, ``H_m = H[6:, 6:]``; ``[v0_x, v0_y, w0_z, qd]``
         for a planar base (``H_b`` 3 x 3); ``qd`` for a fixed base (``H = H_m``).
     """
-    check_state(model, state)
+    check_state(model, state, "inertia_matrix")
     return _free_inertia_matrix(model, state)
 
 
@@ -647,8 +684,10 @@ def forward_dynamics(
     Returns:
         ``(base_acceleration, qdd)``: ``(6,)`` ``[dv0/dt, dw0/dt]`` (inertial frame) and ``(n,)``.
     """
-    check_state(model, state)
-    controls = make_controls(model, tau, base_force, base_torque, end_point_force, end_point_torque, state.q.dtype)
+    check_state(model, state, "forward_dynamics")
+    controls = _checked_controls(
+        model, (tau, base_force, base_torque, end_point_force, end_point_torque), state.q.dtype, "forward_dynamics: "
+    )
     acceleration = floating_acceleration(model, state, controls)
     if check:
         acceleration = eqx.error_if(
@@ -673,6 +712,8 @@ def generalized_acceleration(model: Model, state: State, controls: Controls) -> 
         (``[dv0_x/dt, dv0_y/dt, dw0_z/dt, qdd]`` planar, ``qdd`` fixed; the independent joints'
         with mimic joints).
     """
+    check_state(model, state, "generalized_acceleration")
+    controls = check_controls(model, controls, state.q.dtype, "generalized_acceleration")
     return free_motion(model, _forward_dynamics(model, state, controls))
 
 
@@ -689,6 +730,8 @@ def floating_acceleration(model: Model, state: State, controls: Controls) -> Arr
     Reverse mode of a batch on the CPU runs that rule's transpose in the compiled kernel
     (:mod:`sdjax.batch_kernel`).
     """
+    check_state(model, state, "floating_acceleration")
+    controls = check_controls(model, controls, state.q.dtype, "floating_acceleration")
     return _forward_dynamics(model, state, controls)
 
 

@@ -274,24 +274,16 @@ class Unknowns:
 
     def __post_init__(self) -> None:
         # A list of links is taken as the tuple it stands for (the field must stay hashable: it
-        # is static under jit); every entry and the payload link must be integers.
+        # is static under jit); NumPy integers become Python ints. Each index is checked against
+        # a model by check() (check_index: a float or bool refused there, with the valid range).
         links = self.links
         if isinstance(links, (list, np.ndarray)):
             links = tuple(np.asarray(links).tolist()) if isinstance(links, np.ndarray) else tuple(links)
         if not isinstance(links, tuple):
             raise TypeError(f"Unknowns: links: expected a tuple of link indices, got {type(links).__name__} {links!r}")
-        for i, k in enumerate(links):
-            if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
-                raise TypeError(f"Unknowns: links[{i}]: expected an integer link index, got {type(k).__name__} {k!r}")
-        object.__setattr__(self, "links", tuple(int(k) for k in links))
-        payload = self.payload_link
-        if payload is not None:
-            if isinstance(payload, (bool, np.bool_)) or not isinstance(payload, (int, np.integer)):
-                raise TypeError(
-                    f"Unknowns: payload_link: expected an integer link index or None, got {type(payload).__name__} "
-                    f"{payload!r}"
-                )
-            object.__setattr__(self, "payload_link", int(payload))
+        object.__setattr__(self, "links", tuple(int(k) if isinstance(k, np.integer) else k for k in links))
+        if isinstance(self.payload_link, np.integer):
+            object.__setattr__(self, "payload_link", int(self.payload_link))
 
     def labels(self, model: Model) -> tuple[str, ...]:
         """One label per estimated body (links first, then the payload)."""

@@ -11,7 +11,7 @@ import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
-from sdjax._checks import float_array, is_traced
+from sdjax._checks import check_float_dtype, check_type, float_array, is_traced, rotation_matrix
 from sdjax.model import Model, joint_coordinate_map, joint_positions, mimic_tolerance
 from sdjax.rotation import matrix_to_quat, quat_normalize, quat_to_matrix, rpy_to_matrix
 
@@ -107,7 +107,8 @@ def make_state(
     Returns:
         A :class:`State`.
     """
-    dtype = model.dtype if dtype is None else dtype
+    check_type("make_state: model", model, Model, "a sdjax.Model")
+    dtype = model.dtype if dtype is None else check_float_dtype("make_state: dtype", dtype)
     n = model.num_joints
     given = [x is not None for x in (base_quaternion, base_rotation, base_direction_cosines, base_rpy)]
     if sum(given) > 1:
@@ -115,10 +116,12 @@ def make_state(
             "make_state: give at most one of base_quaternion, base_rotation, base_direction_cosines, base_rpy"
         )
     # Every given value checked (numbers, shape, and finite when concrete: a NaN or inf state
-    # would give a NaN trajectory without a word), in the state's dtype.
+    # would give a NaN trajectory without a word), in the state's dtype; an attitude matrix
+    # must be a proper rotation (a scaled or reflected one has no quaternion).
     if base_direction_cosines is not None:
-        cosines = float_array("make_state: base_direction_cosines", base_direction_cosines, shape=(3, 3), dtype=dtype)
-        base_rotation = cosines.T
+        base_rotation = rotation_matrix("make_state: base_direction_cosines", base_direction_cosines, dtype).T
+    elif base_rotation is not None:
+        base_rotation = rotation_matrix("make_state: base_rotation", base_rotation, dtype)
 
     def vec(name, value, size):
         if value is None:
@@ -126,7 +129,7 @@ def make_state(
         return float_array(f"make_state: {name}", value, shape=(size,), dtype=dtype)
 
     if base_rotation is not None:
-        quat = matrix_to_quat(float_array("make_state: base_rotation", base_rotation, shape=(3, 3), dtype=dtype))
+        quat = matrix_to_quat(base_rotation)
     elif base_rpy is not None:
         quat = matrix_to_quat(rpy_to_matrix(vec("base_rpy", base_rpy, 3)))
     elif base_quaternion is not None:
@@ -256,8 +259,12 @@ def normalize_state(state: State) -> State:
     return eqx.tree_at(lambda s: s.base_quaternion, state, quat_normalize(state.base_quaternion))
 
 
-def check_state(model: Model, state: State) -> None:
-    """Raise ``ValueError`` if the state's joint vectors do not match the model (trace time)."""
+def check_state(model: Model, state: State, what: str = "check_state") -> None:
+    """Raise ``TypeError`` (naming the function ``what``) if ``model`` is no :class:`Model` or
+    ``state`` no :class:`State`, ``ValueError`` if the state's joint vectors do not match the
+    model (trace time)."""
+    check_type(f"{what}: model", model, Model, "a sdjax.Model")
+    check_type(f"{what}: state", state, State, "a sdjax.State")
     n = model.num_joints
     if jnp.shape(state.q) != (n,) or jnp.shape(state.qd) != (n,):
         raise ValueError(

@@ -252,3 +252,131 @@ def test_every_door_with_a_static_index_refuses_a_float_and_an_index_out_of_rang
         call(1.5)
     with pytest.raises(ValueError, match=rf"{re.escape(label)}: index 99 out of range; expected \d+\.\.\d+"):
         call(99)
+
+
+def test_make_state_refuses_an_attitude_matrix_that_is_no_rotation_and_an_integer_dtype(sample_model):
+    """A scaled, reflected or singular matrix has no quaternion: refused, not turned into a
+    non-unit quaternion or the identity; an integer dtype would truncate every value."""
+    for name in ("base_rotation", "base_direction_cosines"):
+        for matrix, defect in [
+            (2 * np.eye(3), r"R\^T R differs from the identity"),
+            (-np.eye(3), r"det R = -1 \(a reflection\)"),
+            (np.ones((3, 3)), r"R\^T R differs from the identity"),
+        ]:
+            with pytest.raises(
+                ValueError, match=rf"^make_state: {name}: expected a proper rotation matrix, .*{defect}"
+            ):
+                sdjax.make_state(sample_model, **{name: matrix})
+    # A rotation is still taken, either way, and its quaternion is the rotation's.
+    rotation = np.asarray(rpy_to_matrix(jnp.asarray([0.3, -0.2, 1.1])))
+    for state in (
+        sdjax.make_state(sample_model, base_rotation=rotation),
+        sdjax.make_state(sample_model, base_direction_cosines=rotation.T),
+    ):
+        np.testing.assert_allclose(state.base_rotation, rotation, atol=1e-14)
+        np.testing.assert_allclose(np.linalg.norm(state.base_quaternion), 1.0, rtol=1e-15)
+    # Traced matrices (a Jacobian with respect to the attitude) are not checked.
+    jac = jax.jacobian(lambda r: sdjax.make_state(sample_model, base_rotation=r).base_quaternion)(jnp.eye(3))
+    assert jac.shape == (4, 3, 3)
+    for dtype in (jnp.int32, np.int64, bool):
+        with pytest.raises(
+            ValueError, match=r"^make_state: dtype: expected a floating dtype \(e.g. jnp.float32\), got"
+        ):
+            sdjax.make_state(sample_model, dtype=dtype)
+    with pytest.raises(TypeError, match=r"^make_state: dtype: expected a floating dtype"):
+        sdjax.make_state(sample_model, dtype="metres")
+    assert sdjax.make_state(sample_model, dtype=jnp.float32, q=np.ones(6)).q.dtype == jnp.float32
+
+
+def test_dynamics_entries_refuse_what_is_no_model_or_state(sample_model):
+    state = sdjax.make_state(sample_model)
+    calls = {
+        "forward_dynamics": sdjax.forward_dynamics,
+        "inverse_dynamics": sdjax.inverse_dynamics,
+        "inertia_matrix": sdjax.inertia_matrix,
+        "bias_forces": sdjax.bias_forces,
+        "floating_inverse_dynamics": sdjax.floating_inverse_dynamics,
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=rf"^{name}: model: expected a sdjax.Model, got str(\n|$)"):
+            call("x", state)
+        with pytest.raises(TypeError, match=rf"^{name}: state: expected a sdjax.State, got NoneType(\n|$)"):
+            call(sample_model, None)
+    with pytest.raises(TypeError, match=r"^make_state: model: expected a sdjax.Model, got str$"):
+        sdjax.make_state("m")
+    with pytest.raises(TypeError, match=r"^rk4_step: state: expected a sdjax.State, got tuple(\n|$)"):
+        sdjax.rk4_step(sample_model, (state,), 0.01)
+
+
+def test_controls_built_directly_are_checked_by_every_function_taking_them(sample_model):
+    """A Controls of the wrong shapes (tau (1,) broadcast silently; another model's loads
+    failed in a raw concatenate) or no Controls at all is refused, naming the function."""
+    state = sdjax.make_state(sample_model, q=np.full(6, 0.2), qd=np.full(6, 0.1))
+    ne = sample_model.num_end_points
+    wrong_tau = sdjax.Controls(
+        tau=jnp.ones(1),
+        base_force=jnp.zeros(3),
+        base_torque=jnp.zeros(3),
+        end_point_force=jnp.zeros((ne, 3)),
+        end_point_torque=jnp.zeros((ne, 3)),
+    )
+    other = sdjax.make_controls(sdjax.models.free_flying_arm_7dof(), tau=np.ones(7))
+    calls = {
+        "generalized_acceleration": lambda c: sdjax.generalized_acceleration(sample_model, state, c),
+        "state_derivative": lambda c: sdjax.state_derivative(sample_model, state, c),
+        "generalized_loads": lambda c: sdjax.generalized_loads(sample_model, state, c),
+        "rk4_step": lambda c: sdjax.rk4_step(sample_model, state, 0.01, c),
+        "euler_step": lambda c: sdjax.euler_step(sample_model, state, 0.01, c),
+        "implicit_euler_step": lambda c: sdjax.implicit_euler_step(sample_model, state, 0.01, c),
+        "newmark_step": lambda c: sdjax.newmark_step(sample_model, state, 0.01, c),
+        "simpson_step": lambda c: sdjax.simpson_step(sample_model, state, 0.01, c),
+    }
+    for name, call in calls.items():
+        for controls in (wrong_tau, other):
+            with pytest.raises(ValueError, match=rf"^{name}: controls.tau: expected shape \(6,\), got \((1|7),\)"):
+                call(controls)
+        with pytest.raises(
+            TypeError,
+            match=rf"^{name}: controls: expected a sdjax.Controls \(sdjax.make_controls\), got an array(\n|$)",
+        ):
+            call(np.ones(6))
+    with pytest.raises(TypeError, match=r"^generalized_acceleration: controls: expected a sdjax.Controls .*NoneType"):
+        sdjax.generalized_acceleration(sample_model, state, None)
+    # Right shapes (and another precision) go through: the same accelerations as forward_dynamics.
+    good = sdjax.make_controls(sample_model, tau=np.full(6, 0.5), dtype=jnp.float32)
+    base, qdd = sdjax.forward_dynamics(sample_model, state, np.full(6, 0.5))
+    np.testing.assert_allclose(
+        sdjax.generalized_acceleration(sample_model, state, good), np.concatenate([base, qdd]), rtol=1e-12
+    )
+    # Batched controls under vmap are checked per sample and still run.
+    batch = jax.vmap(lambda t: sdjax.make_controls(sample_model, tau=t))(jnp.ones((3, 6)))
+    assert jax.vmap(lambda c: sdjax.generalized_acceleration(sample_model, state, c))(batch).shape == (3, 12)
+
+
+def test_point_loads_refuses_a_body_that_is_no_integer_or_out_of_range(sample_model):
+    """1.7 was truncated to body 1, "1" and True taken as 1."""
+    state = sdjax.make_state(sample_model, q=np.full(6, 0.2))
+    points, forces = np.zeros((1, 3)), np.ones((1, 3))
+    for body, shown in [
+        (1.7, "float 1.7"),
+        ("1", "str '1'"),
+        (True, "bool True"),
+        (np.float64(2.0), r"float64 np.float64\(2.0\)"),
+    ]:
+        with pytest.raises(
+            TypeError, match=rf"^point_loads: bodies\[0\]: expected a static integer index 0..6, got {shown}(\n|$)"
+        ):
+            sdjax.point_loads(sample_model, state, [body], points, forces)
+    for body in (-1, 7):
+        with pytest.raises(
+            ValueError, match=rf"^point_loads: bodies\[0\]: index {body} out of range; expected 0..6 \(0 = base"
+        ):
+            sdjax.point_loads(sample_model, state, [body], points, forces)
+    with pytest.raises(
+        TypeError, match=r"^point_loads: bodies: expected static integer indices 0..6, got a traced value"
+    ):
+        jax.jit(lambda b: sdjax.point_loads(sample_model, state, b, points, forces).tau)(jnp.asarray([1]))
+    # Integers of any kind (and an integer array) are taken.
+    expected = sdjax.point_loads(sample_model, state, [1], points, forces).tau
+    for bodies in ((1,), np.asarray([1]), jnp.asarray([1]), [np.int32(1)]):
+        np.testing.assert_array_equal(sdjax.point_loads(sample_model, state, bodies, points, forces).tau, expected)

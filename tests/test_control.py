@@ -681,3 +681,37 @@ def test_bad_inputs(arm, arm_state):
         sdjax.RateServo(arm, np.zeros(7), 1.0)
     with pytest.raises(ValueError, match=r"qd_desired: expected shape \(7,\)"):
         sdjax.reaction_null_space_rates(arm, arm_state, np.zeros(6))
+
+
+def test_quintic_reference_computes_in_floating_point_and_refuses_non_finite_ends():
+    """An integer time gives the same point as the float one (not a duration truncated to an
+    integer: 2.5 s became 2, 0.5 s became 0 and a NaN); a NaN or inf end is refused."""
+
+    def quintic(x):  # s(x) = 10 x^3 - 15 x^4 + 6 x^5, written out independently
+        return 10 * x**3 - 15 * x**4 + 6 * x**5
+
+    reference = sdjax.QuinticJointReference(np.zeros(7), np.ones(7), 2.5)
+    for t in (1, np.int32(1), jnp.asarray(1)):
+        q, qd, _ = reference(t)
+        assert q.dtype == jnp.float64
+        np.testing.assert_allclose(q, np.full(7, quintic(1 / 2.5)), rtol=1e-14)
+        np.testing.assert_allclose(qd, np.full(7, 30 * 0.4**2 * 0.6**2 / 2.5), rtol=1e-14)
+    np.testing.assert_allclose(reference(1)[0], reference(1.0)[0], rtol=0)
+    short = sdjax.QuinticJointReference(np.zeros(7), np.ones(7), 0.5)
+    np.testing.assert_array_equal(short(0)[0], np.zeros(7))  # was NaN (0 / int(0.5))
+    np.testing.assert_array_equal(short(1)[0], np.ones(7))
+    np.testing.assert_allclose(sdjax.QuinticJointReference(np.zeros(2), np.ones(2), 2, start_time=1)(2)[0], 0.5)
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=r"^QuinticJointReference: goal: must be finite, got \["):
+            sdjax.QuinticJointReference(np.zeros(7), np.full(7, bad), 2.0)
+        with pytest.raises(ValueError, match=r"^QuinticJointReference: start: must be finite"):
+            sdjax.QuinticJointReference(np.full(7, bad), np.zeros(7), 2.0)
+        with pytest.raises(ValueError, match=r"^QuinticJointReference: start_time: must be finite"):
+            sdjax.QuinticJointReference(np.zeros(7), np.ones(7), 2.0, start_time=bad)
+    with pytest.raises(TypeError, match=r"^QuinticJointReference: goal: expected numbers, got str"):
+        sdjax.QuinticJointReference(np.zeros(2), "up", 2.0)
+    with pytest.raises(ValueError, match=r"start and goal expected two \(n,\) vectors"):
+        sdjax.QuinticJointReference(np.zeros(2), np.ones(3), 2.0)
+    # Under jit the ends are traced: built and evaluated, values not checked.
+    moved = jax.jit(lambda goal: sdjax.QuinticJointReference(jnp.zeros(2), goal, 2.0)(1)[0])(jnp.ones(2))
+    np.testing.assert_allclose(moved, np.full(2, quintic(0.5)), rtol=1e-14)

@@ -668,12 +668,13 @@ def test_unknowns_links_are_checked_and_a_list_is_taken_as_a_tuple(arm, short_da
     assert report.num_parameters == 10
     with pytest.raises(TypeError, match=r"Unknowns: links: expected a tuple of link indices, got int 2"):
         ident.Unknowns(links=2)
-    with pytest.raises(TypeError, match=r"Unknowns: links\[1\]: expected an integer link index, got float 2.0"):
-        ident.Unknowns(links=(1, 2.0))
-    with pytest.raises(TypeError, match=r"Unknowns: links\[0\]: expected an integer link index, got bool"):
-        ident.Unknowns(links=(True,))
-    with pytest.raises(TypeError, match=r"Unknowns: payload_link: expected an integer link index or None, got str"):
-        ident.Unknowns(payload_link="7")
+    # Indices are checked against the model (check_index), as at every door taking one.
+    with pytest.raises(TypeError, match=r"Unknowns: links\[1\]: expected a static integer index 1\.\.7, got float"):
+        ident.identifiability(arm, short_data, ident.Unknowns(links=(1, 2.0)))
+    with pytest.raises(TypeError, match=r"Unknowns: links\[0\]: expected a static integer index 1\.\.7, got bool"):
+        ident.identifiability(arm, short_data, ident.Unknowns(links=(True,)))
+    with pytest.raises(TypeError, match=r"Unknowns: payload_link: expected a static integer index 1\.\.7, got str"):
+        ident.identifiability(arm, short_data, ident.Unknowns(payload_link="7"))
 
 
 def test_identify_refuses_wrong_unknowns_and_optimizer(arm, short_data):

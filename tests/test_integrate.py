@@ -283,7 +283,7 @@ def test_point_loads_do_the_virtual_power_of_the_load(free_tree):
         expected = expected + force[k] @ twist[:3] + torque[k] @ twist[3:]
     # Sums of a dozen O(1) products: round-off.
     assert abs(float(power - expected)) < 1e-11 * max(1.0, abs(float(expected)))
-    with pytest.raises(ValueError, match="bodies must be static indices"):
+    with pytest.raises(ValueError, match=r"point_loads: bodies\[0\]: index 9 out of range; expected 0..8"):
         sdjax.point_loads(model, state, (model.num_joints + 1,), points[:1], force[:1])
     with pytest.raises(ValueError, match="forces"):
         sdjax.point_loads(model, state, bodies, points, force[:2])
@@ -493,3 +493,55 @@ def test_newmark_is_second_order_on_a_free_floating_tree():
     errors = [error(10), error(20), error(40)]
     # Second order: ratios near 4 (measured 3.9-4.0).
     assert 3.3 < errors[0] / errors[1] < 4.7 and 3.3 < errors[1] / errors[2] < 4.7, errors
+
+
+_STEPS = ["rk4_step", "euler_step", "implicit_euler_step", "newmark_step", "simpson_step", "adaptive_step"]
+
+
+@pytest.mark.parametrize("name", _STEPS)
+def test_single_steps_refuse_a_bad_step_as_rollout_does(sample_model, name):
+    """dt = nan gave a NaN state, an array of steps a raw broadcasting error: the check of
+    rollout's dt (check_step), naming the step function."""
+    step = getattr(sdjax, name)
+    state = sdjax.make_state(sample_model, q=np.full(6, 0.2), qd=np.full(6, 0.1))
+    for dt, message in [(np.nan, "must be finite"), (np.inf, "must be finite"), (0.0, "must be positive"),
+                        (-0.01, "must be positive")]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"^{name}: dt: {message}"):
+            step(sample_model, state, dt)
+    for dt in ("0.01", None, True):
+        with pytest.raises(TypeError, match=f"^{name}: dt: expected a number"):
+            step(sample_model, state, dt)
+    with pytest.raises(ValueError, match=rf"^{name}: dt must be a scalar, got shape \(2,\)"):
+        step(sample_model, state, np.zeros(2))
+    with pytest.raises(Exception, match=f"{name}: dt: must be positive and finite"):
+        jax.block_until_ready(step(sample_model, state, jnp.asarray(jnp.nan)))
+    # A good step, a Python number or an array, gives the same state.
+    assert _error(step(sample_model, state, 0.01), step(sample_model, state, jnp.asarray(0.01))) < 1e-14
+
+
+def test_rollout_refuses_a_bad_start_time_control_or_flag(sample_model):
+    state = sdjax.make_state(sample_model, q=np.full(6, 0.2))
+    for t0 in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=r"^rollout: t0: must be finite"):
+            sdjax.rollout(sample_model, state, 0.01, 3, t0=t0)
+    for t0 in ("a", None, True):
+        with pytest.raises(TypeError, match=r"^rollout: t0: expected a number"):
+            sdjax.rollout(sample_model, state, 0.01, 3, t0=t0)
+    with pytest.raises(ValueError, match=r"^rollout: t0: expected a scalar, got shape \(2,\)"):
+        sdjax.rollout(sample_model, state, 0.01, 3, t0=np.zeros(2))
+    np.testing.assert_allclose(
+        sdjax.rollout(sample_model, state, 0.01, 3, t0=np.float64(1.0)).time, 1 + 0.01 * np.arange(4)
+    )
+    for control, shown in [("pd", "str 'pd'"), (object(), "object")]:
+        with pytest.raises(TypeError, match=rf"^rollout: control: expected None, a function .*, got {shown}"):
+            sdjax.rollout(sample_model, state, 0.01, 3, control)
+    with pytest.raises(TypeError, match=r"^rollout: control: the control law returned None"):
+        sdjax.rollout(sample_model, state, 0.01, 3, lambda t, s: None)
+    for integrator in (5, ["rk4"], sdjax.RK4):
+        with pytest.raises(TypeError, match=r"^rollout: expected an sdjax.Integrator or one of \["):
+            sdjax.rollout(sample_model, state, 0.01, 3, integrator=integrator)
+    with pytest.raises(ValueError, match=r"^rollout: unknown integrator 'rk5'"):
+        sdjax.rollout(sample_model, state, 0.01, 3, integrator="rk5")
+    for flag in ("checkpoint", "check"):
+        with pytest.raises(TypeError, match=rf"^rollout: {flag}: expected a bool, got str"):
+            sdjax.rollout(sample_model, state, 0.01, 3, **{flag: "no"})

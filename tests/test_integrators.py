@@ -282,3 +282,29 @@ def test_implicit_contact_at_large_steps_slides_at_the_closed_form_rate():
     # Sliding is steady by then; the regularised friction (slip 0.1 mm/s) and the legs' compliance
     # keep the fitted acceleration within 1 % of the rigid-body closed form (0.3876 m/s^2).
     assert abs(acceleration - expected) < 0.01 * expected, (acceleration, expected)
+
+
+def test_integrator_options_refuse_values_of_the_wrong_type(sample_model):
+    """semi_implicit="no" was taken as True; beta="x" failed in a raw comparison."""
+    with pytest.raises(TypeError, match=r"^Euler: semi_implicit: expected a bool, got str$"):
+        sdjax.Euler(semi_implicit="no")
+    with pytest.raises(TypeError, match=r"^ImplicitEuler: linearize_environment: expected a bool, got int$"):
+        sdjax.ImplicitEuler(linearize_environment=1)
+    with pytest.raises(TypeError, match=r"^Newmark: beta: expected a number, got str 'x'$"):
+        sdjax.Newmark(beta="x")
+    with pytest.raises(TypeError, match=r"^Newmark: gamma: expected a number, got NoneType"):
+        sdjax.Newmark(gamma=None)
+    with pytest.raises(ValueError, match=r"^Newmark: need 0 <= beta <= 1/2 and 0 <= gamma <= 1, got beta=0.7"):
+        sdjax.Newmark(beta=0.7)
+    with pytest.raises(TypeError, match=r"^Adaptive: rtol: expected a number, got str"):
+        sdjax.Adaptive(rtol="1e-6")
+    assert sdjax.Euler(semi_implicit=True).semi_implicit
+    state = sdjax.make_state(sample_model, qd=np.full(6, 0.1))
+    with pytest.raises(TypeError, match=r"^euler_step: semi_implicit: expected a bool, got str"):
+        sdjax.euler_step(sample_model, state, 0.01, semi_implicit="no")
+    with pytest.raises(TypeError, match=r"^implicit_euler_step: linearize_environment: expected a bool, got str"):
+        sdjax.implicit_euler_step(sample_model, state, 0.01, linearize_environment="yes")
+    with pytest.raises(TypeError, match=r"^newmark_step: beta: expected a number, got str"):
+        sdjax.newmark_step(sample_model, state, 0.01, beta="x")
+    with pytest.raises(ValueError, match=r"^newmark_step: need 0 <= beta <= 1/2"):
+        sdjax.newmark_step(sample_model, state, 0.01, beta=-1.0)

@@ -77,16 +77,22 @@ class QuinticJointReference(eqx.Module):
     start_time: Array
 
     def __init__(self, start: Any, goal: Any, duration: Any, start_time: Any = 0.0):
-        self.start, self.goal = jnp.asarray(start), jnp.asarray(goal)
-        if self.start.ndim != 1 or self.start.shape != self.goal.shape:
+        # (floating and finite when concrete: a NaN goal would give a NaN torque without a word)
+        self.start = float_array("QuinticJointReference: start", start, shape=(None,))
+        self.goal = float_array("QuinticJointReference: goal", goal, shape=(None,))
+        if self.start.shape != self.goal.shape:
             raise ValueError(
                 f"QuinticJointReference: start and goal expected two (n,) vectors, got {self.start.shape} and {self.goal.shape}"
             )
         self.duration = float_array("QuinticJointReference: duration", duration, shape=(), sign="positive")
-        self.start_time = jnp.asarray(start_time)
+        self.start_time = float_array("QuinticJointReference: start_time", start_time, shape=())
 
     def __call__(self, t: Array) -> tuple[Array, Array, Array]:
-        dtype = jnp.asarray(t).dtype
+        # Always in floating point: an integer time (``r(1)``) would truncate the duration.
+        t = jnp.asarray(t)
+        if not jnp.issubdtype(t.dtype, jnp.floating):
+            t = t.astype(jnp.result_type(self.goal.dtype, self.duration.dtype))
+        dtype = t.dtype
         s, ds, dds = _quintic(t, self.start_time.astype(dtype), self.duration.astype(dtype))
         delta = (self.goal - self.start).astype(dtype)
         return self.start.astype(dtype) + s * delta, ds * delta, dds * delta
