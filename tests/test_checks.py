@@ -380,3 +380,22 @@ def test_point_loads_refuses_a_body_that_is_no_integer_or_out_of_range(sample_mo
     expected = sdjax.point_loads(sample_model, state, [1], points, forces).tau
     for bodies in ((1,), np.asarray([1]), jnp.asarray([1]), [np.int32(1)]):
         np.testing.assert_array_equal(sdjax.point_loads(sample_model, state, bodies, points, forces).tau, expected)
+
+
+def test_inputs_of_the_dynamics_refuse_complex_numbers_and_text(sample_model):
+    """Loads and torques (check_vector): an imaginary part was dropped with only JAX's warning,
+    and text reached ``jnp.asarray`` (which reads some strings as dtype names); booleans (the
+    constraint masks) and integers are numbers."""
+    state = sdjax.make_state(sample_model)
+    with pytest.raises(TypeError, match=r"forward_dynamics: tau: expected real numbers, got dtype complex128"):
+        sdjax.forward_dynamics(sample_model, state, np.ones(6) * (1 + 5j))
+    with pytest.raises(TypeError, match=r"forward_dynamics: tau: expected numbers, got str 'd'"):
+        sdjax.forward_dynamics(sample_model, state, "d")
+    assert check_vector("mask", np.ones(2, bool), (2,), jnp.bool_).dtype == jnp.bool_
+    np.testing.assert_array_equal(check_vector("x", [1, 2], (2,), jnp.float64), [1.0, 2.0])
+    with pytest.raises(TypeError, match=r"x: expected numbers, got str"):
+        float_array("x", "d")
+    with pytest.raises(ValueError, match=r"Model\.astype: dtype: expected a floating dtype .*, got int32"):
+        sample_model.astype(jnp.int32)
+    with pytest.raises(TypeError, match=r"Model\.astype: dtype: expected a floating dtype .*, got 'fast'"):
+        sample_model.astype("fast")
