@@ -46,7 +46,7 @@ from sdjax.integrate import as_controls, control_schedule, runge_kutta4
 from sdjax.kinematics import forward_kinematics
 from sdjax.model import Model, check_no_mimic, floating_coordinates, floating_loads, free_coordinates, free_motion
 from sdjax.rotation import quat_multiply, quat_normalize, quat_rate, rotation_difference, rotation_vector_to_quat
-from sdjax._checks import check_count, check_vector
+from sdjax._checks import check_count, check_scalar, check_vector, float_array, is_traced, rotation_matrix
 from sdjax.state import State, check_state, with_base_motion_checked
 
 #: Row names of a frame constraint's error, in the frame of ``other``: position, then rotation.
@@ -90,9 +90,31 @@ class JointLock(eqx.Module):
     joint: int = eqx.field(static=True)
     system: int = eqx.field(static=True, default=0)
 
+    def __check_init__(self) -> None:
+        _joint_number("JointLock: joint", self.joint)
+        _system_index("JointLock: system", self.system)
+
     @property
     def num_rows(self) -> int:
         return 1
+
+
+def _joint_number(name: str, value: Any) -> int:
+    """A joint number as a Python int, at least 1 (the model's ``n`` bounds it where the systems
+    are known): ``TypeError`` for a float, a bool or text (``int()`` truncated 2.5 to 2)."""
+    return _static_count(name, value, 1, "joints are numbered 1..n")
+
+
+def _system_index(name: str, value: Any) -> int:
+    return _static_count(name, value, 0, "systems are numbered from 0")
+
+
+def _static_count(name: str, value: Any, low: int, meaning: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected a static integer ({meaning}), got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"{name}: {meaning}, got {int(value)}")
+    return int(value)
 
 
 class JointCoupling(eqx.Module):
@@ -117,7 +139,9 @@ class JointCoupling(eqx.Module):
     system: int = eqx.field(static=True)
 
     def __init__(self, follower: int, leader: int, multiplier: Any = 1.0, offset: Any = 0.0, system: int = 0):
-        self.follower, self.leader, self.system = int(follower), int(leader), int(system)
+        self.follower = _joint_number("JointCoupling: follower", follower)
+        self.leader = _joint_number("JointCoupling: leader", leader)
+        self.system = _system_index("JointCoupling: system", system)
         self.multiplier = jnp.asarray(multiplier, jnp.result_type(float))
         self.offset = jnp.asarray(offset, jnp.result_type(float))
         if self.multiplier.shape != () or self.offset.shape != ():
@@ -161,6 +185,22 @@ def _axes(axes: Any, allowed: int, what: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def _position(what: str, position: Any) -> Array:
+    """A constraint's ``(3,)`` target position (default zero), finite where concrete."""
+    if position is None:
+        return jnp.zeros(3, jnp.result_type(float))
+    return float_array(f"{what}: position", position, shape=(3,), dtype=jnp.result_type(float))
+
+
+def _non_negative(what: str, name: str, value: Any) -> Any:
+    """``value`` (a gain or compliance), refused when concrete and negative or not finite: a
+    negative Baumgarte frequency makes the drift correction unstable, a negative compliance the
+    Schur complement indefinite (NaN accelerations)."""
+    if value is not None and not is_traced(value):
+        check_scalar(f"{what}: {name}", value, sign="non-negative")
+    return value
+
+
 def point_constraint(
     frame: FrameRef, other: FrameRef | None = None, *, position: Any = None, axes: Sequence[int | str] = (0, 1, 2)
 ) -> FrameConstraint:
@@ -174,7 +214,7 @@ def point_constraint(
         axes: held components (``"x"``, ``"y"``, ``"z"`` or 0, 1, 2) in ``other``'s frame; a
             planar loop keeps its in-plane ones.
     """
-    position = check_vector("point_constraint: position", position, (3,), jnp.result_type(float))
+    position = _position("point_constraint", position)
     frame, other = (
         _frame_ref(frame, "point_constraint"),
         None if other is None else _frame_ref(other, "point_constraint"),
@@ -199,10 +239,12 @@ def weld_constraint(
         position: ``(3,)`` m, default zero; rotation: ``(3, 3)``, default identity.
         axes: held rows of ``[x, y, z, rx, ry, rz]`` (names or 0..5), in ``other``'s frame.
     """
-    position = check_vector("weld_constraint: position", position, (3,), jnp.result_type(float))
-    rotation = jnp.eye(3, dtype=position.dtype) if rotation is None else jnp.asarray(rotation, position.dtype)
-    if rotation.shape != (3, 3):
-        raise ValueError(f"weld_constraint: rotation must be a 3 x 3 matrix, got shape {rotation.shape}")
+    position = _position("weld_constraint", position)
+    rotation = (
+        jnp.eye(3, dtype=position.dtype)
+        if rotation is None
+        else rotation_matrix("weld_constraint: rotation", rotation, position.dtype)
+    )
     frame, other = _frame_ref(frame, "weld_constraint"), None if other is None else _frame_ref(other, "weld_constraint")
     return FrameConstraint(frame, other, _axes(axes, 6, "weld_constraint"), position, rotation)
 
@@ -261,6 +303,10 @@ def _systems(
     for m, s in zip(systems.models, states):
         check_no_mimic(m, what)
         check_state(m, s)
+    if isinstance(constraints, (FrameConstraint, JointLock, JointCoupling)):
+        raise TypeError(
+            f"{what}: constraints: expected a sequence of constraints, got one {type(constraints).__name__} (put it in a list)"
+        )
     constraints = tuple(constraints)
     k = len(systems.models)
     for index, c in enumerate(constraints):
@@ -561,6 +607,8 @@ def constrained_forward_dynamics(
         :class:`ConstrainedDynamics`.
     """
     systems, states, constraints = _systems(model, state, constraints, "constrained_forward_dynamics")
+    _non_negative("constrained_forward_dynamics", "stabilization", stabilization)
+    _non_negative("constrained_forward_dynamics", "regularization", regularization)
     dtype = states[0].q.dtype
     controls = _controls(
         systems, dtype, "constrained_forward_dynamics",
@@ -835,6 +883,8 @@ def constrained_rollout(
         :class:`ConstrainedTrajectory`.
     """
     systems, initial_states, constraints = _systems(model, initial_state, constraints, "constrained_rollout")
+    _non_negative("constrained_rollout", "stabilization", stabilization)
+    _non_negative("constrained_rollout", "regularization", regularization)
     initial_states = tuple(
         with_base_motion_checked(m, s, "constrained_rollout: initial_state")
         for m, s in zip(systems.models, initial_states)

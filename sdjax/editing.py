@@ -57,8 +57,8 @@ import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
-from sdjax._checks import ROTATION_TOL, check_choice, check_index, float_array, is_traced, rotation_matrix
-from sdjax.model import JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model, mimic_tolerance
+from sdjax._checks import ROTATION_TOL, check_choice, check_index, check_type, float_array, is_traced, rotation_matrix
+from sdjax.model import INERTIA_RTOL, JOINT_TYPES, LINK_FIELDS, MODEL_FIELDS, Model, edit_model, mimic_tolerance
 from sdjax.rotation import matrix_to_rpy, rot_z, rpy_to_matrix
 from sdjax.state import State, check_state
 
@@ -92,6 +92,7 @@ def _floats(name: str, value: Any, trailing: tuple[int, ...], xp: Any, sign: str
 
 
 def _body_index(name: str, model: Model, body: Any, *, allow_base: bool = True) -> int:
+    check_type(f"{name.split(':')[0]}: model", model, Model, "a sdjax.Model")  # (an AttributeError below)
     what = "0 = base, 1..n = links" if allow_base else "joints 1..n"
     return check_index(name, body, 0 if allow_base else 1, model.num_joints, f"{what} of model {model.name!r}")
 
@@ -452,6 +453,10 @@ def merge_payload(model: Model, body: int, mass: Any, centroid: Any = (0.0, 0.0,
     mp = float_array("merge_payload: mass", mass, shape=(), dtype=dtype, sign="non-negative")
     r = float_array("merge_payload: centroid", centroid, shape=(3,), dtype=dtype)
     ip = jnp.zeros((3, 3), dtype) if inertia is None else float_array("merge_payload: inertia", inertia, shape=(3, 3))
+    if not is_traced(ip):  # (the merged body's tensor is symmetrised: an asymmetric one would be changed silently)
+        asymmetry = float(jnp.max(jnp.abs(ip - ip.T)))
+        if asymmetry > INERTIA_RTOL * float(jnp.max(jnp.abs(ip))):
+            raise ValueError(f"merge_payload: inertia: not symmetric (largest |I - I^T| entry {asymmetry:.3g})")
     fields = _fields(model)
     _merge(fields, where, mp, r, ip.astype(dtype))
     return edit_model(model, **fields)

@@ -380,6 +380,26 @@ def test_constraint_errors_name_the_problem():
         C.constrained_forward_dynamics(model, state, None, LOOP, active=[True, False])
     with pytest.raises(ValueError, match="itself"):
         C.constrained_forward_dynamics(model, state, None, (C.point_constraint("coupler_tip", "coupler_tip"),))
+    # Accepted before and used as given: a weld to a matrix that is no rotation reported no
+    # rotation error against twice the frame's rotation; NaN targets; a negative compliance
+    # made S indefinite (NaN accelerations), a negative Baumgarte frequency the correction
+    # unstable; a float joint number was truncated (2.5 -> 2), True locked joint 1.
+    with pytest.raises(ValueError, match=r"weld_constraint: rotation: expected a proper rotation matrix"):
+        C.weld_constraint("coupler_tip", rotation=2 * np.eye(3))
+    with pytest.raises(ValueError, match=r"point_constraint: position: must be finite"):
+        C.point_constraint("coupler_tip", position=[np.nan, 0.0, 0.0])
+    for name in ("stabilization", "regularization"):
+        with pytest.raises(ValueError, match=rf"constrained_forward_dynamics: {name}: must be non-negative"):
+            C.constrained_forward_dynamics(model, state, None, LOOP, **{name: -1.0})
+        with pytest.raises(ValueError, match=rf"constrained_rollout: {name}: must be non-negative"):
+            C.constrained_rollout(model, state, 0.01, 2, None, LOOP, **{name: -1.0})
+    with pytest.raises(TypeError, match=r"JointCoupling: follower: expected a static integer .*got float 2\.5"):
+        C.JointCoupling(2.5, 1)
+    for joint in (True, 2.0, "2"):
+        with pytest.raises(TypeError, match=r"JointLock: joint: expected a static integer"):
+            C.JointLock(joint)
+    with pytest.raises(TypeError, match=r"constraints: expected a sequence of constraints, got one JointLock"):
+        C.constrained_forward_dynamics(model, state, None, C.JointLock(2))
 
 
 def test_penalty_springs_converge_to_the_constrained_motion():

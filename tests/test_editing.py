@@ -605,6 +605,11 @@ def test_refusals(sample_model):
         merge_payload(model, 1, -1.0)
     with pytest.raises(ValueError, match=r"merge_payload: centroid: expected shape \(3,\)"):
         merge_payload(model, 1, 1.0, [0.0, 1.0])
+    # (the merged tensor is symmetrised: an asymmetric payload inertia was changed silently)
+    with pytest.raises(ValueError, match=r"merge_payload: inertia: not symmetric \(largest \|I - I\^T\| entry 0\.5\)"):
+        merge_payload(model, 1, 1.0, inertia=[[1.0, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    with pytest.raises(TypeError, match=r"merge_payload: model: expected a sdjax\.Model, got str"):
+        merge_payload("model", 1, 1.0)
     with pytest.raises(ValueError, match=r"lock_joints: joints\[0\]: index 0 out of range; expected 1\.\."):
         lock_joints(model, (0,), [0.0])
     with pytest.raises(ValueError, match=r"lock_joints: joints: \[2\] listed more than once"):
