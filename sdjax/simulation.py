@@ -53,7 +53,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -63,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sdjax._checks import check_count
+from sdjax._checks import check_count, check_scalar
 from sdjax.dynamics import Controls, make_controls
 from sdjax.integrate import MAX_ROLLOUT_STEPS, Trajectory, rollout
 from sdjax.kinematics import center_of_mass
@@ -84,18 +83,11 @@ ProgressCallback = Callable[[int, int, State], None]
 
 
 def _steps_from(dt: Any, num_steps: Any, duration: Any) -> int:
-    try:
-        dt_value = float(dt)
-    except (TypeError, ValueError):
-        raise TypeError(f"simulate: dt: expected a number, got {type(dt).__name__} {dt!r}") from None
-    if not (math.isfinite(dt_value) and dt_value > 0):
-        raise ValueError(f"simulate: dt must be positive and finite, got {dt!r}")
+    dt_value = check_scalar("simulate: dt", dt, sign="positive")  # (TypeError for text: "0.01" is no step)
     if (num_steps is None) == (duration is None):
         raise ValueError("simulate: give exactly one of num_steps and duration")
     if duration is not None:
-        duration = float(duration)
-        if not (math.isfinite(duration) and duration >= 0):
-            raise ValueError(f"simulate: duration must be non-negative and finite, got {duration!r}")
+        duration = check_scalar("simulate: duration", duration, sign="non-negative")
         if not duration / dt_value <= MAX_ROLLOUT_STEPS:  # (before round(): 1e300 / 1e-10 is inf)
             raise ValueError(
                 f"simulate: duration / dt = {duration / dt_value:.3g} steps exceeds the longest rollout ({MAX_ROLLOUT_STEPS})"

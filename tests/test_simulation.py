@@ -95,9 +95,13 @@ def test_progress_callback_and_bar(pd_run, capsys):
         (dict(num_steps=10, duration=1.0), "exactly one of num_steps and duration"),
         (dict(), "exactly one of num_steps and duration"),
         (dict(num_steps=-1), "num_steps: must be an integer >= 0"),
-        (dict(duration=float("nan")), "duration must be non-negative and finite"),
+        (dict(duration=float("nan")), "simulate: duration: must be finite"),
+        (dict(duration=-1.0), "simulate: duration: must be non-negative"),
+        (dict(duration="0.03"), "simulate: duration: expected a number, got str"),  # (was run as 0.03 s)
+        (dict(duration=True), "simulate: duration: expected a number, got bool"),  # (was 1 s)
         (dict(duration=1e300, dt=1e-10), r"duration / dt = inf steps exceeds the longest rollout"),
-        (dict(num_steps=10, dt=0.0), "dt must be positive and finite"),
+        (dict(num_steps=10, dt=0.0), "simulate: dt: must be positive"),
+        (dict(num_steps=10, dt="0.01"), "simulate: dt: expected a number, got str"),  # (named rollout before)
         (dict(num_steps=10, dt="fast"), "dt: expected a number, got str"),
         (dict(num_steps=10, chunk_steps=0), "chunk_steps: must be an integer >= 1"),
         (dict(num_steps=10, progress="yes"), "progress: expected True, False or a callable"),
