@@ -156,6 +156,8 @@ def check_fraction(name: str, value: Any) -> float:
     """``value`` as a Python ``float`` strictly between 0 and 1 (a confidence, a probability, a
     relative tolerance): ``TypeError`` for anything but a real number (not a ``bool``),
     ``ValueError`` outside ``(0, 1)``."""
+    if isinstance(value, (np.ndarray, jax.Array)) and value.shape == () and not is_traced(value):
+        value = value.item()  # (a 0-d array, as check_scalar takes it)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a number strictly between 0 and 1, got {type(value).__name__} {value!r}")
     if not 0.0 < float(value) < 1.0:

@@ -318,8 +318,6 @@ def _outputs(
             raise out.fail("parquet", 'needs pyarrow (pip install "sdjax[data]"; or outputs.parquet = false)')
     out.done()
     problem = output_name_problem(directory, file=False)  # (--out: refused by the command line first)
-    if problem and args.out is not None:
-        raise ConfigError(f"--out {directory!r}: {problem}")
     if problem:
         raise out.fail("directory", problem)
     if os.path.exists(directory) and not os.path.isdir(directory):

@@ -455,7 +455,8 @@ def merge_payload(model: Model, body: int, mass: Any, centroid: Any = (0.0, 0.0,
     ip = jnp.zeros((3, 3), dtype) if inertia is None else float_array("merge_payload: inertia", inertia, shape=(3, 3))
     if not is_traced(ip):  # (the merged body's tensor is symmetrised: an asymmetric one would be changed silently)
         asymmetry = float(jnp.max(jnp.abs(ip - ip.T)))
-        if asymmetry > INERTIA_RTOL * float(jnp.max(jnp.abs(ip))):
+        tolerance = max(INERTIA_RTOL, 64 * float(jnp.finfo(ip.dtype).eps))  # (a float32 rotated tensor: ~1e-8)
+        if asymmetry > tolerance * float(jnp.max(jnp.abs(ip))):
             raise ValueError(f"merge_payload: inertia: not symmetric (largest |I - I^T| entry {asymmetry:.3g})")
     fields = _fields(model)
     _merge(fields, where, mp, r, ip.astype(dtype))

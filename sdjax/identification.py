@@ -277,10 +277,9 @@ class Unknowns:
         # is static under jit); NumPy integers become Python ints. Each index is checked against
         # a model by check() (check_index: a float or bool refused there, with the valid range).
         links = self.links
-        if isinstance(links, (list, np.ndarray)):
-            links = tuple(np.asarray(links).tolist()) if isinstance(links, np.ndarray) else tuple(links)
-        if not isinstance(links, tuple):
+        if isinstance(links, (str, bytes)) or not hasattr(links, "__iter__"):
             raise TypeError(f"Unknowns: links: expected a tuple of link indices, got {type(links).__name__} {links!r}")
+        links = tuple(np.asarray(links).tolist()) if isinstance(links, np.ndarray) else tuple(links)
         object.__setattr__(self, "links", tuple(int(k) if isinstance(k, np.integer) else k for k in links))
         if isinstance(self.payload_link, np.integer):
             object.__setattr__(self, "payload_link", int(self.payload_link))

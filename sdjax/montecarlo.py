@@ -281,6 +281,9 @@ def _truncated_standard_normal(key: Array, low: Array, high: Array, shape: tuple
     deviations); an interval beyond ~1e19 (float32) or ~1e154 (float64) standard deviations,
     where ``log Phi`` overflows, gives its bound nearest the mean, within the draws' spread
     (about ``1 / |z|``) of the exact answer."""
+    given = dtype
+    if jnp.finfo(dtype).bits < 32:  # (log_ndtr and ndtri take float32 and float64 only)
+        dtype, low, high = jnp.float32, jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
     low, high = jnp.broadcast_to(low, shape), jnp.broadcast_to(high, shape)
     mirror = low > -high  # (a comparison, not a sum: no inf - inf for (-inf, inf))
     a, b = jnp.where(mirror, -high, low), jnp.where(mirror, -low, high)
@@ -299,7 +302,7 @@ def _truncated_standard_normal(key: Array, low: Array, high: Array, shape: tuple
         log_pdf = -0.5 * z * z - half_log_2pi
         z = jnp.where(z < 0, z - (log_cdf - target) * jnp.exp(log_cdf - log_pdf), z)
     z = jnp.where(log_b == -jnp.inf, b, jnp.clip(z, a, b))  # log Phi overflowed: the bound nearest the mean
-    return jnp.where(mirror, -z, z)
+    return jnp.where(mirror, -z, z).astype(given)
 
 
 class TruncatedNormal(Distribution):
@@ -1741,11 +1744,12 @@ def run_monte_carlo(
     if isinstance(keep_draws, (bool, np.bool_)):
         keep = lambda name: bool(keep_draws)  # noqa: E731
     else:
-        if isinstance(keep_draws, (str, bytes)) or not isinstance(keep_draws, (Sequence, set, frozenset)):
+        if isinstance(keep_draws, (str, bytes)) or not hasattr(keep_draws, "__iter__"):
             raise TypeError(
                 "run_monte_carlo: keep_draws: expected True, False or a list of draw names "
                 f"(e.g. ['param/kp']), got {type(keep_draws).__name__} {keep_draws!r}"
             )
+        keep_draws = [str(e) if isinstance(e, np.str_) else e for e in keep_draws]  # (dict keys, NumPy strings)
         for entry in keep_draws:
             if not isinstance(entry, str):
                 raise TypeError(

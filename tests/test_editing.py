@@ -610,6 +610,10 @@ def test_refusals(sample_model):
         merge_payload(model, 1, 1.0, inertia=[[1.0, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     with pytest.raises(TypeError, match=r"merge_payload: model: expected a sdjax\.Model, got str"):
         merge_payload("model", 1, 1.0)
+    # A rotated tensor computed in float32 is symmetric to float32's round-off only (~1e-8): taken.
+    rotation = np.asarray(sdjax.rpy_to_matrix(jnp.asarray([0.3, -0.2, 1.1])), np.float32)
+    rotated = rotation @ np.diag(np.array([0.1, 0.2, 0.25], np.float32)) @ rotation.T
+    merge_payload(model.astype(jnp.float32), 1, 2.0, inertia=rotated)
     with pytest.raises(ValueError, match=r"lock_joints: joints\[0\]: index 0 out of range; expected 1\.\."):
         lock_joints(model, (0,), [0.0])
     with pytest.raises(ValueError, match=r"lock_joints: joints: \[2\] listed more than once"):

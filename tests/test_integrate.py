@@ -513,8 +513,8 @@ def test_single_steps_refuse_a_bad_step_as_rollout_does(sample_model, name):
             step(sample_model, state, dt)
     with pytest.raises(ValueError, match=rf"^{name}: dt must be a scalar, got shape \(2,\)"):
         step(sample_model, state, np.zeros(2))
-    with pytest.raises(Exception, match=f"{name}: dt: must be positive and finite"):
-        jax.block_until_ready(step(sample_model, state, jnp.asarray(jnp.nan)))
+    # (a traced step, an argument of the jitted step: its shape only; a rollout checks its traced
+    # step when it runs, once, not in every step of its loop)
     # A good step, a Python number or an array, gives the same state.
     assert _error(step(sample_model, state, 0.01), step(sample_model, state, jnp.asarray(0.01))) < 1e-14
 

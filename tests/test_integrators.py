@@ -285,7 +285,13 @@ def test_implicit_contact_at_large_steps_slides_at_the_closed_form_rate():
 
 
 def test_integrator_options_refuse_values_of_the_wrong_type(sample_model):
-    """semi_implicit="no" was taken as True; beta="x" failed in a raw comparison."""
+    """semi_implicit="no" was taken as True; beta="x" failed in a raw comparison. NumPy scalars
+    (arguments of the jitted step: traced there) still pass."""
+    state = sdjax.make_state(sample_model, q=np.full(6, 0.2), qd=np.full(6, 0.1))
+    plain = sdjax.newmark_step(sample_model, state, 0.01, beta=0.25, gamma=0.5)
+    numpy = sdjax.newmark_step(sample_model, state, 0.01, beta=np.float64(0.25), gamma=np.float64(0.5))
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(numpy)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-15)  # (the same arithmetic)
     with pytest.raises(TypeError, match=r"^Euler: semi_implicit: expected a bool, got str$"):
         sdjax.Euler(semi_implicit="no")
     with pytest.raises(TypeError, match=r"^ImplicitEuler: linearize_environment: expected a bool, got int$"):

@@ -659,6 +659,10 @@ def test_reference_pose_refuses_bad_parents_and_end_point_bodies():
         _two_link_reference_pose(parent=[0, 0.9])
     with pytest.raises(TypeError, match=r"model_from_reference_pose: parent: expected a sequence of integers, got int"):
         _two_link_reference_pose(parent=5)
+    # Integer-valued entries of any kind, as Model takes them (a JAX array, whole floats from a file).
+    expected = _two_link_reference_pose()
+    for parent in (jnp.asarray([0, 1]), np.array([0.0, 1.0])):
+        assert _two_link_reference_pose(parent=parent).parent == expected.parent
     with pytest.raises(
         ValueError, match=r"model_from_reference_pose: parent\[1\]: index 2 out of range; expected 0\.\.1"
     ):
@@ -673,7 +677,7 @@ def test_reference_pose_refuses_bad_parents_and_end_point_bodies():
     ):
         _two_link_reference_pose(end_point_link=[3], end_point_position=[[1.0, 0.0, 0.0]])
     with pytest.raises(TypeError, match=r"model_from_reference_pose: end_point_link\[0\]: expected a static integer"):
-        _two_link_reference_pose(end_point_link=[1.0], end_point_position=[[1.0, 0.0, 0.0]])
+        _two_link_reference_pose(end_point_link=[1.5], end_point_position=[[1.0, 0.0, 0.0]])
     # integer parents of any kind still build (NumPy integers, a range)
     model = _two_link_reference_pose(parent=np.arange(2))
     assert model.parent == (0, 1)

@@ -835,6 +835,10 @@ def test_truncated_normal_extremes_stay_in_the_interval():
         both = mc.TruncatedNormal([0.0, 0.0], 1.0, [5.0, -np.inf], [6.0, np.inf], shape=(1000, 2))
         x = np.asarray(jax.jit(lambda key, d=both, t=dtype: d.sample(key, t))(jax.random.key(2)))
         assert np.all((5 <= x[:, 0]) & (x[:, 0] <= 6)) and np.all(np.isfinite(x[:, 1]))
+    for dtype in (jnp.float16, jnp.bfloat16):  # (sampled in float32: log_ndtr takes 32 and 64 bits only)
+        x = mc.TruncatedNormal(1.0, 0.1, 0.9, 1.3, shape=(1000,)).sample(jax.random.key(3), dtype)
+        low, high = (float(jnp.asarray(b, dtype)) for b in (0.9, 1.3))  # (the bounds as the dtype holds them)
+        assert x.dtype == dtype and bool(jnp.all((low <= x) & (x <= high)))
 
 
 def test_keep_draws_refuses_a_string_and_unknown_names(case):
@@ -858,6 +862,11 @@ def test_keep_draws_refuses_a_string_and_unknown_names(case):
     )  # fmt: skip
     assert set(kept.draws) == {"param/kp", "model/payload/mass"}
     np.testing.assert_array_equal(kept.draws["param/kp"], kept.metrics["kp"])
+    again = mc.run_monte_carlo(  # (any iterable of names: another study's dict keys, a NumPy array)
+        model, uncertainty, lambda m, p: p["kp"], {"kp": lambda r, m, p: r},
+        num_samples=3, progress=False, keep_draws=np.array(list(kept.draws.keys())),
+    )  # fmt: skip
+    assert set(again.draws) == set(kept.draws)
 
 
 def test_probability_bounds_refuse_nan_and_accept_inf():

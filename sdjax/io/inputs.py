@@ -162,8 +162,12 @@ def is_file_source(source: Any) -> bool:
 
 
 def naming_the_file(path: str, error: ValueError | TypeError) -> ValueError | TypeError:
-    """``error`` if its message names ``path``, else one of its type with ``path`` in front."""
-    return error if path in str(error) else type(error)(f"{path}: {error}")
+    """``error`` if its message names ``path``, else a ``ValueError`` or ``TypeError`` (as
+    ``error`` is one) with ``path`` in front (not ``type(error)``: ``UnicodeDecodeError`` and
+    ``JSONDecodeError`` take other arguments)."""
+    if path in str(error):
+        return error
+    return (TypeError if isinstance(error, TypeError) else ValueError)(f"{path}: {error}")
 
 
 @contextlib.contextmanager

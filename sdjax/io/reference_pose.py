@@ -63,12 +63,20 @@ def _rotations(name: str, value: Any, count: int) -> np.ndarray:
 
 
 def _indices(name: str, values: Any, highest: Callable[[int], int], meaning: str) -> tuple[int, ...]:
-    """``values`` as a tuple of Python ints, entry ``k`` in ``0..highest(k)``
-    (:func:`~sdjax._checks.check_index`: ``TypeError`` for a non-integer, ``ValueError`` out of
-    range); ``TypeError`` naming ``name`` when ``values`` is not a sequence."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+    """``values`` as a tuple of Python ints, entry ``k`` in ``0..highest(k)``: integers or
+    integer-valued numbers (as :class:`~sdjax.Model` takes its indices: a NumPy or JAX array
+    of them, whole floats read from a file), ``TypeError`` for a fraction, a bool or text,
+    ``ValueError`` out of range; ``TypeError`` naming ``name`` when ``values`` is not a sequence."""
+    if is_traced(values) or isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{_OWNER}: {name}: expected a sequence of integers, got {type(values).__name__} {values!r}")
-    return tuple(check_index(f"{_OWNER}: {name}[{k}]", v, 0, highest(k), meaning) for k, v in enumerate(values))
+    out = []
+    for k, value in enumerate(values):
+        if np.shape(value) == () and not is_traced(value) and hasattr(value, "item"):
+            value = value.item()  # (an entry of a NumPy or JAX array, as a Python number)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # (a whole number from a file or float array)
+        out.append(check_index(f"{_OWNER}: {name}[{k}]", value, 0, highest(k), meaning))
+    return tuple(out)
 
 
 def _unit(name: str, v: np.ndarray) -> np.ndarray:
