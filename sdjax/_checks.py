@@ -53,12 +53,17 @@ def check_choice(name: str, value: Any, choices: Collection[Any], what: str = "v
     return value
 
 
+def is_integer(value: Any) -> bool:
+    """Whether ``value`` is an integer, Python's or NumPy's, and not a ``bool``."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def check_count(name: str, value: Any, minimum: int) -> int:
     """``value`` as a Python ``int`` if it is an integer (Python or NumPy; not a ``bool``: ``True``
     is no count) of at least ``minimum``: a number of steps, iterations, samples, segments.
     ``TypeError`` naming ``name`` for anything else (a float, even a whole one: a count is given
     as an integer), ``ValueError`` below ``minimum``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if not is_integer(value):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name}: must be an integer >= {minimum}, got {value}")
@@ -71,7 +76,7 @@ def check_index(name: str, value: Any, low: int, high: int, meaning: str = "") -
     selects the program's structure and so cannot be traced. ``TypeError`` naming ``name`` for
     anything else, ``ValueError`` outside the range; ``meaning`` says what the numbers are in
     that message (``"0 = base, 1..n = links"``)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if not is_integer(value):
         raise TypeError(f"{name}: expected a static integer index {low}..{high}, got {type(value).__name__} {value!r}")
     if not low <= value <= high:
         raise ValueError(
@@ -340,6 +345,7 @@ __all__ = [
     "check_scalar",
     "check_type",
     "check_vector",
+    "is_integer",
     "float_array",
     "is_traced",
     "renamed_keyword",

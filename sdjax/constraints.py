@@ -102,19 +102,11 @@ class JointLock(eqx.Module):
 def _joint_number(name: str, value: Any) -> int:
     """A joint number as a Python int, at least 1 (the model's ``n`` bounds it where the systems
     are known): ``TypeError`` for a float, a bool or text (``int()`` truncated 2.5 to 2)."""
-    return _static_count(name, value, 1, "joints are numbered 1..n")
+    return check_count(name, value, 1)
 
 
 def _system_index(name: str, value: Any) -> int:
-    return _static_count(name, value, 0, "systems are numbered from 0")
-
-
-def _static_count(name: str, value: Any, low: int, meaning: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected a static integer ({meaning}), got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name}: {meaning}, got {int(value)}")
-    return int(value)
+    return check_count(name, value, 0)
 
 
 class JointCoupling(eqx.Module):

@@ -78,6 +78,7 @@ from sdjax._checks import (
     check_scalar,
     check_type,
     float_array,
+    is_integer,
 )
 from sdjax._derivatives import batched_route
 from sdjax.constraints import ConstrainedTrajectory, constrained_rollout
@@ -115,10 +116,6 @@ def _param(owner: str, name: str, value: Any) -> np.ndarray:
     return arr
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def _shape_tuple(owner: str, shape: Any) -> tuple[int, ...]:
     """``shape`` (an integer, a tuple or list of integers, or an integer array; not a ``bool``,
     a float or a string, which ``int()`` would quietly turn into a size) as a tuple of
@@ -126,7 +123,7 @@ def _shape_tuple(owner: str, shape: Any) -> tuple[int, ...]:
     if isinstance(shape, np.ndarray) and shape.dtype.kind in "iu" and shape.ndim <= 1:
         shape = shape.tolist()  # (an integer array, as np.shape(x) of an array gives)
     entries = shape if isinstance(shape, (tuple, list)) else (shape,)
-    if not all(_is_int(s) for s in entries):
+    if not all(is_integer(s) for s in entries):
         raise TypeError(
             f"{owner}: shape: expected an integer or a tuple of integers, got {type(shape).__name__} {shape!r}"
         )

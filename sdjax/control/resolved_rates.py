@@ -211,7 +211,7 @@ class ResolvedRateLaw(eqx.Module):
     weights: Array | None
     singular_threshold: Array
     max_damping: Array
-    end_point: int = eqx.field(static=True)
+    end_point: int | None = eqx.field(static=True)
     link: int | None = eqx.field(static=True)
     task: str = eqx.field(static=True)
     base: str = eqx.field(static=True)

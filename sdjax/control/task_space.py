@@ -21,7 +21,6 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from sdjax.algebra import matmul
@@ -31,7 +30,7 @@ from sdjax.jacobians import point_jacobian
 from sdjax.kinematics import relative_frames
 from sdjax.model import Model, check_no_mimic
 from sdjax.rotation import matrix_to_rotation_vector, rpy_to_matrix
-from sdjax._checks import check_choice, check_index, check_vector
+from sdjax._checks import check_choice, check_index, check_vector, is_integer
 from sdjax.state import State, check_state
 
 #: What the model-based functions assume of the base (see the module docstring): it reacts
@@ -42,25 +41,18 @@ CONTROL_BASES = ("floating", "fixed")
 TASKS = {"pose": slice(0, 6), "position": slice(0, 3), "orientation": slice(3, 6)}
 
 
-def _is_integer(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _static_task_point(
-    model: Model, end_point: Any, link: Any, owner: str, *, strict: bool = True
-) -> tuple[int, int | None]:
+def _static_task_point(model: Model, end_point: Any, link: Any, owner: str) -> tuple[int | None, int | None]:
     """``(end_point, link)`` of a task point, checked and made Python ints (before any jit: a
-    NumPy integer would be traced there); ``link`` ``None`` for an end point, ``end_point`` 0
-    for a point on a link. ``end_point`` ``None``: not given (end point 0 unless ``link``).
-    Giving both is refused; with ``strict=False`` an ``end_point`` of 0 (a caller's default)
-    passes with a link. Messages start with ``owner`` (the public function)."""
-    if link is not None and end_point is not None and (strict or not (_is_integer(end_point) and end_point == 0)):
+    NumPy integer would be traced there), one of them ``None``: ``(k, None)`` for end point
+    ``k`` (neither given: end point 0), ``(None, i)`` for a point on link ``i``; giving both is
+    refused. Messages start with ``owner`` (the public function)."""
+    if link is not None and end_point is not None:
         raise ValueError(f"{owner}: give end_point or link, not both (got end_point={end_point!r}, link={link!r})")
     if link is not None:
-        return 0, check_index(f"{owner}: link", link, 1, model.num_joints, f"the links of model {model.name!r}")
+        return None, check_index(f"{owner}: link", link, 1, model.num_joints, f"the links of model {model.name!r}")
     end_point = 0 if end_point is None else end_point
     ne = model.num_end_points
-    if not _is_integer(end_point):
+    if not is_integer(end_point):
         raise TypeError(f"{owner}: end_point: expected a static integer index, got {type(end_point).__name__}")
     if not 0 <= int(end_point) < ne:
         raise ValueError(
@@ -75,11 +67,12 @@ def _task_point(
 ) -> tuple[int, Array, Array]:
     """``(link, point in the link frame from its centroid (3,), frame offset rotation (3, 3))``;
     messages start with ``owner`` (the public function)."""
-    k, link = _static_task_point(model, end_point, link, owner, strict=False)
+    k, link = _static_task_point(model, end_point, link, owner)
     if link is not None:
         return link, check_vector(f"{owner}: point", point, (3,), dtype), jnp.eye(3, dtype=dtype)
     if point is not None:
         raise ValueError(f"{owner}: point: give a point together with link=...; end points carry their own offset")
+    k = int(k or 0)  # (an end point: k is its index)
     return (
         model.end_point_link[k],
         model.centroid_to_end_point[k].astype(dtype),
@@ -165,7 +158,7 @@ def task_jacobian(
 
 @eqx.filter_jit
 def _task_jacobian(
-    model: Model, state: State, end_point: int, link: int | None, point: Any, task: str, base: str, momentum: Any
+    model: Model, state: State, end_point: int | None, link: int | None, point: Any, task: str, base: str, momentum: Any
 ) -> tuple[Array, Array]:
     check_no_mimic(model, "task_jacobian")
     check_state(model, state)
@@ -185,7 +178,7 @@ def task_pose(
 
 
 @eqx.filter_jit
-def _task_pose(model: Model, state: State, end_point: int, link: int | None, point: Any) -> tuple[Array, Array]:
+def _task_pose(model: Model, state: State, end_point: int | None, link: int | None, point: Any) -> tuple[Array, Array]:
     check_state(model, state)
     dtype = state.q.dtype
     link_index, offset, offset_rotation = _task_point(model, end_point, link, point, dtype, "task_pose")
